@@ -1,0 +1,44 @@
+# The two commands of the README: `make demo` and `make test`.  Both set
+# themselves up: system packages (when root; otherwise they say what is
+# missing), a virtualenv with the pinned Python packages, and the shim.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: all setup sysdeps shim examples demo test bench clean
+
+all: shim
+
+sysdeps:
+	@sh tools/sysdeps.sh
+
+$(STAMP): setup.cfg pyproject.toml | sysdeps
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+setup: sysdeps $(STAMP)
+
+shim: sysdeps
+	$(MAKE) -s -C shim
+
+examples: sysdeps
+	$(MAKE) -s -C examples
+
+demo: setup shim examples
+	$(PY) examples/demo.py
+
+test: setup shim examples
+	$(MAKE) -s -C tests/programs
+	$(VENV)/bin/pytest -q
+
+bench: setup shim
+	$(MAKE) -s -C bench
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	$(MAKE) -s -C shim clean
+	$(MAKE) -s -C examples clean
+	rm -rf $(VENV)

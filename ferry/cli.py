@@ -1,0 +1,46 @@
+"""The `ferry` command line: one module per subcommand in ferry/commands/."""
+import os
+import sys
+import traceback
+
+import click
+
+from . import __version__
+from .commands import instrument, sites
+from .rewriter.errors import FerryError
+
+
+class FerryGroup(click.Group):
+    """Turns every FerryError into one line on stderr and exit status 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except FerryError as e:
+            click.echo(f"ferry: {e}", err=True)
+            ctx.exit(2)
+        except KeyboardInterrupt:
+            click.echo("ferry: interrupted", err=True)
+            ctx.exit(130)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as e:  # a bug in Ferry: still one line unless asked
+            if os.environ.get("FERRY_DEBUG"):
+                traceback.print_exc()
+            click.echo(f"ferry: internal error: {type(e).__name__}: {e} "
+                       "(set FERRY_DEBUG=1 for the traceback)", err=True)
+            ctx.exit(3)
+
+
+@click.group(cls=FerryGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ferry")
+def cli():
+    """Rewrite the syscall sites of compiled programs so they run through Ferry's shim."""
+
+
+cli.add_command(sites.command)
+cli.add_command(instrument.command)
+
+
+def main():
+    sys.exit(cli.main(prog_name="ferry", standalone_mode=True))

@@ -1,0 +1,66 @@
+"""The image cache (DIGITAL FX!32's database of translated images).
+
+Everything is keyed by the SHA-256 of the original file and by the layout
+FORMAT, so a changed file or a newer planner never gets a stale image:
+
+    <root>/modules/<sha>-<format>/module.json   the module's sites and plan
+    <root>/modules/<sha>-<format>/<name>        the rewritten library
+    <root>/programs/<sha>-<format>/             a runnable program: the rewritten
+                                                executable, its rewritten
+                                                libraries, libferry.so, manifest.json
+
+The root is $FERRY_CACHE, else $XDG_CACHE_HOME/ferry, else ~/.cache/ferry.
+"""
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from .layout import FORMAT
+
+
+def root():
+    env = os.environ.get("FERRY_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg if xdg else Path.home() / ".cache") / "ferry"
+
+
+def module_dir(sha):
+    return root() / "modules" / f"{sha}-{FORMAT}"
+
+
+def program_dir(sha):
+    return root() / "programs" / f"{sha}-{FORMAT}"
+
+
+@lru_cache(maxsize=256)
+def _sha256_cached(path, size, mtime_ns, ino):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_file(path):
+    st = os.stat(path)
+    return _sha256_cached(str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def load_module(sha):
+    """The cached module record for `sha`, or None."""
+    p = module_dir(sha) / "module.json"
+    try:
+        with open(p) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if record.get("sha256") != sha or record.get("layout") != FORMAT:
+        return None
+    rewritten = record.get("rewritten")
+    if rewritten and not (module_dir(sha) / rewritten).is_file():
+        return None
+    return record

@@ -1,0 +1,284 @@
+"""The whole job of `ferry instrument`: a program and its closure, rewritten.
+
+An executable becomes a directory that runs by itself:
+
+    DIR/<program>       the rewritten executable; its DT_NEEDED entries name
+                        $ORIGIN/<lib> for each rewritten library and
+                        $ORIGIN/libferry.so, so no LD_PRELOAD or
+                        LD_LIBRARY_PATH is needed
+    DIR/<lib>           each library of the closure that has syscall sites
+    DIR/libferry.so     the shim
+    DIR/manifest.json   every module and every site
+
+Libraries are rewritten once and kept in the image cache; a program directory
+made earlier is reused when the program, its libraries and the shim are the
+same files.  The output is assembled in a temporary directory beside its
+destination and moved into place at the end, manifest last.
+"""
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cache, layout, manifest, shimlib
+from .errors import FerryError, InputError
+
+FERRY_VERSION = "0.1.0"
+
+
+class AlreadyRewritten(FerryError):
+    def __init__(self, path):
+        super().__init__(path, "already rewritten by Ferry; not rewriting it again")
+
+
+@dataclass
+class Result:
+    out_dir: Path
+    entry: Path            # the file to run (None for a shared object)
+    manifest: dict
+    from_cache: bool
+    seconds: float
+
+
+def _noop(*_args, **_kw):
+    pass
+
+
+def analyze_module(image):
+    """(CodeMap, [Site]) for an ElfImage."""
+    from . import code, planner
+    cmap = code.analyze(image)
+    return cmap, planner.plan(cmap)
+
+
+def module_record(image, mod, sites, cmap, rewritten_name):
+    patched = sum(s.patched for s in sites)
+    return {
+        "name": mod.name,
+        "role": mod.role,
+        "original": str(mod.path),
+        "realpath": os.path.realpath(mod.path),
+        "sha256": image.sha256,
+        "layout": layout.FORMAT,
+        "pie": image.is_pie,
+        "rewritten": rewritten_name,
+        "sites_total": len(sites),
+        "sites_patched": patched,
+        "sites": [manifest.site_to_dict(s, mod.name, cmap.read) for s in sites],
+    }
+
+
+def _library(mod, progress):
+    """The cache record of library `mod`, rewriting it on a miss."""
+    from . import elfload, patcher
+    sha = cache.sha256_file(mod.path)
+    record = cache.load_module(sha)
+    if record is not None:
+        progress("cached", mod.name)
+        return record
+    progress("analyze", mod.name)
+    image = elfload.load(mod.path)
+    if elfload.ferry_control_block(image):
+        raise AlreadyRewritten(mod.path)
+    cmap, sites = analyze_module(image)
+    mdir = cache.module_dir(sha)
+    mdir.mkdir(parents=True, exist_ok=True)
+    rewritten = None
+    if any(s.patched for s in sites):
+        progress("rewrite", mod.name)
+        rewritten = Path(mod.name).name
+        patcher.rewrite(image, sites, cmap, mdir / rewritten, patcher.DynamicChanges([]))
+    record = module_record(image, mod, sites, cmap, rewritten)
+    record["name"] = mod.name
+    manifest.write_json(mdir / "module.json", record)
+    return record
+
+
+def _program_cached(out_dir, shas, shim_sha):
+    m = _read_manifest(out_dir)
+    if m is None:
+        return None
+    if m.get("layout") != layout.FORMAT or m.get("shim", {}).get("sha256") != shim_sha:
+        return None
+    if [mod.get("sha256") for mod in m.get("modules", [])] != shas:
+        return None
+    entry = m.get("entry")
+    if entry and not (out_dir / entry).is_file():
+        return None
+    return m
+
+
+def _place(src, dst, link):
+    if link:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:
+            pass
+    shutil.copy2(src, dst)
+
+
+def _cache_hit(path, shim_sha):
+    """The manifest of the cached program directory for `path` if every file
+    it was made from is unchanged; decided from hashes alone, so a hit costs
+    no ELF parsing (nor even loading LIEF)."""
+    try:
+        sha = cache.sha256_file(path)
+    except OSError:
+        return None, None
+    out_dir = cache.program_dir(sha)
+    m = _read_manifest(out_dir)
+    if m is None or m.get("shim", {}).get("sha256") != shim_sha or m.get("layout") != layout.FORMAT:
+        return None, None
+    try:
+        for mod in m["modules"]:
+            if cache.sha256_file(mod["original"]) != mod["sha256"]:
+                return None, None
+    except (OSError, KeyError, TypeError):
+        return None, None
+    entry = m.get("entry")
+    if entry and not (out_dir / entry).is_file():
+        return None, None
+    return out_dir, m
+
+
+def _read_manifest(out_dir):
+    import json
+    try:
+        with open(out_dir / "manifest.json") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def instrument(path, out_dir=None, progress=_noop):
+    """Rewrite `path` and its closure into `out_dir` (default: the cache)."""
+    started = time.monotonic()
+    shim = shimlib.path()
+    shim_sha = cache.sha256_file(shim)
+    if out_dir is None:
+        hit_dir, hit = _cache_hit(path, shim_sha)
+        if hit is not None:
+            progress("done", Path(path).name)
+            entry = hit_dir / hit["entry"] if hit.get("entry") else None
+            return Result(hit_dir, entry, hit, True, time.monotonic() - started)
+
+    import lief
+    from . import elfload, patcher
+    from .modules import MissingLibrary, closure
+    image = elfload.load(path)
+    if elfload.ferry_control_block(image):
+        raise AlreadyRewritten(path)
+    if not image.binary.has(lief.ELF.Segment.TYPE.DYNAMIC):
+        raise InputError(path, "statically linked: it cannot load the shim by itself "
+                               "(static programs are not supported yet)")
+    try:
+        mods = closure(image)
+    except MissingLibrary as e:
+        raise FerryError(e.requester, f"needs {e.name}, which cannot be found") from None
+    shas = [image.sha256] + [cache.sha256_file(m.path) for m in mods[1:]]
+    in_cache = out_dir is None
+    out_dir = Path(out_dir) if out_dir is not None else cache.program_dir(image.sha256)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FerryError(out_dir, "output exists and is not a directory")
+
+    cached = _program_cached(out_dir, shas, shim_sha)
+    if cached is not None:
+        progress("done", mods[0].name)
+        entry = out_dir / cached["entry"] if cached.get("entry") else None
+        return Result(out_dir, entry, cached, True, time.monotonic() - started)
+
+    progress("start", None, total=len(mods))
+    records = [None] * len(mods)
+    for i, mod in enumerate(mods):
+        if i == 0:
+            continue
+        if mod.role == "interpreter":
+            records[i] = {"name": mod.name, "role": mod.role, "original": str(mod.path),
+                          "realpath": os.path.realpath(mod.path), "sha256": shas[i],
+                          "rewritten": None, "sites_total": None, "sites_patched": None,
+                          "sites": [], "note": "loaded by the kernel before the shim can run; "
+                                              "its calls are made before the shim initializes"}
+        else:
+            records[i] = _library(mod, progress)
+            records[i]["needed_by"] = mod.needed_by
+        progress("advance", mod.name)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    try:
+        rewritten_libs = {}
+        for mod, record in zip(mods[1:], records[1:]):
+            if record.get("rewritten"):
+                name = Path(mod.name).name
+                rewritten_libs[mod.name] = name
+                _place(cache.module_dir(record["sha256"]) / record["rewritten"], tmp / name, in_cache)
+        shutil.copy2(shim, tmp / "libferry.so")
+
+        root_name = Path(path).name
+        if not image.is_executable:
+            record = _library(mods[0], progress)
+            _place(cache.module_dir(record["sha256"]) / record["rewritten"], tmp / root_name, in_cache) \
+                if record.get("rewritten") else shutil.copy2(path, tmp / root_name)
+            records[0] = record
+        else:
+            progress("analyze", mods[0].name)
+            cmap, sites = analyze_module(image)
+            # Libraries loaded only indirectly become direct needs, so that they
+            # are mapped (from $ORIGIN) before anything looks them up by name.
+            direct = {str(n) for n in image.binary.libraries}
+            changes = patcher.DynamicChanges(
+                add_needed=[n for n in rewritten_libs if n not in direct] + ["libferry.so"],
+                search_first="$ORIGIN",
+                origin_dir=str(Path(os.path.realpath(path)).parent))
+            progress("rewrite", mods[0].name)
+            patcher.rewrite(image, sites, cmap, tmp / root_name, changes)
+            records[0] = module_record(image, mods[0], sites, cmap, root_name)
+        progress("advance", mods[0].name)
+
+        m = {
+            "format": "ferry-manifest",
+            "version": 1,
+            "ferry": FERRY_VERSION,
+            "layout": layout.FORMAT,
+            "input": str(path),
+            "kind": mods[0].role,
+            "entry": root_name if image.is_executable else None,
+            "rewritten": root_name,
+            "shim": {"file": "libferry.so", "sha256": shim_sha},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "modules": records,
+        }
+        manifest.write_json(tmp / "manifest.json", m)
+        _move_into_place(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress("done", mods[0].name)
+    entry = out_dir / root_name if image.is_executable else None
+    return Result(out_dir, entry, m, False, time.monotonic() - started)
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _move_into_place(tmp, out_dir):
+    """Make `out_dir` hold what `tmp` holds; the manifest is renamed last, so
+    a directory with a manifest is always complete."""
+    if not out_dir.exists():
+        try:
+            os.rename(tmp, out_dir)
+            return
+        except OSError:
+            pass
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stale = out_dir / "manifest.json"
+    if stale.exists():
+        stale.unlink()
+    for item in sorted(tmp.iterdir(), key=lambda p: p.name == "manifest.json"):
+        os.replace(item, out_dir / item.name)

@@ -1,0 +1,156 @@
+"""The DT_NEEDED closure of a program, resolved the way ld.so resolves it.
+
+For each needed name, in order: a name with a slash is a path ($ORIGIN
+expanded); otherwise DT_RPATH of the requesting object and of the executable
+(ignored when the requester has DT_RUNPATH), LD_LIBRARY_PATH, the requester's
+DT_RUNPATH, the ld.so cache, then the default directories.  A candidate of the
+wrong class or machine is skipped, as ld.so skips it.  Modules are visited
+breadth first, the order in which ld.so maps them.
+"""
+import os
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import lief
+
+from .elfload import _header_problem
+
+DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+                "/lib", "/usr/lib")
+
+
+@dataclass
+class Module:
+    name: str                 # as named in DT_NEEDED (or the file name of the program)
+    path: Path                # the file ld.so would load
+    role: str                 # "executable", "shared-object", "library", "interpreter"
+    needed_by: list = field(default_factory=list)
+
+
+@lru_cache(maxsize=1)
+def _ld_cache():
+    """soname -> path for x86-64 entries of the ld.so cache."""
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=20,
+                             env={**os.environ, "LC_ALL": "C"}).stdout
+    except (OSError, subprocess.SubprocessError):
+        try:
+            out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True,
+                                 timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            return {}
+    cache = {}
+    for line in out.splitlines():
+        line = line.strip()
+        if "=>" not in line or "x86-64" not in line:
+            continue
+        left, path = line.split("=>", 1)
+        name = left.split(" (", 1)[0].strip()
+        cache.setdefault(name, path.strip())
+    return cache
+
+
+def _usable(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return len(head) == 64 and head[:4] == b"\x7fELF" and head[4] == 2 and head[18] == 62
+
+
+def _dynamic(binary, tag):
+    entry = binary.get(tag)
+    if entry is None:
+        return []
+    value = entry.runpath if tag == lief.ELF.DynamicEntry.TAG.RUNPATH else entry.rpath
+    return [p for p in value.split(":") if p]
+
+
+def _expand(path, origin):
+    return path.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) \
+        .replace("${LIB}", "lib/x86_64-linux-gnu").replace("$LIB", "lib/x86_64-linux-gnu") \
+        .replace("${PLATFORM}", "x86_64").replace("$PLATFORM", "x86_64")
+
+
+def find_library(name, requester, requester_binary, exe_binary, exe_path):
+    """Path of the library `name` needed by `requester`, or None."""
+    origin = str(Path(requester).parent)
+    if "/" in name:
+        p = _expand(name, origin)
+        return Path(p) if _usable(p) else None
+    TAG = lief.ELF.DynamicEntry.TAG
+    dirs = []
+    if not _dynamic(requester_binary, TAG.RUNPATH):
+        dirs += [_expand(d, origin) for d in _dynamic(requester_binary, TAG.RPATH)]
+        if exe_binary is not None and exe_binary is not requester_binary \
+                and not _dynamic(exe_binary, TAG.RUNPATH):
+            exe_origin = str(Path(exe_path).parent)
+            dirs += [_expand(d, exe_origin) for d in _dynamic(exe_binary, TAG.RPATH)]
+    dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    dirs += [_expand(d, origin) for d in _dynamic(requester_binary, TAG.RUNPATH)]
+    for d in dirs:
+        p = os.path.join(d, name)
+        if _usable(p):
+            return Path(p)
+    cached = _ld_cache().get(name)
+    if cached and _usable(cached):
+        return Path(cached)
+    for d in DEFAULT_DIRS:
+        p = os.path.join(d, name)
+        if _usable(p):
+            return Path(p)
+    return None
+
+
+class MissingLibrary(Exception):
+    def __init__(self, name, requester):
+        super().__init__(f"needs {name}, which cannot be found")
+        self.name = name
+        self.requester = requester
+
+
+def closure(image):
+    """Every module ld.so would load for `image` (itself first)."""
+    binary = image.binary
+    interp = binary.interpreter if binary.has_interpreter else None
+    interp_real = os.path.realpath(interp) if interp else None
+    root_role = "executable" if image.is_executable else "shared-object"
+    root = Module(Path(image.path).name, Path(image.path), root_role)
+    modules = [root]
+    by_real = {os.path.realpath(image.path): root}
+    by_name = {}
+    if interp:
+        m = Module(Path(interp).name, Path(interp), "interpreter")
+        modules.append(m)
+        by_real[interp_real] = m
+    queue = [(root, binary)]
+    while queue:
+        mod, mod_binary = queue.pop(0)
+        for name in mod_binary.libraries:
+            name = str(name)
+            if name in by_name:
+                by_name[name].needed_by.append(mod.name)
+                continue
+            path = find_library(name, mod.path, mod_binary, binary if image.is_executable else None,
+                                image.path)
+            if path is None:
+                raise MissingLibrary(name, mod.path)
+            real = os.path.realpath(path)
+            if real in by_real:
+                existing = by_real[real]
+                by_name[name] = existing
+                existing.needed_by.append(mod.name)
+                continue
+            lib = Module(name, path, "library", [mod.name])
+            by_real[real] = lib
+            by_name[name] = lib
+            modules.append(lib)
+            with open(path, "rb") as f:
+                problem = _header_problem(f.read())
+            lib_binary = None if problem else lief.ELF.parse(str(path))
+            if lib_binary is not None:
+                queue.append((lib, lib_binary))
+    return modules

@@ -1,0 +1,110 @@
+"""The code a patched site jumps to.
+
+    T:   <instructions displaced from before the syscall>
+         mov   rcx, [rip + ctl.vector]   ; NULL until the shim enabled this module
+         jrcxz RAW                       ; tests without touching the flags
+         lea   rsp, [rsp - 128]          ; step over the red zone
+         lea   r11, [rip + site_record]
+         call  [rcx]                     ; ferry_entry
+    A:   lea   rsp, [rsp + 128]
+         jmp   POST
+    B:   lea   rsp, [rsp + 128]          ; the entry returns here (A + 10) for
+    RAW: syscall                         ;   calls that must run at the program's rsp
+    POST:<instructions displaced from after the syscall>
+         jmp   <end of the window>
+
+Only rcx and r11 change on the way, which `syscall` clobbers anyway; `lea`
+and `jrcxz` leave the flags alone.  Displaced instructions keep their bytes;
+those that address memory relative to rip get a new displacement.
+"""
+import struct
+
+import capstone
+import keystone
+
+from . import layout
+from .planner import GLUE_SIZE, JMP_REL32_SIZE
+
+_ks = keystone.Ks(keystone.KS_ARCH_X86, keystone.KS_MODE_64)
+_cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+_cs.detail = True
+
+_GLUE = """mov rcx, qword ptr [rip + {vector}]
+jrcxz raw
+lea rsp, [rsp - 0x80]
+lea r11, [rip + {record}]
+call qword ptr [rcx]
+lea rsp, [rsp + 0x80]
+jmp post
+lea rsp, [rsp + 0x80]
+raw: syscall
+post:
+"""
+# Offsets inside the glue, checked against what Keystone produced.
+_AFTER_VECTOR_LOAD = 7
+_AFTER_RECORD_LEA = 7 + 2 + 5 + 7
+_LABEL_A = 7 + 2 + 5 + 7 + 2
+_LABEL_B = _LABEL_A + layout.TRAMP_RAW_DELTA
+
+
+class TrampolineError(Exception):
+    pass
+
+
+def relocate(insn_bytes, old_address, new_address):
+    """`insn_bytes` moved from `old_address` to `new_address`, with a
+    rip-relative displacement adjusted so it still reaches the same place."""
+    insn = next(_cs.disasm(insn_bytes, old_address), None)
+    if insn is None or insn.size != len(insn_bytes):
+        raise TrampolineError(f"cannot decode instruction at {old_address:#x}")
+    if "rip" not in insn.op_str:
+        return insn_bytes
+    if insn.disp_size != 4:
+        raise TrampolineError(f"rip-relative instruction at {old_address:#x} without disp32")
+    target = old_address + insn.size + insn.disp
+    disp = target - (new_address + insn.size)
+    if not -(1 << 31) <= disp < (1 << 31):
+        raise TrampolineError(f"{new_address:#x}: displacement out of range")
+    off = insn.disp_offset
+    return insn_bytes[:off] + struct.pack("<i", disp) + insn_bytes[off + 4:]
+
+
+def _assemble(source, address):
+    encoding, _ = _ks.asm(source, address)
+    return bytes(encoding or b"")
+
+
+def glue(address, vector_address, record_address):
+    code = _assemble(_GLUE.format(vector=vector_address - (address + _AFTER_VECTOR_LOAD),
+                                  record=record_address - (address + _AFTER_RECORD_LEA)), address)
+    if len(code) != GLUE_SIZE or code[_LABEL_A - 2:_LABEL_A] != b"\xff\x11" \
+            or code[_LABEL_B:_LABEL_B + 8] != b"\x48\x8d\xa4\x24\x80\x00\x00\x00":
+        raise TrampolineError(f"unexpected glue encoding at {address:#x}: {code.hex()}")
+    return code
+
+
+def jmp_rel32(address, target):
+    code = _assemble(f"jmp {target:#x}", address)
+    if len(code) != JMP_REL32_SIZE:  # Keystone chose a short jump: encode ours
+        rel = target - (address + JMP_REL32_SIZE)
+        code = b"\xe9" + struct.pack("<i", rel)
+    return code
+
+
+def build(site, address, vector_address, record_address, read):
+    """Bytes of the trampoline of `site` placed at `address`."""
+    out = bytearray()
+    for insn in site.before:
+        out += relocate(read(insn.address, insn.size), insn.address, address + len(out))
+    out += glue(address + len(out), vector_address, record_address)
+    for insn in site.after:
+        out += relocate(read(insn.address, insn.size), insn.address, address + len(out))
+    out += jmp_rel32(address + len(out), site.window[1])
+    return bytes(out)
+
+
+def window_patch(site, trampoline_address):
+    """What replaces the window: a jump to the trampoline, then int3 so that
+    anything landing inside the window traps instead of running garbage."""
+    start, end = site.window
+    return jmp_rel32(start, trampoline_address) + b"\xcc" * (end - start - JMP_REL32_SIZE)

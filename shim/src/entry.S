@@ -1,0 +1,91 @@
+/* The entry every trampoline calls.
+ *
+ * On entry (see rewriter/trampoline.py): rax and rdi, rsi, rdx, r10, r8, r9
+ * hold the system call exactly as the original `syscall` would have seen
+ * them; r11 points at the site's record in the module's control block; rsp is
+ * the program's rsp minus the 128-byte red zone, minus the return address.
+ * rcx and r11 are free, as `syscall` clobbers them too.
+ *
+ * Everything else, flags included, must be as it was when we return.  The fast
+ * path (a plain call on a thread that already has its counters) touches only
+ * rcx and the flags, restores the flags before `syscall`, so the kernel sees
+ * and returns the program's own flags, and runs the call right here: the
+ * stack below the red zone is ours, and a restarted call (SA_RESTART,
+ * restart_syscall) re-executes this same instruction.
+ *
+ * Anything else goes to ferry_slow() in C, on an aligned stack.  C code in
+ * the shim is built with -mgeneral-regs-only, so vector state is never
+ * touched and need not be saved.  When ferry_slow() answers FERRY_RAW, the
+ * call has to run in the trampoline's own context (a clone child resumes on
+ * another stack, vfork shares this one, rt_sigreturn reads its frame at the
+ * program's rsp), so we return to the trampoline's label B instead of A.
+ */
+#include "layout.h"
+
+    .intel_syntax noprefix
+    .text
+    .globl ferry_entry
+    .hidden ferry_entry
+    .type ferry_entry, @function
+    .p2align 4
+ferry_entry:
+    .cfi_startproc
+    pushfq
+    .cfi_adjust_cfa_offset 8
+    cmp rax, FERRY_NR_MAX
+    jae .Lslow
+    lea rcx, [rip + ferry_action]
+    cmp byte ptr [rcx + rax], 0
+    jne .Lslow
+    mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
+    mov rcx, qword ptr fs:[rcx]
+    test rcx, rcx
+    jz .Lslow
+    add qword ptr [rcx + FERRY_BLK_CALLS + rax * 8], 1
+    popfq
+    .cfi_adjust_cfa_offset -8
+    syscall
+    ret
+    .cfi_adjust_cfa_offset 8
+
+.Lslow:
+    push rbx
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset rbx, 0
+    mov rbx, rsp
+    .cfi_def_cfa_register rbx
+    and rsp, -16
+    sub rsp, FERRY_REGS_SIZE
+    mov qword ptr [rsp + FERRY_REGS_RAX], rax
+    mov qword ptr [rsp + FERRY_REGS_RDI], rdi
+    mov qword ptr [rsp + FERRY_REGS_RSI], rsi
+    mov qword ptr [rsp + FERRY_REGS_RDX], rdx
+    mov qword ptr [rsp + FERRY_REGS_R10], r10
+    mov qword ptr [rsp + FERRY_REGS_R8], r8
+    mov qword ptr [rsp + FERRY_REGS_R9], r9
+    mov qword ptr [rsp + FERRY_REGS_SITE], r11
+    mov rdi, rsp
+    call ferry_slow
+    mov rdi, qword ptr [rsp + FERRY_REGS_RDI]
+    mov rsi, qword ptr [rsp + FERRY_REGS_RSI]
+    mov rdx, qword ptr [rsp + FERRY_REGS_RDX]
+    mov r10, qword ptr [rsp + FERRY_REGS_R10]
+    mov r8, qword ptr [rsp + FERRY_REGS_R8]
+    mov r9, qword ptr [rsp + FERRY_REGS_R9]
+    test eax, eax
+    mov rax, qword ptr [rsp + FERRY_REGS_RAX]
+    mov rsp, rbx
+    .cfi_def_cfa_register rsp
+    pop rbx
+    .cfi_adjust_cfa_offset -8
+    .cfi_restore rbx
+    jz .Ldone
+    add qword ptr [rsp + 8], FERRY_TRAMP_RAW_DELTA
+.Ldone:
+    popfq
+    .cfi_adjust_cfa_offset -8
+    ret
+    .cfi_endproc
+    .size ferry_entry, . - ferry_entry
+
+    .section .note.GNU-stack, "", @progbits

@@ -1,0 +1,30 @@
+/* Numbers shared by the assembly entry and the C code of the shim. */
+#ifndef FERRY_LAYOUT_H
+#define FERRY_LAYOUT_H
+
+#define FERRY_NR_MAX 512
+
+/* Offset from the return address of a trampoline's `call` (its label A) to
+ * its label B, where it restores rsp and executes `syscall` itself.  Mirrored
+ * in rewriter/layout.py. */
+#define FERRY_TRAMP_RAW_DELTA 10
+
+/* struct ferry_blk: the counters of one thread. */
+#define FERRY_BLK_CALLS 64
+
+/* struct ferry_regs: the call as the slow path receives it. */
+#define FERRY_REGS_RAX 0
+#define FERRY_REGS_RDI 8
+#define FERRY_REGS_RSI 16
+#define FERRY_REGS_RDX 24
+#define FERRY_REGS_R10 32
+#define FERRY_REGS_R8 40
+#define FERRY_REGS_R9 48
+#define FERRY_REGS_SITE 56
+#define FERRY_REGS_SIZE 64
+
+/* What ferry_slow() tells the entry. */
+#define FERRY_DONE 0
+#define FERRY_RAW 1
+
+#endif

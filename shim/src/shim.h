@@ -1,0 +1,27 @@
+/* Internal interfaces of the shim. */
+#ifndef FERRY_SHIM_H
+#define FERRY_SHIM_H
+
+#include <stdint.h>
+
+#include "layout.h"
+
+struct ferry_regs {
+    long rax;   /* number on entry; result, or the number again for FERRY_RAW */
+    long rdi, rsi, rdx, r10, r8, r9;
+    const void *site;
+};
+
+_Static_assert(__builtin_offsetof(struct ferry_regs, site) == FERRY_REGS_SITE, "regs layout");
+_Static_assert(sizeof(struct ferry_regs) == FERRY_REGS_SIZE, "regs layout");
+
+/* Per syscall number: 0 for the entry's fast path, else go to ferry_slow(). */
+extern unsigned char ferry_action[FERRY_NR_MAX];
+
+long ferry_slow(struct ferry_regs *r);
+void ferry_entry(void);
+
+/* Enable every rewritten module loaded now; returns how many were new. */
+int ferry_modules_enable(void);
+
+#endif
