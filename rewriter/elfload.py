@@ -35,12 +35,19 @@ class ElfImage:
 
     @property
     def is_executable(self):
-        """A program (as opposed to a library): it has an interpreter."""
-        return self.binary.has_interpreter
+        """A program, as opposed to a library.  libc.so.6 has an interpreter
+        too (it runs and prints its version), so that alone does not tell."""
+        b = self.binary
+        if b.header.file_type == lief.ELF.Header.FILE_TYPE.EXEC:
+            return True
+        flags1 = b.get(lief.ELF.DynamicEntry.TAG.FLAGS_1)
+        if flags1 is not None and flags1.has(lief.ELF.DynamicEntryFlags.FLAG.PIE):
+            return True
+        return b.has_interpreter and self.soname is None
 
     @property
     def is_pie(self):
-        return self.binary.header.file_type == lief.ELF.Header.FILE_TYPE.DYN
+        return self.is_executable and self.binary.header.file_type == lief.ELF.Header.FILE_TYPE.DYN
 
     @property
     def soname(self):

@@ -6,7 +6,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..console import console, err_console, percent
-from ..rewriter.instrument import instrument
+from ..rewriter.instrument import AlreadyRewritten, instrument
 
 
 def _progress_callback(progress, task):
@@ -22,7 +22,7 @@ def _progress_callback(progress, task):
 
 def summary_table(result):
     m = result.manifest
-    table = Table(title=f"{m['input']} -> {result.out_dir}")
+    table = Table(title=f"ferry instrument {m['input']}")
     for col in ("module", "role", "sites", "patched", "", "output"):
         table.add_column(col, justify="right" if col in ("sites", "patched", "") else "left")
     for mod in m["modules"]:
@@ -51,7 +51,12 @@ def command(binary, out_dir, as_json, quiet):
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=err_console, transient=True, disable=not show) as progress:
         task = progress.add_task(f"instrument {binary}", total=None)
-        result = instrument(binary, out_dir, progress=_progress_callback(progress, task))
+        try:
+            result = instrument(binary, out_dir, progress=_progress_callback(progress, task))
+        except AlreadyRewritten as e:
+            # Idempotent: a rewritten file is recognized and left as it is.
+            err_console.print(f"ferry: {e}")
+            return
     target = str(result.entry or result.out_dir)
     if as_json:
         click.echo(json.dumps({

@@ -64,6 +64,7 @@ ferry_entry:
     mov qword ptr [rsp + FERRY_REGS_R8], r8
     mov qword ptr [rsp + FERRY_REGS_R9], r9
     mov qword ptr [rsp + FERRY_REGS_SITE], r11
+    cld                       /* C code assumes DF=0; popfq restores the program's */
     mov rdi, rsp
     call ferry_slow
     mov rdi, qword ptr [rsp + FERRY_REGS_RDI]

@@ -1,0 +1,84 @@
+"""Shared fixtures: the ferry CLI, instrumenting real programs, shim stats.
+
+Every test session uses its own image cache (FERRY_CACHE in a temporary
+directory), so tests never depend on, or pollute, the user's cache.  Programs
+are instrumented once per session and shared between tests.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "tests" / "programs" / "build"
+FERRY = [str(Path(sys.executable).parent / "ferry")]
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ferry_cache(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("ferry-cache")
+    old = os.environ.get("FERRY_CACHE")
+    os.environ["FERRY_CACHE"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("FERRY_CACHE", None)
+    else:
+        os.environ["FERRY_CACHE"] = old
+
+
+def run_ferry(*args, check=True, **kw):
+    """Run the `ferry` command line; returns the CompletedProcess."""
+    r = subprocess.run(FERRY + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=300, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"ferry {' '.join(map(str, args))} failed ({r.returncode}):\n"
+                             f"{r.stdout}\n{r.stderr}")
+    return r
+
+
+class Instrumented:
+    """A program rewritten by `ferry instrument` into its own directory."""
+
+    def __init__(self, original, out_dir):
+        self.original = Path(original)
+        self.out_dir = Path(out_dir)
+        self.manifest = json.loads((self.out_dir / "manifest.json").read_text())
+        self.path = self.out_dir / self.manifest["entry"]
+
+
+@pytest.fixture(scope="session")
+def instrument(tmp_path_factory):
+    """instrument(program) -> Instrumented; each program is rewritten once."""
+    done = {}
+
+    def _instrument(program):
+        program = shutil.which(str(program)) or str(program)
+        program = os.path.realpath(program)
+        if program not in done:
+            out = tmp_path_factory.mktemp("instrumented") / Path(program).name
+            run_ferry("instrument", program, "-o", out)
+            done[program] = Instrumented(program, out)
+        return done[program]
+
+    return _instrument
+
+
+def read_stats(directory):
+    """{pid: stats dict} of the FERRY_STATS files written into `directory`."""
+    stats = {}
+    for p in sorted(Path(directory).glob("stats.*.json")):
+        s = json.loads(p.read_text())
+        stats[s["pid"]] = s
+    return stats
+
+
+def calls_of(stats, name):
+    """Total calls of syscall `name` over all processes in `stats`."""
+    from ferry.rewriter.syscall_table import NUMBERS
+    nr = str(NUMBERS[name])
+    return sum(s["calls"].get(nr, 0) for s in stats.values())

@@ -1,0 +1,128 @@
+"""`ferry instrument`: executables PIE and non-PIE, with and without symbols,
+shared objects, the image cache, idempotence, and the original context."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import LIBC, ROOT, read_stats, calls_of, run_ferry
+
+SOURCE = ROOT / "tests" / "programs" / "inline_syscalls.c"
+
+
+def _build(tmp_path, name, *flags, strip=False):
+    exe = tmp_path / name
+    subprocess.run(["gcc", "-O2", *flags, "-o", str(exe), str(SOURCE)], check=True)
+    if strip:
+        subprocess.run(["strip", "-s", str(exe)], check=True)
+    return exe
+
+
+@pytest.mark.parametrize("flags,strip", [(("-pie", "-fPIE"), False), (("-no-pie",), False),
+                                         (("-pie", "-fPIE"), True), (("-no-pie",), True)],
+                         ids=["pie", "non-pie", "pie-stripped", "non-pie-stripped"])
+def test_program_with_its_own_sites_is_patched_and_counted(tmp_path, flags, strip):
+    exe = _build(tmp_path, "inline", *flags, strip=strip)
+    out = tmp_path / "out"
+    run_ferry("instrument", exe, "-o", out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    own = manifest["modules"][0]
+    assert own["role"] == "executable" and own["pie"] == ("-pie" in flags)
+    assert own["sites_total"] == own["sites_patched"] == 2
+    if strip:  # no symbols: the function comes from .eh_frame
+        assert all(s["function"].startswith("fde@") for s in own["sites"])
+    original = subprocess.run([str(exe), "321"], capture_output=True, text=True)
+    env = dict(os.environ, FERRY_STATS=str(tmp_path / "stats.%p.json"))
+    rewritten = subprocess.run([str(out / "inline"), "321"], capture_output=True, text=True, env=env)
+    assert (rewritten.stdout, rewritten.stderr, rewritten.returncode) == \
+        (original.stdout, original.stderr, original.returncode)
+    assert "kept" in rewritten.stdout
+    stats = read_stats(tmp_path)
+    assert calls_of(stats, "getppid") == 321
+    assert calls_of(stats, "getpid") == 2
+
+
+def test_rewritten_program_needs_no_preload_or_library_path(tmp_path):
+    out = tmp_path / "out"
+    run_ferry("instrument", "/usr/bin/true", "-o", out)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
+    env["FERRY_STATS"] = str(tmp_path / "stats.%p.json")
+    assert subprocess.run([str(out / "true")], env=env).returncode == 0
+    stats = read_stats(tmp_path)
+    assert len(stats) == 1 and list(stats.values())[0]["modules"] >= 1
+    assert calls_of(stats, "exit_group") == 1
+    # It keeps working when the directory is moved: everything is found from $ORIGIN.
+    moved = tmp_path / "moved"
+    shutil.move(str(out), str(moved))
+    assert subprocess.run([str(moved / "true")], env=env).returncode == 0
+
+
+def test_second_instrument_is_served_from_the_cache():
+    first = json.loads(run_ferry("instrument", "--json", "/usr/bin/cat").stdout)
+    second = json.loads(run_ferry("instrument", "--json", "/usr/bin/cat").stdout)
+    assert second["from_cache"] and second["out_dir"] == first["out_dir"]
+    libc = next(m for m in second["modules"] if m["name"] == "libc.so.6")
+    assert libc["rewritten"] == "libc.so.6"
+    assert subprocess.run([second["entry"], "/etc/hostname"], capture_output=True).stdout == \
+        Path("/etc/hostname").read_bytes()
+
+
+def test_cache_is_not_used_when_a_file_changes(tmp_path):
+    exe = _build(tmp_path, "prog")
+    first = json.loads(run_ferry("instrument", "--json", exe).stdout)
+    assert not first["from_cache"]
+    _build(tmp_path, "prog", "-DVARIANT=1", "-O0")
+    second = json.loads(run_ferry("instrument", "--json", exe).stdout)
+    assert not second["from_cache"] and second["out_dir"] != first["out_dir"]
+
+
+def test_rewritten_file_is_recognized_and_not_rewritten_again(tmp_path):
+    out = tmp_path / "out"
+    run_ferry("instrument", "/usr/bin/true", "-o", out)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    again = tmp_path / "again"
+    r = run_ferry("instrument", out / "true", "-o", again)
+    assert "already rewritten" in r.stderr
+    assert not again.exists()
+    r = run_ferry("instrument", out / "libc.so.6", "-o", again)
+    assert "already rewritten" in r.stderr and not again.exists()
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    r = run_ferry("sites", out / "true", check=False)
+    assert r.returncode == 2 and "already rewritten" in r.stderr
+
+
+def test_shared_object_is_rewritten_into_the_output_directory(tmp_path):
+    out = tmp_path / "out"
+    run_ferry("instrument", LIBC, "-o", out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "shared-object" and manifest["entry"] is None
+    assert (out / "libc.so.6").is_file()
+    # A program loading this libc (by LD_LIBRARY_PATH) without the shim runs natively.
+    r = subprocess.run(["/usr/bin/echo", "hi"], capture_output=True, text=True,
+                       env=dict(os.environ, LD_LIBRARY_PATH=str(out)))
+    assert r.stdout == "hi\n"
+
+
+def test_original_directory_replaces_origin_in_the_program_search_path(tmp_path):
+    libdir = tmp_path / "app" / "lib"
+    libdir.mkdir(parents=True)
+    (tmp_path / "app" / "helper.c").write_text("int helper(void) { return 42; }\n")
+    (tmp_path / "app" / "main.c").write_text(
+        '#include <stdio.h>\nint helper(void);\nint main(void) { printf("%d\\n", helper()); return 0; }\n')
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(libdir / "libhelper.so"),
+                    str(tmp_path / "app" / "helper.c")], check=True)
+    subprocess.run(["gcc", "-o", str(tmp_path / "app" / "main"), str(tmp_path / "app" / "main.c"),
+                    "-L", str(libdir), "-lhelper", "-Wl,-rpath,$ORIGIN/lib"], check=True)
+    out = tmp_path / "out"
+    run_ferry("instrument", tmp_path / "app" / "main", "-o", out)
+    r = subprocess.run([str(out / "main")], capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (0, "42\n")
+
+
+def test_instrument_shows_a_summary_table_and_the_path_to_run(tmp_path):
+    r = run_ferry("instrument", "/usr/bin/true", "-o", tmp_path / "out")
+    assert "libc.so.6" in r.stdout and "526" in r.stdout
+    assert str(tmp_path / "out" / "true") in r.stdout.replace("\n", "")

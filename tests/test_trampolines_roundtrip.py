@@ -1,0 +1,116 @@
+"""Every patched site of the rewritten libc jumps to its trampoline, the
+trampoline replays the displaced instructions around a call into the shim and
+a `syscall`, and jumps back to the instruction after the window."""
+import struct
+
+import capstone
+import lief
+import pytest
+
+from conftest import LIBC
+from ferry.rewriter import layout
+
+md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+md.detail = True
+
+
+def _reader(binary):
+    segs = [(s.virtual_address, bytes(s.content)) for s in binary.segments
+            if s.type == lief.ELF.Segment.TYPE.LOAD]
+
+    def read(addr, size):
+        for base, data in segs:
+            if base <= addr < base + len(data):
+                return data[addr - base:addr - base + size]
+        raise AssertionError(f"{addr:#x} is not in any loaded segment")
+    return read
+
+
+def _decode(read, addr, count):
+    """The first `count` instructions at `addr`."""
+    out = list(md.disasm(read(addr, 256), addr, count))
+    assert len(out) == count, f"undecodable trampoline at {addr:#x}"
+    return out
+
+
+def _effective(insn):
+    """An instruction's meaning independent of where it is: its text with any
+    rip-relative operand replaced by the absolute address it reaches."""
+    if "rip" in insn.op_str:
+        target = insn.address + insn.size + insn.disp
+        return insn.mnemonic, insn.op_str.split("[")[0] + f"[{target:#x}]"
+    return insn.mnemonic, insn.op_str
+
+
+@pytest.fixture(scope="module")
+def rewritten_libc(instrument, tmp_path_factory):
+    from conftest import run_ferry
+    import json
+    out = tmp_path_factory.mktemp("libc")
+    run_ferry("instrument", LIBC, "-o", out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    module = manifest["modules"][0]
+    assert module["name"] == "libc.so.6"
+    return lief.ELF.parse(str(out / "libc.so.6")), module
+
+
+def test_every_patched_site_jumps_to_its_trampoline_and_back(rewritten_libc):
+    binary, module = rewritten_libc
+    original = lief.ELF.parse(LIBC)
+    read_new, read_old = _reader(binary), _reader(original)
+    ctl = next(s for s in binary.segments if s.type == lief.ELF.Segment.TYPE.LOAD
+               and bytes(s.content)[:len(layout.CTL_MAGIC)] == layout.CTL_MAGIC)
+    vector = ctl.virtual_address + layout.CTL_VECTOR_OFFSET
+    patched = [s for s in module["sites"] if s["status"] == "patched"]
+    assert len(patched) > 500
+    records = set()
+    for site in patched:
+        start, end = (int(v, 16) for v in site["window"])
+        tramp = int(site["trampoline"], 16)
+        window = read_new(start, end - start)
+        jmp = next(md.disasm(window, start))
+        assert (jmp.mnemonic, int(jmp.op_str, 16)) == ("jmp", tramp), site["id"]
+        assert window[jmp.size:] == b"\xcc" * (end - start - jmp.size), site["id"]
+
+        original_insns = list(md.disasm(read_old(start, end - start), start))
+        assert sum(i.size for i in original_insns) == end - start
+        k = next(n for n, i in enumerate(original_insns) if i.mnemonic == "syscall")
+        before, after = original_insns[:k], original_insns[k + 1:]
+
+        body = _decode(read_new, tramp, len(before) + 9 + len(after) + 1)
+        got = [_effective(i) for i in body]
+        want_before = [_effective(i) for i in before]
+        assert got[:len(before)] == want_before, site["id"]
+        glue = body[len(before):len(before) + 9]
+        names = [i.mnemonic for i in glue]
+        assert names == ["mov", "jrcxz", "lea", "lea", "call", "lea", "jmp", "lea", "syscall"], site["id"]
+        assert glue[0].address + glue[0].size + glue[0].disp == vector
+        records.add(glue[3].address + glue[3].size + glue[3].disp)
+        # The entry returns to label B (A + delta) for calls it cannot run itself.
+        label_a = glue[4].address + glue[4].size
+        assert glue[7].address == label_a + layout.TRAMP_RAW_DELTA
+        assert int(glue[1].op_str, 16) == glue[8].address  # jrcxz -> the syscall
+        rest = body[len(before) + 9:]
+        assert [_effective(i) for i in rest[:-1]] == [_effective(i) for i in after], site["id"]
+        assert int(rest[-1].op_str, 16) == end, site["id"]
+    # One distinct record per site, inside the control segment.
+    assert len(records) == len(patched)
+    lo = ctl.virtual_address + layout.CTL_HEADER_SIZE
+    assert all(lo <= r < lo + len(patched) * layout.SITE_RECORD_SIZE for r in records)
+    nsites, version = struct.unpack_from("<II", bytes(ctl.content), layout.CTL_NSITES_OFFSET)
+    assert (nsites, version) == (len(patched), layout.CTL_VERSION)
+
+
+def test_nothing_outside_the_windows_changes(rewritten_libc):
+    binary, module = rewritten_libc
+    original = lief.ELF.parse(LIBC)
+    text_new = binary.get_section(".text")
+    text_old = original.get_section(".text")
+    assert text_new.virtual_address == text_old.virtual_address
+    new, old = bytearray(text_new.content), bytearray(text_old.content)
+    base = text_old.virtual_address
+    for site in module["sites"]:
+        if site["status"] == "patched":
+            start, end = (int(v, 16) - base for v in site["window"])
+            new[start:end] = old[start:end]
+    assert new == old
