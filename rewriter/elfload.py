@@ -10,6 +10,7 @@ import hashlib
 import os
 import stat
 import struct
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from .errors import InputError
 from .layout import CTL_MAGIC
 
 lief.logging.disable()
+# LIEF warns when a damaged file holds a value outside one of its enums; the
+# damage is reported (or harmless), the warning would only add noise.
+warnings.filterwarnings("ignore", message=r".* is not a valid ", category=RuntimeWarning)
 
 EM_X86_64 = 62
 ET_EXEC, ET_DYN = 2, 3

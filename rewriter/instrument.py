@@ -172,8 +172,10 @@ def instrument(path, out_dir=None, progress=_noop):
     if elfload.ferry_control_block(image):
         raise AlreadyRewritten(path)
     if not image.binary.has(lief.ELF.Segment.TYPE.DYNAMIC):
-        raise InputError(path, "statically linked: it cannot load the shim by itself "
-                               "(static programs are not supported yet)")
+        if image.is_executable:
+            raise InputError(path, "statically linked: it cannot load the shim by itself "
+                                   "(static programs are not supported yet)")
+        raise InputError(path, "corrupt shared object: no dynamic segment")
     try:
         mods = closure(image)
     except MissingLibrary as e:

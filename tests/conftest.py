@@ -82,3 +82,13 @@ def calls_of(stats, name):
     from ferry.rewriter.syscall_table import NUMBERS
     nr = str(NUMBERS[name])
     return sum(s["calls"].get(nr, 0) for s in stats.values())
+
+
+@pytest.fixture(scope="session")
+def test_programs():
+    """tests/programs/build, built (`make -C tests/programs`) if needed."""
+    r = subprocess.run(["make", "-s", "-C", str(PROGRAMS.parent)], capture_output=True,
+                       text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"make -C tests/programs failed:\n{r.stdout}\n{r.stderr}")
+    return PROGRAMS

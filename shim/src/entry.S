@@ -30,24 +30,40 @@
     .p2align 4
 ferry_entry:
     .cfi_startproc
-    pushfq
-    .cfi_adjust_cfa_offset 8
+    /* Save the arithmetic flags the cheap way (popfq costs more than the
+     * rest of this path): AH <- SF ZF AF PF CF, AL <- OF, kept in r11.  The
+     * site pointer moves below our rsp meanwhile (the kernel never writes
+     * within 128 bytes below rsp when it delivers a signal). */
+    mov qword ptr [rsp - 8], r11
+    mov r11, rax
+    lahf
+    seto al
+    xchg rax, r11
     cmp rax, FERRY_NR_MAX
-    jae .Lslow
+    jae .Lrestore_slow
     lea rcx, [rip + ferry_action]
     cmp byte ptr [rcx + rax], 0
-    jne .Lslow
+    jne .Lrestore_slow
     mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
     mov rcx, qword ptr fs:[rcx]
     test rcx, rcx
-    jz .Lslow
+    jz .Lrestore_slow
     add qword ptr [rcx + FERRY_BLK_CALLS + rax * 8], 1
-    popfq
-    .cfi_adjust_cfa_offset -8
+    xchg rax, r11
+    add al, 0x7f              /* OF <- (AL == 1) */
+    sahf                      /* SF ZF AF PF CF <- AH; OF stays */
+    mov rax, r11
     syscall
     ret
-    .cfi_adjust_cfa_offset 8
 
+.Lrestore_slow:
+    xchg rax, r11
+    add al, 0x7f
+    sahf
+    mov rax, r11
+    mov r11, qword ptr [rsp - 8]
+    pushfq
+    .cfi_adjust_cfa_offset 8
 .Lslow:
     push rbx
     .cfi_adjust_cfa_offset 8

@@ -1,0 +1,154 @@
+"""Bad input gets one line naming the file and the problem, exit status 2, and
+leaves nothing behind; a damaged file never produces a traceback or a partly
+written output."""
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import FERRY, LIBC
+
+SMALL_PROGRAM = Path("/usr/bin/true").read_bytes()
+
+
+def _ferry(*args):
+    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, text=True, timeout=120)
+
+
+def _assert_clean_failure(r, path, out_dir=None):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"ferry: {path}"), lines[0]
+    assert "Traceback" not in r.stderr
+    if out_dir is not None:
+        assert not Path(out_dir).exists()
+        leftovers = [p for p in Path(out_dir).parent.iterdir() if p.name.startswith(".")]
+        assert not leftovers, leftovers
+
+
+def _assert_complete_or_clean_failure(r, path, out_dir):
+    """The two acceptable outcomes for a damaged file."""
+    if r.returncode == 0:
+        assert (Path(out_dir) / "manifest.json").is_file()
+        leftovers = [p for p in Path(out_dir).iterdir() if p.name.endswith(".tmp")]
+        assert not leftovers
+    else:
+        _assert_clean_failure(r, path, out_dir)
+
+
+def _elf_with(offset, fmt, value, base=SMALL_PROGRAM):
+    data = bytearray(base)
+    struct.pack_into(fmt, data, offset, value)
+    return bytes(data)
+
+
+BAD_FILES = {
+    "empty": (b"", "not an ELF file"),
+    "text": (b"#!/bin/sh\necho hello\n", "not an ELF file"),
+    "truncated-header": (SMALL_PROGRAM[:40], "truncated ELF header"),
+    "truncated-body": (SMALL_PROGRAM[:4000], "truncated"),
+    "32-bit": (_elf_with(4, "<B", 1), "not a 64-bit ELF file"),
+    "big-endian": (_elf_with(5, "<B", 2), "not a little-endian ELF file"),
+    "arm64": (_elf_with(18, "<H", 183), "not an x86-64 ELF file"),
+    "object-file": (_elf_with(16, "<H", 1), "not an executable or shared object"),
+    "bad-phdr-table": (_elf_with(32, "<Q", 1 << 40), "program header table"),
+    "bad-shdr-table": (_elf_with(40, "<Q", 1 << 40), "section header table"),
+}
+
+
+@pytest.mark.parametrize("command", ["instrument", "sites"])
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_file_gives_one_line_and_exit_2(tmp_path, case, command):
+    data, problem = BAD_FILES[case]
+    path = tmp_path / case
+    path.write_bytes(data)
+    out = tmp_path / "out"
+    r = _ferry(command, path, "-o", out) if command == "instrument" else _ferry(command, path)
+    _assert_clean_failure(r, path, out)
+    assert problem in r.stderr
+
+
+@pytest.mark.parametrize("command", ["instrument", "sites"])
+def test_directory_and_missing_file_are_refused(tmp_path, command):
+    r = _ferry(command, tmp_path)
+    _assert_clean_failure(r, tmp_path)
+    assert "is a directory" in r.stderr
+    missing = tmp_path / "missing"
+    r = _ferry(command, missing)
+    _assert_clean_failure(r, missing)
+    assert "no such file" in r.stderr
+
+
+def test_unreadable_file_is_refused(tmp_path):
+    if os.getuid() == 0:
+        pytest.skip("root reads every file")
+    path = tmp_path / "secret"
+    path.write_bytes(SMALL_PROGRAM)
+    path.chmod(0)
+    _assert_clean_failure(_ferry("sites", path), path)
+
+
+def test_missing_library_is_named(tmp_path):
+    src = tmp_path / "m.c"
+    src.write_text("int f(void); int main(void) { return f(); }\n")
+    (tmp_path / "f.c").write_text("int f(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libgone.so"), str(tmp_path / "f.c")],
+                   check=True)
+    exe = tmp_path / "m"
+    subprocess.run(["gcc", "-o", str(exe), str(src), "-L", str(tmp_path), "-lgone"], check=True)
+    (tmp_path / "libgone.so").unlink()
+    out = tmp_path / "out"
+    r = _ferry("instrument", exe, "-o", out)
+    _assert_clean_failure(r, exe, out)
+    assert "libgone.so" in r.stderr
+
+
+mutation = st.one_of(
+    st.tuples(st.just("truncate"), st.integers(0, len(SMALL_PROGRAM) - 1), st.just(0)),
+    st.tuples(st.just("byte"), st.integers(0, 4095), st.integers(0, 255)),
+    st.tuples(st.just("qword"), st.integers(0, 4088), st.integers(0, 2**64 - 1)),
+)
+
+
+def _mutate(data, mutations):
+    data = bytearray(data)
+    for kind, pos, value in mutations:
+        if kind == "truncate":
+            del data[pos:]
+        elif pos < len(data):
+            if kind == "byte":
+                data[pos] = value
+            else:
+                data[pos:pos + 8] = struct.pack("<Q", value)[:len(data) - pos]
+    return bytes(data)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutations=st.lists(mutation, min_size=1, max_size=4))
+def test_damaged_program_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
+    tmp = tmp_path_factory.mktemp("mut")
+    path = tmp / "prog"
+    path.write_bytes(_mutate(SMALL_PROGRAM, mutations))
+    out = tmp / "out"
+    _assert_complete_or_clean_failure(_ferry("instrument", path, "-o", out), path, out)
+    r = _ferry("sites", "--json", path)
+    assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr
+    if r.returncode == 2:
+        assert len(r.stderr.splitlines()) == 1
+
+
+LIBC_HEAD = Path(LIBC).read_bytes()
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutations=st.lists(mutation, min_size=1, max_size=3))
+def test_damaged_library_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
+    tmp = tmp_path_factory.mktemp("mutlib")
+    path = tmp / "libc.so.6"
+    path.write_bytes(_mutate(LIBC_HEAD, mutations))
+    out = tmp / "out"
+    _assert_complete_or_clean_failure(_ferry("instrument", path, "-o", out), path, out)
