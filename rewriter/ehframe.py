@@ -13,7 +13,7 @@ DW_EH_PE_datarel = 0x30
 DW_EH_PE_indirect = 0x80
 
 
-def _uleb(data, pos):
+def _leb128(data, pos, signed):
     result = shift = 0
     while True:
         b = data[pos]
@@ -21,20 +21,17 @@ def _uleb(data, pos):
         result |= (b & 0x7F) << shift
         shift += 7
         if not b & 0x80:
+            if signed and b & 0x40:
+                result -= 1 << shift
             return result, pos
+
+
+def _uleb(data, pos):
+    return _leb128(data, pos, False)
 
 
 def _sleb(data, pos):
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            if b & 0x40:
-                result -= 1 << shift
-            return result, pos
+    return _leb128(data, pos, True)
 
 
 _FIXED = {0x00: "<Q", 0x02: "<H", 0x03: "<I", 0x04: "<Q", 0x0A: "<h", 0x0B: "<i", 0x0C: "<q"}

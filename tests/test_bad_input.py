@@ -127,14 +127,21 @@ def _mutate(data, mutations):
     return bytes(data)
 
 
+def _instrument_mutated(tmp_path_factory, name, original, mutations):
+    """Instrument a damaged copy of `original`; check the outcome is one of
+    the two acceptable ones; return the damaged file's path."""
+    tmp = tmp_path_factory.mktemp("mutated")
+    path = tmp / name
+    path.write_bytes(_mutate(original, mutations))
+    out = tmp / "out"
+    _assert_complete_or_clean_failure(_ferry("instrument", path, "-o", out), path, out)
+    return path
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=4))
 def test_damaged_program_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
-    tmp = tmp_path_factory.mktemp("mut")
-    path = tmp / "prog"
-    path.write_bytes(_mutate(SMALL_PROGRAM, mutations))
-    out = tmp / "out"
-    _assert_complete_or_clean_failure(_ferry("instrument", path, "-o", out), path, out)
+    path = _instrument_mutated(tmp_path_factory, "prog", SMALL_PROGRAM, mutations)
     r = _ferry("sites", "--json", path)
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr
     if r.returncode == 2:
@@ -147,8 +154,4 @@ LIBC_HEAD = Path(LIBC).read_bytes()
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=3))
 def test_damaged_library_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
-    tmp = tmp_path_factory.mktemp("mutlib")
-    path = tmp / "libc.so.6"
-    path.write_bytes(_mutate(LIBC_HEAD, mutations))
-    out = tmp / "out"
-    _assert_complete_or_clean_failure(_ferry("instrument", path, "-o", out), path, out)
+    _instrument_mutated(tmp_path_factory, "libc.so.6", LIBC_HEAD, mutations)
