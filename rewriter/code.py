@@ -230,38 +230,74 @@ def analyze(image):
     for start, end in fdes:
         boundaries.update((start, end))
 
-    all_data = {s.name: s for s in sections}
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-    regions, sites, undecoded = [], [], []
+    immediates = not image.is_pie and image.is_executable
+    pending = []
     for sec in sections:
         cuts = sorted(b for b in boundaries if sec.address < b < sec.end)
-        starts = [sec.address] + cuts
-        ends = cuts + [sec.end]
-        for start, end in zip(starts, ends):
+        for start, end in zip([sec.address] + cuts, cuts + [sec.end]):
             lo, hi = start - sec.address, end - sec.address
             has_syscall = sec.data.find(b"\x0f\x05", lo, hi) >= 0
             region = Region(start, end, sec.name)
-            _sweep(md, sec.data, sec.address, lo, hi, region, targets, in_code, has_syscall)
+            _sweep(md, sec.data, sec.address, lo, hi, region, targets, in_code, has_syscall, immediates)
             if has_syscall:
-                regions.append(region)
-                decoded = set()
-                for insn in region.insns:
-                    decoded.add(insn.address)
-                    if insn.mnemonic == "syscall":
-                        sites.append((insn.address, region))
-                pos = sec.data.find(b"\x0f\x05", lo, hi)
-                while pos >= 0:
-                    addr = sec.address + pos
-                    if addr not in decoded and not _inside_decoded(region, addr):
-                        undecoded.append(addr)
-                    pos = sec.data.find(b"\x0f\x05", pos + 1, hi)
+                pending.append((sec, region))
 
-    cmap = CodeMap(sections, symbols, fdes, targets, regions, sites, undecoded)
-    for region in regions:
+    cmap = CodeMap(sections, symbols, fdes, targets, [], [], [])
+    for sec, region in pending:
         in_region = _region_checker(cmap, region)
         targets.update(_jump_table_targets(region, cmap.read, in_code, in_region))
-    del all_data
+    for sec, region in pending:
+        for piece in _consistent(md, sec, region, targets, in_code, immediates):
+            _collect_sites(cmap, sec, piece)
     return cmap
+
+
+def _conflicts(region, targets):
+    """Targets that land strictly inside a decoded instruction of `region`."""
+    return sorted(t for insn in region.insns for t in range(insn.address + 1, insn.end) if t in targets)
+
+
+def _consistent(md, sec, region, targets, in_code, immediates):
+    """`region`, decoded again from every target that its decoding ran over.
+
+    An .eh_frame range may start before its function (glibc's signal return
+    trampoline has an FDE one byte early, on purpose), and a linear decode
+    from there reads the function's first instruction out of step.  Any
+    branch target or taken address that lands inside a decoded instruction
+    proves the decoding wrong there: restart at it.  Pieces still in conflict
+    are marked unclean, and their sites are not patched."""
+    bad = _conflicts(region, targets)
+    if not bad:
+        return [region]
+    pieces = []
+    cuts = [region.start] + bad + [region.end]
+    for start, end in zip(cuts, cuts[1:]):
+        piece = Region(start, end, region.section)
+        _sweep(md, sec.data, sec.address, start - sec.address, end - sec.address, piece, set(), in_code,
+               True, immediates)
+        if _conflicts(piece, targets):
+            piece.clean = False
+        pieces.append(piece)
+    return pieces
+
+
+def _collect_sites(cmap, sec, region):
+    lo, hi = region.start - sec.address, region.end - sec.address
+    if sec.data.find(b"\x0f\x05", lo, hi) < 0:
+        return
+    cmap.regions.append(region)
+    decoded = set()
+    for insn in region.insns:
+        decoded.add(insn.address)
+        if insn.mnemonic == "syscall":
+            cmap.sites.append((insn.address, region))
+    pos = sec.data.find(b"\x0f\x05", lo, hi)
+    while pos >= 0:
+        addr = sec.address + pos
+        if addr not in decoded and not _inside_decoded(region, addr):
+            cmap.undecoded.append(addr)
+        pos = sec.data.find(b"\x0f\x05", pos + 1, hi)
 
 
 def _region_checker(cmap, region):
@@ -280,7 +316,7 @@ def _inside_decoded(region, addr):
     return False
 
 
-def _sweep(md, data, base, lo, hi, region, targets, in_code, keep):
+def _sweep(md, data, base, lo, hi, region, targets, in_code, keep, immediates):
     pos = lo
     chunk = data[lo:hi]
     while pos < hi:
@@ -303,7 +339,7 @@ def _sweep(md, data, base, lo, hi, region, targets, in_code, keep):
                     t = address + size + (disp if m.group(1) == "+" else -disp)
                     if in_code(t):
                         targets.add(t)
-                else:
+                elif immediates:  # only non-PIE code holds code addresses as immediates
                     for tok in _HEX.findall(op_str):
                         v = int(tok, 16)
                         if in_code(v):

@@ -121,6 +121,8 @@ def rewrite(image, sites, cmap, out_path, changes):
     F = lief.ELF.Segment.FLAGS
     tramp_seg = binary.add(_new_segment(F.R | F.X, tramp_size, 0xCC))
     ctl_seg = binary.add(_new_segment(F.R | F.W, len(ctl), 0))
+    if tramp_seg is None or ctl_seg is None:
+        raise FerryError(image.path, "corrupt ELF file: LIEF could not add a segment to it")
     after = _load_layout(binary)
     if [seg for seg in after if seg[0] not in (tramp_seg.virtual_address, ctl_seg.virtual_address)] != before:
         raise FerryError(image.path, "adding segments would move the image")

@@ -173,6 +173,9 @@ def trampoline_size(site):
 
 
 # mov rcx,[rip+d] 7 + jrcxz 2 + lea rsp,[rsp-128] 5 + lea r11,[rip+d] 7 + call [rcx] 2
-# + lea rsp,[rsp+128] 8 + jmp short 2 + lea rsp,[rsp+128] 8 + syscall 2
-GLUE_SIZE = 43
+# + lea rsp,[rsp+128] 8 + jmp short 2
+# + lea rsp,[rsp+128] 8 + syscall 2 + mov rcx,[rip+d] 7 + lea rsp,[rsp-128] 5
+#   + call [rcx+8] 3 + lea rsp,[rsp+128] 8 + jmp short 2
+# + syscall 2
+GLUE_SIZE = 70
 assert layout.TRAMP_RAW_DELTA == 10

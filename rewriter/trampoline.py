@@ -8,8 +8,14 @@
          call  [rcx]                     ; ferry_entry
     A:   lea   rsp, [rsp + 128]
          jmp   POST
-    B:   lea   rsp, [rsp + 128]          ; the entry returns here (A + 10) for
-    RAW: syscall                         ;   calls that must run at the program's rsp
+    B:   lea   rsp, [rsp + 128]          ; the entry returns here (A + 10) for calls
+         syscall                         ;   that must run at the program's rsp: clone,
+         mov   rcx, [rip + ctl.vector]   ;   vfork, rt_sigreturn; then, in parent and
+         lea   rsp, [rsp - 128]          ;   child alike (the child on its own stack),
+         call  [rcx + 8]                 ;   ferry_post_entry, which preserves everything
+         lea   rsp, [rsp + 128]
+         jmp   POST
+    RAW: syscall                         ; the shim is not there (yet)
     POST:<instructions displaced from after the syscall>
          jmp   <end of the window>
 
@@ -37,6 +43,12 @@ call qword ptr [rcx]
 lea rsp, [rsp + 0x80]
 jmp post
 lea rsp, [rsp + 0x80]
+syscall
+mov rcx, qword ptr [rip + {vector2}]
+lea rsp, [rsp - 0x80]
+call qword ptr [rcx + 8]
+lea rsp, [rsp + 0x80]
+jmp post
 raw: syscall
 post:
 """
@@ -45,6 +57,7 @@ _AFTER_VECTOR_LOAD = 7
 _AFTER_RECORD_LEA = 7 + 2 + 5 + 7
 _LABEL_A = 7 + 2 + 5 + 7 + 2
 _LABEL_B = _LABEL_A + layout.TRAMP_RAW_DELTA
+_AFTER_VECTOR_RELOAD = _LABEL_B + 8 + 2 + 7
 
 
 class TrampolineError(Exception):
@@ -76,7 +89,8 @@ def _assemble(source, address):
 
 def glue(address, vector_address, record_address):
     code = _assemble(_GLUE.format(vector=vector_address - (address + _AFTER_VECTOR_LOAD),
-                                  record=record_address - (address + _AFTER_RECORD_LEA)), address)
+                                  record=record_address - (address + _AFTER_RECORD_LEA),
+                                  vector2=vector_address - (address + _AFTER_VECTOR_RELOAD)), address)
     if len(code) != GLUE_SIZE or code[_LABEL_A - 2:_LABEL_A] != b"\xff\x11" \
             or code[_LABEL_B:_LABEL_B + 8] != b"\x48\x8d\xa4\x24\x80\x00\x00\x00":
         raise TrampolineError(f"unexpected glue encoding at {address:#x}: {code.hex()}")

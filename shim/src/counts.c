@@ -8,8 +8,19 @@
 
 __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
 
+static __thread struct ferry_blk *tls_spare __attribute__((tls_model("initial-exec")));
+static __thread struct ferry_blk *tls_vfork_saved __attribute__((tls_model("initial-exec")));
+static __thread int tls_in_vfork_child __attribute__((tls_model("initial-exec")));
+
 static struct ferry_blk *blk_list;
 static struct ferry_blk retired;
+
+static struct ferry_blk *blk_map(void)
+{
+    long p = ferry_raw6(SYS_mmap, 0, sizeof(struct ferry_blk), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return (p < 0 && p > -4096) ? 0 : (struct ferry_blk *)p;
+}
 
 static struct ferry_blk *blk_claim_free(void)
 {
@@ -29,11 +40,9 @@ struct ferry_blk *ferry_blk_get(void)
         return b;
     b = blk_claim_free();
     if (!b) {
-        long p = ferry_raw6(SYS_mmap, 0, sizeof(struct ferry_blk), PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p < 0 && p > -4096)
+        b = blk_map();
+        if (!b)
             return 0;
-        b = (struct ferry_blk *)p;
         b->in_use = 1;
         struct ferry_blk *head = __atomic_load_n(&blk_list, __ATOMIC_RELAXED);
         do {
@@ -88,8 +97,40 @@ void ferry_blk_reset_after_fork(void)
     retired.invalid = 0;
 }
 
+int ferry_blk_spare_prepare(void)
+{
+    if (!tls_spare)
+        tls_spare = blk_map();
+    return tls_spare ? 0 : -12;
+}
+
+void ferry_blk_enter_vfork_child(void)
+{
+    if (tls_in_vfork_child || !tls_spare)
+        return;  /* nested, or no spare: count with the parent, as before */
+    ferry_memset(tls_spare->calls, 0, sizeof(tls_spare->calls));
+    tls_spare->invalid = 0;
+    tls_vfork_saved = ferry_tls_block;
+    ferry_tls_block = tls_spare;
+    tls_in_vfork_child = 1;
+}
+
+void ferry_blk_leave_vfork_child(void)
+{
+    if (!tls_in_vfork_child)
+        return;
+    ferry_tls_block = tls_vfork_saved;
+    tls_in_vfork_child = 0;
+}
+
 void ferry_blk_sum(uint64_t *calls, uint64_t *invalid)
 {
+    if (tls_in_vfork_child) {
+        for (int i = 0; i < FERRY_NR_MAX; i++)
+            calls[i] = ferry_tls_block->calls[i];
+        *invalid = ferry_tls_block->invalid;
+        return;
+    }
     for (int i = 0; i < FERRY_NR_MAX; i++)
         calls[i] = __atomic_load_n(&retired.calls[i], __ATOMIC_RELAXED);
     *invalid = __atomic_load_n(&retired.invalid, __ATOMIC_RELAXED);

@@ -38,7 +38,15 @@ void ferry_blk_retire(void);
 /* In a new child process: forget the parent's counts. */
 void ferry_blk_reset_after_fork(void);
 
-/* Sum of all threads, past and present. */
+/* A vfork child shares this thread's memory, TLS included, until it execs
+ * or exits; its calls must not land in the parent's counters.  The parent
+ * prepares a spare block before the call (no allocation in the child); the
+ * child switches to it; the parent switches back when it resumes. */
+int ferry_blk_spare_prepare(void);
+void ferry_blk_enter_vfork_child(void);
+void ferry_blk_leave_vfork_child(void);
+
+/* Sum of all threads, past and present (in a vfork child: its own calls). */
 void ferry_blk_sum(uint64_t *calls, uint64_t *invalid);
 
 #endif

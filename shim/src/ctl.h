@@ -20,8 +20,8 @@
 #define FERRY_CTL_VERSION 1
 
 struct ferry_vector {
-    void *entry;
-    void *reserved;
+    void *entry;        /* before the call (every intercepted call) */
+    void *post;         /* after a call run in the trampoline's context */
 };
 
 struct ferry_site_rec {

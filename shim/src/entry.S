@@ -105,4 +105,57 @@ ferry_entry:
     .cfi_endproc
     .size ferry_entry, . - ferry_entry
 
+/* After a call that ran in the trampoline's context (label B), in the
+ * calling thread and, for clone and vfork, in the child too, on whatever
+ * stack the child got.  Everything is preserved: rax holds the result, r11
+ * the flags the kernel returned; ferry_post(result) only updates the shim's
+ * own bookkeeping. */
+    .globl ferry_post_entry
+    .hidden ferry_post_entry
+    .type ferry_post_entry, @function
+    .p2align 4
+ferry_post_entry:
+    .cfi_startproc
+    pushfq
+    .cfi_adjust_cfa_offset 8
+    push rbx
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset rbx, 0
+    mov rbx, rsp
+    .cfi_def_cfa_register rbx
+    and rsp, -16
+    push rax
+    push rcx
+    push rdx
+    push rsi
+    push rdi
+    push r8
+    push r9
+    push r10
+    push r11
+    sub rsp, 8
+    cld
+    mov rdi, rax
+    call ferry_post
+    add rsp, 8
+    pop r11
+    pop r10
+    pop r9
+    pop r8
+    pop rdi
+    pop rsi
+    pop rdx
+    pop rcx
+    pop rax
+    mov rsp, rbx
+    .cfi_def_cfa_register rsp
+    pop rbx
+    .cfi_adjust_cfa_offset -8
+    .cfi_restore rbx
+    popfq
+    .cfi_adjust_cfa_offset -8
+    ret
+    .cfi_endproc
+    .size ferry_post_entry, . - ferry_post_entry
+
     .section .note.GNU-stack, "", @progbits

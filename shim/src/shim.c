@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 
 #include "counts.h"
 #include "ctl.h"
@@ -27,7 +28,13 @@ unsigned char ferry_action[FERRY_NR_MAX] = {
     [SYS_exit_group] = 1,   [SYS_clone3] = 1,
 };
 
-static const struct ferry_vector vector = {.entry = (void *)ferry_entry};
+static const struct ferry_vector vector = {.entry = (void *)ferry_entry,
+                                           .post = (void *)ferry_post_entry};
+
+/* The clone-like call this thread handed to its trampoline, for ferry_post.
+ * A vfork child shares these with its parent: the parent clears them. */
+static __thread long pending_nr __attribute__((tls_model("initial-exec")));
+static __thread unsigned long pending_flags __attribute__((tls_model("initial-exec")));
 
 static struct ferry_ctl *modules[MAX_MODULES];
 static unsigned nmodules;
@@ -105,20 +112,63 @@ static long do_syscall(const struct ferry_regs *r)
     return ferry_raw6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
 }
 
+/* clone3's flags, read the way the kernel reads them: a bad pointer is the
+ * kernel's EFAULT to report, not a crash in the shim. */
+static unsigned long clone3_flags(const struct ferry_regs *r)
+{
+    unsigned long flags = 0;
+    if ((unsigned long)r->rsi < sizeof(flags))
+        return 0;
+    struct iovec local = {&flags, sizeof(flags)}, remote = {(void *)r->rdi, sizeof(flags)};
+    long n = ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
+    return n == sizeof(flags) ? flags : 0;
+}
+
+static long hand_to_trampoline(long nr, unsigned long flags)
+{
+    pending_nr = nr;
+    pending_flags = flags;
+    if (flags & CLONE_VFORK)
+        ferry_blk_spare_prepare();
+    return FERRY_RAW;
+}
+
+void ferry_post(long result)
+{
+    long nr = pending_nr;
+    unsigned long flags = pending_flags;
+    if (!nr)
+        return;  /* a new thread with its own TLS, or rt_sigreturn's path */
+    if (result == 0) {
+        if (!(flags & CLONE_VM)) {
+            ferry_blk_reset_after_fork();
+            pending_nr = 0;
+        } else if (flags & CLONE_VFORK) {
+            ferry_blk_enter_vfork_child();
+        }
+        return;
+    }
+    if (flags & CLONE_VFORK)
+        ferry_blk_leave_vfork_child();
+    pending_nr = 0;
+}
+
 long ferry_slow(struct ferry_regs *r)
 {
     long nr = r->rax;
     ferry_blk_count(nr);
     switch (nr) {
     case SYS_rt_sigreturn:
-    case SYS_vfork:
-    case SYS_clone3:
         return FERRY_RAW;
+    case SYS_vfork:
+        return hand_to_trampoline(nr, CLONE_VM | CLONE_VFORK);
+    case SYS_clone3:
+        return hand_to_trampoline(nr, clone3_flags(r));
     case SYS_clone:
         /* Without CLONE_VM the child has its own copy of this stack frame and
          * can return through it; with it, the child runs on another stack. */
         if (r->rdi & CLONE_VM)
-            return FERRY_RAW;
+            return hand_to_trampoline(nr, (unsigned long)r->rdi);
         r->rax = do_syscall(r);
         if (r->rax == 0)
             ferry_blk_reset_after_fork();

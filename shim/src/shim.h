@@ -19,7 +19,9 @@ _Static_assert(sizeof(struct ferry_regs) == FERRY_REGS_SIZE, "regs layout");
 extern unsigned char ferry_action[FERRY_NR_MAX];
 
 long ferry_slow(struct ferry_regs *r);
+void ferry_post(long result);
 void ferry_entry(void);
+void ferry_post_entry(void);
 
 /* Enable every rewritten module loaded now; returns how many were new. */
 int ferry_modules_enable(void);
