@@ -155,6 +155,15 @@ def _read_manifest(out_dir):
 
 def instrument(path, out_dir=None, progress=_noop):
     """Rewrite `path` and its closure into `out_dir` (default: the cache)."""
+    try:
+        return _instrument(path, out_dir, progress)
+    except UnicodeDecodeError:
+        # LIEF decodes names (symbols, sections, libraries) as UTF-8; a damaged
+        # file can hold anything there.
+        raise InputError(path, "corrupt ELF file: a name in it is not valid text") from None
+
+
+def _instrument(path, out_dir, progress):
     started = time.monotonic()
     shim = shimlib.path()
     shim_sha = cache.sha256_file(shim)

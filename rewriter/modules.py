@@ -16,6 +16,7 @@ from pathlib import Path
 import lief
 
 from .elfload import _header_problem
+from .errors import InputError
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
                 "/lib", "/usr/lib")
@@ -129,8 +130,12 @@ def closure(image):
     queue = [(root, binary)]
     while queue:
         mod, mod_binary = queue.pop(0)
-        for name in mod_binary.libraries:
-            name = str(name)
+        try:
+            needed = [str(n) for n in mod_binary.libraries]
+        except UnicodeDecodeError:
+            raise InputError(mod.path, "corrupt dynamic section: a needed library's name "
+                                       "is not valid text") from None
+        for name in needed:
             if name in by_name:
                 by_name[name].needed_by.append(mod.name)
                 continue

@@ -155,3 +155,13 @@ LIBC_HEAD = Path(LIBC).read_bytes()
 @given(mutations=st.lists(mutation, min_size=1, max_size=3))
 def test_damaged_library_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
     _instrument_mutated(tmp_path_factory, "libc.so.6", LIBC_HEAD, mutations)
+
+
+def test_library_name_that_is_not_text_is_reported(tmp_path):
+    # Found by fuzzing: LIEF decodes DT_NEEDED names as UTF-8.
+    path = tmp_path / "prog"
+    path.write_bytes(SMALL_PROGRAM.replace(b"libc.so.6\0", b"libc\xd6so.6\0", 1))
+    out = tmp_path / "out"
+    r = _ferry("instrument", path, "-o", out)
+    _assert_clean_failure(r, path, out)
+    assert "not valid text" in r.stderr

@@ -13,6 +13,13 @@ def sites_report(path):
     from ..rewriter import elfload
     from ..rewriter.instrument import analyze_module
     from ..rewriter.manifest import site_to_dict
+    try:
+        return _sites_report(path, elfload, analyze_module, site_to_dict)
+    except UnicodeDecodeError:
+        raise FerryError(path, "corrupt ELF file: a name in it is not valid text") from None
+
+
+def _sites_report(path, elfload, analyze_module, site_to_dict):
     image = elfload.load(path)
     ctl = elfload.ferry_control_block(image)
     if ctl:
