@@ -131,10 +131,12 @@ def closure(image):
     while queue:
         mod, mod_binary = queue.pop(0)
         try:
-            needed = [str(n) for n in mod_binary.libraries]
+            needed = list(mod_binary.libraries)
         except UnicodeDecodeError:
+            needed = [b""]
+        if any(not isinstance(n, str) for n in needed):  # LIEF gives bytes it cannot decode
             raise InputError(mod.path, "corrupt dynamic section: a needed library's name "
-                                       "is not valid text") from None
+                                       "is not valid text")
         for name in needed:
             if name in by_name:
                 by_name[name].needed_by.append(mod.name)
