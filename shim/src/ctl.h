@@ -27,7 +27,7 @@ struct ferry_vector {
 struct ferry_site_rec {
     uint32_t id;        /* index of the site in the module's manifest */
     int32_t nr;         /* syscall number known statically, or -1 */
-    uint64_t reserved;
+    uint64_t global;    /* set by the shim: index in the process's site table + 1 */
 };
 
 struct ferry_ctl {

@@ -24,44 +24,58 @@
 
     .intel_syntax noprefix
     .text
-    .globl ferry_entry
-    .hidden ferry_entry
-    .type ferry_entry, @function
+/* The fast path, with or without counting (mode off measures the bare cost
+ * of interposition).  Flags are saved the cheap way (popfq costs more than
+ * the rest of this path): AH <- SF ZF AF PF CF, AL <- OF, kept in r11.  The
+ * site pointer moves below our rsp meanwhile (the kernel never writes within
+ * 128 bytes below rsp when it delivers a signal). */
+.macro FAST_ENTRY name, count
+    .globl \name
+    .hidden \name
+    .type \name, @function
     .p2align 4
-ferry_entry:
+\name:
     .cfi_startproc
-    /* Save the arithmetic flags the cheap way (popfq costs more than the
-     * rest of this path): AH <- SF ZF AF PF CF, AL <- OF, kept in r11.  The
-     * site pointer moves below our rsp meanwhile (the kernel never writes
-     * within 128 bytes below rsp when it delivers a signal). */
     mov qword ptr [rsp - 8], r11
     mov r11, rax
     lahf
     seto al
     xchg rax, r11
     cmp rax, FERRY_NR_MAX
-    jae .Lrestore_slow
+    jae 1f
     lea rcx, [rip + ferry_action]
     cmp byte ptr [rcx + rax], 0
-    jne .Lrestore_slow
+    jne 1f
+.if \count
     mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
     mov rcx, qword ptr fs:[rcx]
     test rcx, rcx
-    jz .Lrestore_slow
+    jz 1f
     add qword ptr [rcx + FERRY_BLK_CALLS + rax * 8], 1
+.endif
     xchg rax, r11
     add al, 0x7f              /* OF <- (AL == 1) */
     sahf                      /* SF ZF AF PF CF <- AH; OF stays */
     mov rax, r11
     syscall
     ret
-
-.Lrestore_slow:
-    xchg rax, r11
+1:  xchg rax, r11
     add al, 0x7f
     sahf
     mov rax, r11
     mov r11, qword ptr [rsp - 8]
+    jmp ferry_slow_entry
+    .cfi_endproc
+    .size \name, . - \name
+.endm
+
+    FAST_ENTRY ferry_entry, 1
+    FAST_ENTRY ferry_entry_nocount, 0
+
+    .type ferry_slow_entry, @function
+    .p2align 4
+ferry_slow_entry:
+    .cfi_startproc
     pushfq
     .cfi_adjust_cfa_offset 8
 .Lslow:
@@ -103,7 +117,7 @@ ferry_entry:
     .cfi_adjust_cfa_offset -8
     ret
     .cfi_endproc
-    .size ferry_entry, . - ferry_entry
+    .size ferry_slow_entry, . - ferry_slow_entry
 
 /* After a call that ran in the trampoline's context (label B), in the
  * calling thread and, for clone and vfork, in the child too, on whatever

@@ -1,10 +1,16 @@
 /* The shim: initialization, enabling rewritten modules, and the slow path.
  *
- * Pass-through: every call is executed exactly as the program issued it; the
- * shim only counts.  The calls that cannot run inside a C frame are sent back
- * to the trampoline (FERRY_RAW): a clone that shares memory resumes its child
- * on another stack (or, for vfork, on this very stack while the parent waits),
+ * Every call is executed exactly as the program issued it.  Depending on the
+ * mode (FERRY_MODE: off, count, trace) the shim also counts it, or counts and
+ * times it.  The calls that cannot run inside a C frame are sent back to the
+ * trampoline (FERRY_RAW): a clone that shares memory resumes its child on
+ * another stack (or, for vfork, on this very stack while the parent waits),
  * and rt_sigreturn reads the signal frame at the program's rsp.
+ *
+ * Environment (set by `ferry run` from a profile): FERRY_MODE, FERRY_RUN_DIR
+ * (where the process file goes), FERRY_TRACE_SYSCALLS (numbers to time; all
+ * when absent), FERRY_EVENTS (events kept per thread), FERRY_STATS (a JSON
+ * summary at exit, for use without a run directory).
  */
 #define _GNU_SOURCE
 #include <link.h>
@@ -13,23 +19,23 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
-#include "counts.h"
 #include "ctl.h"
 #include "ferry.h"
 #include "raw.h"
 #include "shim.h"
+#include "store.h"
+#include "trace.h"
 #include "util.h"
 
-#define MAX_MODULES 512
-#define ENV_STATS "FERRY_STATS="
+#define MAX_MODULES FERRY_MAX_MODULES
 
-unsigned char ferry_action[FERRY_NR_MAX] = {
-    [SYS_rt_sigreturn] = 1, [SYS_clone] = 1, [SYS_vfork] = 1,      [SYS_exit] = 1,
-    [SYS_exit_group] = 1,   [SYS_clone3] = 1,
-};
+unsigned char ferry_action[FERRY_NR_MAX];
 
-static const struct ferry_vector vector = {.entry = (void *)ferry_entry,
-                                           .post = (void *)ferry_post_entry};
+static const struct ferry_vector vector_count = {.entry = (void *)ferry_entry,
+                                                 .post = (void *)ferry_post_entry};
+static const struct ferry_vector vector_off = {.entry = (void *)ferry_entry_nocount,
+                                               .post = (void *)ferry_post_entry};
+static const struct ferry_vector *vector = &vector_count;
 
 /* The clone-like call this thread handed to its trampoline, for ferry_post.
  * A vfork child shares these with its parent: the parent clears them. */
@@ -39,11 +45,23 @@ static __thread unsigned long pending_flags __attribute__((tls_model("initial-ex
 static struct ferry_ctl *modules[MAX_MODULES];
 static unsigned nmodules;
 static int active;
+static int mode = FERRY_MODE_COUNT;
+static unsigned char traced[FERRY_NR_MAX];
 static char stats_path[4096];
 
 /* Resolved from libc at load time when it is there; the shim links nothing. */
 extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
     __attribute__((weak));
+
+static const unsigned short special[] = {SYS_rt_sigreturn, SYS_clone, SYS_vfork, SYS_exit,
+                                         SYS_exit_group, SYS_clone3, SYS_execve, SYS_execveat,
+                                         SYS_wait4};
+
+struct found {
+    struct ferry_ctl *ctl;
+    const char *name;
+    uint64_t base;
+};
 
 static int module_known(const struct ferry_ctl *c)
 {
@@ -56,7 +74,7 @@ static int module_known(const struct ferry_ctl *c)
 static int collect_module(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    (void)data;
+    struct found *found = data;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || ph->p_memsz < sizeof(struct ferry_ctl))
@@ -65,63 +83,141 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *data)
         if (!ferry_memeq(c->magic, FERRY_CTL_MAGIC, FERRY_CTL_MAGIC_LEN) ||
             c->version != FERRY_CTL_VERSION || module_known(c))
             continue;
-        if (nmodules < MAX_MODULES)
-            modules[nmodules++] = c;
+        for (int k = 0; k < MAX_MODULES; k++) {
+            if (found[k].ctl == c)
+                break;
+            if (!found[k].ctl) {
+                found[k] = (struct found){c, info->dlpi_name, info->dlpi_addr};
+                break;
+            }
+        }
     }
     return 0;
+}
+
+static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base)
+{
+    struct ferry_proc_header *h = ferry_hdr;
+    uint32_t site_base = h ? h->nsites : 0;
+    for (uint32_t i = 0; i < c->nsites; i++)
+        c->sites[i].global = site_base + i < FERRY_MAX_SITES ? site_base + i + 1 : 0;
+    if (!h || h->nmodules >= FERRY_MAX_MODULES)
+        return;
+    struct ferry_module_entry *m = &h->modules[h->nmodules];
+    const char *src = (name && *name) ? name : h->exe;
+    size_t n = ferry_strlen(src);
+    if (n >= sizeof(m->name))
+        n = sizeof(m->name) - 1;
+    ferry_memcpy(m->name, src, n);
+    m->name[n] = 0;
+    m->nsites = c->nsites;
+    m->site_base = site_base;
+    m->load_base = base;
+    h->nsites = site_base + c->nsites;
+    h->nmodules++;
 }
 
 int ferry_modules_enable(void)
 {
     if (!dl_iterate_phdr)
         return 0;
-    unsigned before = nmodules;
+    struct found found[MAX_MODULES];
+    ferry_memset(found, 0, sizeof(found));
     /* Collect first, enable after: dl_iterate_phdr may take a lock whose
      * futex call would otherwise already come through the shim. */
-    dl_iterate_phdr(collect_module, 0);
-    for (unsigned i = before; i < nmodules; i++)
-        __atomic_store_n(&modules[i]->vector, &vector, __ATOMIC_RELEASE);
-    return (int)(nmodules - before);
+    dl_iterate_phdr(collect_module, found);
+    int added = 0;
+    for (int k = 0; k < MAX_MODULES && found[k].ctl && nmodules < MAX_MODULES; k++) {
+        describe_module(found[k].ctl, found[k].name, found[k].base);
+        modules[nmodules++] = found[k].ctl;
+        __atomic_store_n(&found[k].ctl->vector, vector, __ATOMIC_RELEASE);
+        added++;
+    }
+    return added;
 }
 
 static const char *env_lookup(char **envp, const char *key)
 {
     size_t n = ferry_strlen(key);
     for (char **e = envp; e && *e; e++)
-        if (ferry_memeq(*e, key, n))
-            return *e + n;
+        if (ferry_memeq(*e, key, n) && (*e)[n] == '=')
+            return *e + n + 1;
     return 0;
+}
+
+static long parse_number(const char **p)
+{
+    long v = -1;
+    while (**p >= '0' && **p <= '9') {
+        v = (v < 0 ? 0 : v * 10) + (**p - '0');
+        (*p)++;
+    }
+    return v;
+}
+
+static void configure(char **envp)
+{
+    const char *m = env_lookup(envp, "FERRY_MODE");
+    if (m && ferry_memeq(m, "off", 4))
+        mode = FERRY_MODE_OFF;
+    else if (m && ferry_memeq(m, "trace", 6))
+        mode = FERRY_MODE_TRACE;
+    const char *list = env_lookup(envp, "FERRY_TRACE_SYSCALLS");
+    for (int i = 0; i < FERRY_NR_MAX; i++)
+        traced[i] = list == 0;
+    for (const char *p = list; p && *p;) {
+        long nr = parse_number(&p);
+        if (nr >= 0 && nr < FERRY_NR_MAX)
+            traced[nr] = 1;
+        if (*p)
+            p++;
+    }
+    for (unsigned i = 0; i < sizeof(special) / sizeof(special[0]); i++)
+        ferry_action[special[i]] = 1;
+    if (mode == FERRY_MODE_TRACE)
+        for (int i = 0; i < FERRY_NR_MAX; i++)
+            ferry_action[i] |= traced[i];
+    vector = mode == FERRY_MODE_OFF ? &vector_off : &vector_count;
+    const char *s = env_lookup(envp, "FERRY_STATS");
+    if (s) {
+        size_t n = ferry_strlen(s);
+        if (n < sizeof(stats_path))
+            ferry_memcpy(stats_path, s, n + 1);
+    }
 }
 
 __attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
 {
     (void)argc;
-    (void)argv;
-    const char *p = env_lookup(envp, ENV_STATS);
-    if (p) {
-        size_t n = ferry_strlen(p);
-        if (n < sizeof(stats_path))
-            ferry_memcpy(stats_path, p, n + 1);
-    }
+    configure(envp);
+    const char *events = env_lookup(envp, "FERRY_EVENTS");
+    long cap = events ? parse_number(&events) : 0;
+    if (cap < 0 || cap > (1L << 24))
+        cap = 0;
+    ferry_store_open(env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv);
     ferry_modules_enable();
     active = 1;
 }
 
 static long do_syscall(const struct ferry_regs *r)
 {
-    return ferry_raw6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
+    return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
 }
 
-/* clone3's flags, read the way the kernel reads them: a bad pointer is the
- * kernel's EFAULT to report, not a crash in the shim. */
+/* Copy from the program's memory the way the kernel does: a bad pointer is
+ * the kernel's EFAULT to report, not a crash in the shim. */
+static long safe_read(void *dst, const void *src, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    return ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
+}
+
 static unsigned long clone3_flags(const struct ferry_regs *r)
 {
     unsigned long flags = 0;
     if ((unsigned long)r->rsi < sizeof(flags))
         return 0;
-    struct iovec local = {&flags, sizeof(flags)}, remote = {(void *)r->rdi, sizeof(flags)};
-    long n = ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
-    return n == sizeof(flags) ? flags : 0;
+    return safe_read(&flags, (void *)r->rdi, sizeof(flags)) == sizeof(flags) ? flags : 0;
 }
 
 static long hand_to_trampoline(long nr, unsigned long flags)
@@ -141,7 +237,7 @@ void ferry_post(long result)
         return;  /* a new thread with its own TLS, or rt_sigreturn's path */
     if (result == 0) {
         if (!(flags & CLONE_VM)) {
-            ferry_blk_reset_after_fork();
+            ferry_store_after_fork();
             pending_nr = 0;
         } else if (flags & CLONE_VFORK) {
             ferry_blk_enter_vfork_child();
@@ -153,10 +249,32 @@ void ferry_post(long result)
     pending_nr = 0;
 }
 
+static void exec_begin(const void *user_path)
+{
+    char path[1024];
+    long n = safe_read(path, user_path, sizeof(path) - 1);
+    if (n <= 0) {
+        /* The string may end before the next unreadable page: retry short. */
+        n = safe_read(path, user_path, 256);
+        if (n <= 0)
+            n = 0;
+    }
+    path[n] = 0;
+    path[sizeof(path) - 1] = 0;
+    ferry_store_exec_begin(path);
+}
+
+static uint32_t site_of(const struct ferry_regs *r)
+{
+    const struct ferry_site_rec *rec = r->site;
+    return rec ? (uint32_t)rec->global : 0;
+}
+
 long ferry_slow(struct ferry_regs *r)
 {
     long nr = r->rax;
-    ferry_blk_count(nr);
+    if (mode != FERRY_MODE_OFF)
+        ferry_blk_count(nr);
     switch (nr) {
     case SYS_rt_sigreturn:
         return FERRY_RAW;
@@ -171,17 +289,32 @@ long ferry_slow(struct ferry_regs *r)
             return hand_to_trampoline(nr, (unsigned long)r->rdi);
         r->rax = do_syscall(r);
         if (r->rax == 0)
-            ferry_blk_reset_after_fork();
+            ferry_store_after_fork();
         return FERRY_DONE;
     case SYS_exit:
         ferry_blk_retire();
         break;
     case SYS_exit_group:
+        ferry_store_exit((int)r->rdi);
         if (stats_path[0])
             ferry_stats_write(stats_path);
         break;
+    case SYS_execve:
+        exec_begin((const void *)r->rdi);
+        break;
+    case SYS_execveat:
+        exec_begin((const void *)r->rsi);
+        break;
     }
+    int timed = mode == FERRY_MODE_TRACE && (unsigned long)nr < FERRY_NR_MAX && traced[nr];
+    uint64_t t0 = timed ? ferry_rdtsc() : 0;
     r->rax = do_syscall(r);
+    if (timed)
+        ferry_trace_record(ferry_tls_block, nr, r->rax, t0, ferry_rdtsc(), site_of(r));
+    if ((nr == SYS_execve || nr == SYS_execveat))
+        ferry_store_exec_failed();
+    else if (nr == SYS_wait4 && r->rax > 0 && r->rsi)
+        ferry_store_wait((int)r->rax, *(const int *)r->rsi);
     return FERRY_DONE;
 }
 

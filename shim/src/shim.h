@@ -21,6 +21,7 @@ extern unsigned char ferry_action[FERRY_NR_MAX];
 long ferry_slow(struct ferry_regs *r);
 void ferry_post(long result);
 void ferry_entry(void);
+void ferry_entry_nocount(void);
 void ferry_post_entry(void);
 
 /* Enable every rewritten module loaded now; returns how many were new. */

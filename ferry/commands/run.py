@@ -1,0 +1,44 @@
+"""`ferry run [--profile NAME|FILE] [-o DIR] -- COMMAND ARGS...`"""
+import click
+from rich.progress import Progress, SpinnerColumn, TextColumn
+
+from ..console import err_console
+
+
+def profile_option(f):
+    return click.option("-p", "--profile", "profile_name", default="trace", show_default=True,
+                        help="A shipped profile name or a profile file (see `ferry profile list`).")(f)
+
+
+def run_with_progress(argv, profile_name, out_dir):
+    """Load the profile, instrument with a spinner, run; returns (info, returncode, out_dir)."""
+    from ..profiles import load
+    from ..runner import run
+    profile = load(profile_name)
+    show = err_console.is_terminal
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err_console,
+                  transient=True, disable=not show) as progress:
+        task = progress.add_task(f"instrument {argv[0]}", total=None)
+
+        def update(stage, name, total=None):
+            if stage in ("analyze", "rewrite", "cached") and name:
+                progress.update(task, description=f"{stage} {name}")
+            if stage == "done":
+                progress.update(task, visible=False)
+        info, returncode = run(argv, profile, out_dir, progress=update)
+    return info, returncode
+
+
+@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@profile_option
+@click.option("-o", "--output", "out_dir", default="ferry.data", show_default=True,
+              help="Run directory (the previous run there is kept as DIR.old).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def command(profile_name, out_dir, command):
+    """Run COMMAND with the shim and record a run directory.
+
+    COMMAND's stdin, stdout and stderr are its own; its exit status, or the
+    signal that killed it, becomes ferry's."""
+    from ..runner import exit_like
+    info, returncode = run_with_progress(list(command), profile_name, out_dir)
+    exit_like(returncode)

@@ -1,0 +1,184 @@
+"""Reading one process file (`proc/<pid>-<seq>.ferry`) written by the shim.
+
+Every offset mirrors shim/src/procfile.h (tests/test_layout_matches_shim.py
+checks them).  Files are read whole and checked before use: a truncated or
+corrupt file is a ProcFileError naming it, never a crash.
+"""
+import errno as errno_names
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAGIC = b"FERRYPROC\0v1\0\0\0\0"
+VERSION = 1
+HEADER_SIZE = 65536
+NR_MAX = 512
+MAX_SITES = 4096
+HIST_BUCKETS = 32
+ERRNO_SLOTS = 1024
+EVENT_SIZE = 32
+
+OFF_CALLS = 64
+OFF_INVALID = 4160
+OFF_NR = 4224
+NR_STATS_SIZE = 8 * (4 + HIST_BUCKETS)
+OFF_SITES = 151680
+SITE_STATS_SIZE = 24
+OFF_ERRNOS = 249984
+OFF_EVENTS = 266368
+OFF_MODULES = 8192
+MODULE_SIZE = 256
+OFF_WAITS = 40960
+WAIT_SIZE = 16
+OFF_INTERNAL = 49152
+
+STATE_RUNNING, STATE_EXITED, STATE_EXEC = 1, 2, 3
+MODES = {0: "off", 1: "count", 2: "trace"}
+
+
+class ProcFileError(Exception):
+    def __init__(self, path, problem):
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+@dataclass
+class NrStats:
+    calls: int = 0
+    errors: int = 0
+    ticks: int = 0
+    min_ticks: int = 0
+    max_ticks: int = 0
+    hist: list = field(default_factory=lambda: [0] * HIST_BUCKETS)
+    errnos: dict = field(default_factory=dict)
+
+
+@dataclass
+class Block:
+    tid: int
+    calls: list
+    invalid: int
+    nr: dict            # nr -> NrStats (trace mode; calls filled from `calls`)
+    sites: dict         # global site index (0-based) -> (calls, errors, ticks)
+    events: list        # (enter_tsc, exit_tsc, result, nr, site)
+
+
+@dataclass
+class ProcFile:
+    path: Path
+    pid: int
+    ppid: int
+    seq: int
+    state: int
+    exit_code: int
+    mode: str
+    exe: str
+    argv: list
+    exec_path: str
+    start_real_ns: int
+    start_mono_ns: int
+    start_tsc: int
+    end_real_ns: int
+    end_mono_ns: int
+    end_tsc: int
+    cal_tsc: int
+    cal_ns: int
+    modules: list       # [(name, nsites, site_base)]
+    waits: list         # [(pid, status, mono_ns)]
+    overflow: int
+    blocks: list
+    internal: dict      # the shim's own calls: nr -> count
+
+    def ticks_to_ns(self, ticks):
+        """TSC ticks in ns: from the whole life of the process when it was long
+        enough to measure the clock well, else from the start-up calibration."""
+        if self.end_tsc > self.start_tsc and self.end_mono_ns - self.start_mono_ns > 50_000_000:
+            return ticks * (self.end_mono_ns - self.start_mono_ns) / (self.end_tsc - self.start_tsc)
+        if self.cal_tsc:
+            return ticks * self.cal_ns / self.cal_tsc
+        return float(ticks)
+
+
+def _cstr(raw):
+    return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def read(path):
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ProcFileError(path, e.strerror.lower()) from None
+    if len(data) < HEADER_SIZE:
+        raise ProcFileError(path, "truncated process file (shorter than its header)")
+    if data[:16] != MAGIC:
+        raise ProcFileError(path, "not a Ferry process file")
+    version, header_size, block_size, max_blocks, nblocks, state, pid, ppid, exit_code, mode = \
+        struct.unpack_from("<IIIIIIiiii", data, 16)
+    if version != VERSION or header_size != HEADER_SIZE:
+        raise ProcFileError(path, f"unsupported process file version {version}")
+    if block_size < OFF_EVENTS or block_size % 4096:
+        raise ProcFileError(path, "corrupt process file header (block size)")
+    (start_real, start_mono, start_tsc, end_real, end_mono, end_tsc, cal_tsc, cal_ns) = \
+        struct.unpack_from("<8Q", data, 56)
+    nmodules, nsites, nwaits, event_capacity, overflow, seq = struct.unpack_from("<6I", data, 120)
+    cmdline_len, = struct.unpack_from("<I", data, 1280)
+    argv = [a.decode("utf-8", "surrogateescape")
+            for a in data[1288:1288 + min(cmdline_len, 4096)].split(b"\0")[:-1]]
+    modules = []
+    for i in range(min(nmodules, 128)):
+        off = OFF_MODULES + i * MODULE_SIZE
+        name = _cstr(data[off:off + 232])
+        m_nsites, m_base = struct.unpack_from("<II", data, off + 232)
+        modules.append((name, m_nsites, m_base))
+    waits = [struct.unpack_from("<iiQ", data, OFF_WAITS + i * WAIT_SIZE) for i in range(min(nwaits, 512))]
+    internal = {n: c for n, c in enumerate(struct.unpack_from(f"<{NR_MAX}Q", data, OFF_INTERNAL)) if c}
+    blocks = []
+    count = min(nblocks, max_blocks)
+    for b in range(count):
+        off = HEADER_SIZE + b * block_size
+        if off + OFF_EVENTS > len(data):
+            if b == count - 1 and state == STATE_RUNNING:
+                break  # a thread was still creating its block when the process died
+            raise ProcFileError(path, f"truncated process file (block {b} of {count} missing)")
+        blocks.append(_block(data, off, mode, event_capacity, block_size))
+    return ProcFile(path, pid, ppid, seq, state, exit_code, MODES.get(mode, "?"), _cstr(data[256:1280]),
+                    argv, _cstr(data[5384:6408]), start_real, start_mono, start_tsc, end_real, end_mono,
+                    end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal)
+
+
+def _block(data, off, mode, capacity, block_size):
+    tid, = struct.unpack_from("<i", data, off + 4)
+    event_head, = struct.unpack_from("<Q", data, off + 16)
+    calls = list(struct.unpack_from(f"<{NR_MAX}Q", data, off + OFF_CALLS))
+    invalid, = struct.unpack_from("<Q", data, off + OFF_INVALID)
+    nr, sites, events = {}, {}, []
+    if mode == 2:
+        for n in range(NR_MAX):
+            if not calls[n]:
+                continue
+            o = off + OFF_NR + n * NR_STATS_SIZE
+            errors, ticks, mn, mx = struct.unpack_from("<4Q", data, o)
+            hist = list(struct.unpack_from(f"<{HIST_BUCKETS}Q", data, o + 32))
+            nr[n] = NrStats(calls[n], errors, ticks, mn, mx, hist)
+        raw = data[off + OFF_SITES:off + OFF_SITES + MAX_SITES * SITE_STATS_SIZE]
+        for g, (c, e, t) in enumerate(struct.iter_unpack("<3Q", raw)):
+            if c:
+                sites[g] = (c, e, t)
+        raw = data[off + OFF_ERRNOS:off + OFF_ERRNOS + ERRNO_SLOTS * 16]
+        for key, _pad, count in struct.iter_unpack("<IIQ", raw):
+            if key and count:
+                n, err = key >> 16, key & 0xFFFF
+                if n in nr:
+                    name = errno_names.errorcode.get(err, f"E{err}")
+                    nr[n].errnos[name] = nr[n].errnos.get(name, 0) + count
+        if capacity and event_head:
+            n_events = min(event_head, capacity)
+            ring_end = off + OFF_EVENTS + capacity * EVENT_SIZE
+            if ring_end <= len(data):
+                for k in range(event_head - n_events, event_head):
+                    o = off + OFF_EVENTS + (k % capacity) * EVENT_SIZE
+                    t0, t1, result, nr_, _r, site = struct.unpack_from("<QQqHHI", data, o)
+                    events.append((t0, t1, result, nr_, site))
+    return Block(tid, calls, invalid, nr, sites, events)

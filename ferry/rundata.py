@@ -1,0 +1,247 @@
+"""A run directory, read into the run model of docs/run.md.
+
+`ferry run` writes info.json, the profile, and the module tables (which site
+index is which function); the shim writes one process file per process image.
+This module joins them: processes with how they ended, syscalls summed over
+every thread of every process, the hottest sites, and the event timeline.
+"""
+import json
+import os
+import signal
+from pathlib import Path
+
+from . import procfile
+from .rewriter.errors import FerryError
+from .rewriter.syscall_table import name_of
+
+PREINIT_NOTE = ("calls made before the shim initialized (the dynamic loader mapping the "
+                "program's libraries) are not seen and not counted")
+
+
+def is_run_dir(path):
+    return (Path(path) / "info.json").is_file() and (Path(path) / "proc").is_dir()
+
+
+def read_info(run_dir):
+    p = Path(run_dir) / "info.json"
+    try:
+        info = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise FerryError(run_dir, "not a run directory (no info.json; make one with `ferry run`)") from None
+    except (OSError, ValueError) as e:
+        raise FerryError(p, f"corrupt run information: {e}") from None
+    if not isinstance(info, dict) or info.get("format") != "ferry-run-info":
+        raise FerryError(p, "corrupt run information: not written by `ferry run`")
+    return info
+
+
+def _module_tables(run_dir):
+    """{module file name: [site dict by index]} from the run's module tables."""
+    tables = {}
+    for p in sorted((Path(run_dir) / "modules").glob("*.json")):
+        try:
+            record = json.loads(p.read_text())
+            tables[record["name"]] = record["sites"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise FerryError(p, "corrupt module table") from None
+    return tables
+
+
+def _signal_name(sig):
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _exit_from_status(status):
+    """An exit dict from a wait status."""
+    if os.WIFSIGNALED(status):
+        return {"code": None, "signal": _signal_name(os.WTERMSIG(status))}
+    return {"code": os.WEXITSTATUS(status), "signal": None}
+
+
+def _iso(real_ns):
+    if not real_ns:
+        return None
+    import datetime
+    return datetime.datetime.fromtimestamp(real_ns / 1e9).astimezone().isoformat(timespec="milliseconds")
+
+
+def load_processes(run_dir):
+    """The process files of a run, oldest image of each pid first."""
+    files = []
+    for p in sorted((Path(run_dir) / "proc").glob("*.ferry")):
+        try:
+            files.append(procfile.read(p))
+        except procfile.ProcFileError as e:
+            raise FerryError(e.path, e.problem) from None
+    files.sort(key=lambda f: (f.start_mono_ns, f.pid, f.seq))
+    return files
+
+
+def load_run(run_dir):
+    """The run model of `run_dir` (docs/run.md)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FerryError(run_dir, "no such run directory" if not run_dir.exists() else "not a directory")
+    info = read_info(run_dir)
+    if not (run_dir / "proc").is_dir():
+        raise FerryError(run_dir, "not a run directory (no proc/ directory)")
+    files = load_processes(run_dir)
+    tables = _module_tables(run_dir)
+    images = info.get("images", {})
+    t0_mono = min([f.start_mono_ns for f in files] or [0])
+    waited = {}
+    for f in files:
+        for pid, status, _ in f.waits:
+            waited[pid] = status
+
+    processes = _processes(files, info, images, waited)
+    syscalls, sites, events = {}, {}, []
+    for f in files:
+        _add_syscalls(syscalls, f)
+        _add_sites(sites, f, tables)
+        events.extend(_events(f, t0_mono, tables))
+    total_calls = sum(s["calls"] for s in syscalls.values())
+    shim_calls = {}
+    for f in files:
+        for nr, c in f.internal.items():
+            shim_calls[name_of(nr)] = shim_calls.get(name_of(nr), 0) + c
+    events.sort(key=lambda e: e["start_ns"])
+    return {
+        "format": "ferry-run",
+        "version": 1,
+        "info": {k: v for k, v in info.items() if k not in ("format", "images")},
+        "processes": processes,
+        "syscalls": sorted(syscalls.values(), key=lambda s: (-s["time_ns"], -s["calls"], s["nr"])),
+        "sites": sorted(sites.values(), key=lambda s: (-s["calls"], s["id"])),
+        "preinit": {"calls": None, "by_syscall": {}, "note": PREINIT_NOTE},
+        "shim_calls": dict(sorted(shim_calls.items())),
+        "totals": {"calls": total_calls,
+                   "errors": sum(s["errors"] for s in syscalls.values()),
+                   "time_ns": sum(s["time_ns"] for s in syscalls.values()),
+                   "processes": len(processes)},
+        "events": events,
+    }
+
+
+def _processes(files, info, images, waited):
+    out = []
+    successors = {(f.pid, f.seq) for f in files}
+    root_pid = info.get("pid")
+    for f in files:
+        calls = sum(sum(b.calls) + b.invalid for b in f.blocks)
+        errors = sum(s.errors for b in f.blocks for s in b.nr.values())
+        ticks = sum(s.ticks for b in f.blocks for s in b.nr.values())
+        exe = images.get(f.exe, f.exe)
+        entry = {
+            "pid": f.pid, "ppid": f.ppid, "exe": exe, "argv": f.argv,
+            "start": _iso(f.start_real_ns), "end": _iso(f.end_real_ns),
+            "duration_s": round((f.end_mono_ns - f.start_mono_ns) / 1e9, 6) if f.end_mono_ns else None,
+            "exit": None, "state": "unfinished", "exec": None,
+            "enabled": True, "reason": None, "mode": f.mode,
+            "threads": len(f.blocks), "calls": calls, "errors": errors,
+            "time_ns": round(f.ticks_to_ns(ticks)),
+        }
+        if f.overflow:
+            entry["reason"] = f"{f.overflow} threads beyond the shim's {procfile.NR_MAX}-block table were not counted"
+        if f.state == procfile.STATE_EXITED:
+            entry["state"] = "exited"
+            entry["exit"] = {"code": f.exit_code & 0xFF, "signal": None}
+        elif f.state == procfile.STATE_EXEC:
+            entry["state"] = "exec"
+            entry["exec"] = f.exec_path
+        if f.state != procfile.STATE_EXITED and f.state != procfile.STATE_EXEC:
+            status = waited.get(f.pid)
+            if status is None and f.pid == root_pid and info.get("exit"):
+                entry["exit"] = info["exit"]
+                entry["state"] = "killed" if info["exit"].get("signal") else "exited"
+            elif status is not None:
+                entry["exit"] = _exit_from_status(status)
+                entry["state"] = "killed" if entry["exit"]["signal"] else "exited"
+        out.append(entry)
+        if f.state == procfile.STATE_EXEC and (f.pid, f.seq + 1) not in successors:
+            # The exec replaced an enabled image with one that carries no shim.
+            status = waited.get(f.pid)
+            if status is None and f.pid == root_pid:
+                exit_ = info.get("exit")
+            else:
+                exit_ = _exit_from_status(status) if status is not None else None
+            out.append({
+                "pid": f.pid, "ppid": f.ppid, "exe": f.exec_path, "argv": None,
+                "start": _iso(f.end_real_ns), "end": None, "duration_s": None,
+                "exit": exit_, "state": ("killed" if exit_ and exit_.get("signal") else "exited") if exit_
+                else "unfinished",
+                "exec": None, "enabled": False,
+                "reason": "ran a program that was not rewritten (children of an exec are enabled "
+                          "by the injector, a later part of Ferry)",
+                "mode": None, "threads": None, "calls": None, "errors": None, "time_ns": None,
+            })
+    return out
+
+
+def _add_syscalls(acc, f):
+    to_ns = f.ticks_to_ns
+    for b in f.blocks:
+        for nr, c in enumerate(b.calls):
+            if not c:
+                continue
+            s = acc.setdefault(nr, {"nr": nr, "name": name_of(nr), "calls": 0, "errors": 0, "errnos": {},
+                                    "time_ns": 0, "min_ns": None, "max_ns": None,
+                                    "hist": [0] * procfile.HIST_BUCKETS})
+            s["calls"] += c
+            st = b.nr.get(nr)
+            if st is None:
+                continue
+            s["errors"] += st.errors
+            s["time_ns"] += round(to_ns(st.ticks))
+            if st.min_ticks:
+                mn = round(to_ns(st.min_ticks))
+                s["min_ns"] = mn if s["min_ns"] is None else min(s["min_ns"], mn)
+            if st.max_ticks:
+                mx = round(to_ns(st.max_ticks))
+                s["max_ns"] = mx if s["max_ns"] is None else max(s["max_ns"], mx)
+            s["hist"] = [a + b_ for a, b_ in zip(s["hist"], st.hist)]
+            for name, n in st.errnos.items():
+                s["errnos"][name] = s["errnos"].get(name, 0) + n
+
+
+def _site_info(f, g, tables):
+    """(id, module, site dict or None) of global site index `g` in process `f`."""
+    for name, nsites, base in f.modules:
+        if base <= g < base + nsites:
+            module = os.path.basename(name)
+            table = tables.get(module) or []
+            index = g - base
+            return f"{module}#{index}", module, table[index] if index < len(table) else None
+    return f"?#{g}", None, None
+
+
+def _add_sites(acc, f, tables):
+    for b in f.blocks:
+        for g, (calls, errors, ticks) in b.sites.items():
+            sid, module, site = _site_info(f, g, tables)
+            s = acc.get(sid)
+            if s is None:
+                s = acc[sid] = {"id": sid, "module": module,
+                                "function": site.get("function") if site else None,
+                                "address": site.get("address") if site else None,
+                                "nr": site.get("nr") if site else None,
+                                "name": site.get("syscall") if site else None,
+                                "calls": 0, "errors": 0, "time_ns": 0}
+            s["calls"] += calls
+            s["errors"] += errors
+            s["time_ns"] += round(f.ticks_to_ns(ticks))
+
+
+def _events(f, t0_mono, tables):
+    out = []
+    base_ns = f.start_mono_ns - t0_mono
+    for b in f.blocks:
+        for enter, leave, result, nr, site in b.events:
+            out.append({"pid": f.pid, "tid": b.tid, "nr": nr, "name": name_of(nr),
+                        "start_ns": round(base_ns + f.ticks_to_ns(enter - f.start_tsc)),
+                        "dur_ns": round(f.ticks_to_ns(leave - enter)), "result": result,
+                        "site": _site_info(f, site - 1, tables)[0] if site else None})
+    return out

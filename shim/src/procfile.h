@@ -1,0 +1,150 @@
+/* One process image's statistics: a file in the run directory, written
+ * through a shared mapping while the process runs.
+ *
+ * Nothing is "written at exit": every count lands in the file as it happens,
+ * so a process that crashes, is killed, or replaces itself with exec leaves
+ * everything it counted.  The header says how the process ended, when it
+ * could tell.  Without a run directory the same layout lives in anonymous
+ * memory.  ferry/rundata.py reads this layout; every offset is mirrored there.
+ */
+#ifndef FERRY_PROCFILE_H
+#define FERRY_PROCFILE_H
+
+#include <stdint.h>
+
+#include "layout.h"
+
+#define FERRY_PROC_MAGIC "FERRYPROC\0v1\0\0\0\0"
+#define FERRY_PROC_VERSION 1
+#define FERRY_PROC_HEADER_SIZE 65536
+#define FERRY_MAX_BLOCKS 1024
+#define FERRY_MAX_SITES 4096
+#define FERRY_MAX_MODULES 128
+#define FERRY_MAX_WAITS 512
+#define FERRY_ERRNO_SLOTS 1024
+#define FERRY_HIST_BUCKETS 32
+
+enum ferry_proc_state {
+    FERRY_STATE_RUNNING = 1,
+    FERRY_STATE_EXITED = 2,     /* exit_group: exit_code holds its status */
+    FERRY_STATE_EXEC = 3,       /* execve under way: exec_path; if the file
+                                   still says so, the exec succeeded */
+};
+
+enum ferry_mode { FERRY_MODE_OFF = 0, FERRY_MODE_COUNT = 1, FERRY_MODE_TRACE = 2 };
+
+struct ferry_module_entry {
+    char name[232];
+    uint32_t nsites;
+    uint32_t site_base;     /* global index of its site 0 */
+    uint64_t load_base;
+    uint64_t reserved;
+};
+
+struct ferry_wait_entry {   /* a child's end, as its parent's wait4 saw it */
+    int32_t pid;
+    int32_t status;
+    uint64_t mono_ns;
+};
+
+struct ferry_proc_header {
+    char magic[16];                 /* 0 */
+    uint32_t version;               /* 16 */
+    uint32_t header_size;           /* 20 */
+    uint32_t block_size;            /* 24 */
+    uint32_t max_blocks;            /* 28 */
+    uint32_t nblocks;               /* 32: blocks claimed so far */
+    uint32_t state;                 /* 36 */
+    int32_t pid;                    /* 40 */
+    int32_t ppid;                   /* 44 */
+    int32_t exit_code;              /* 48 */
+    int32_t mode;                   /* 52 */
+    uint64_t start_real_ns;         /* 56 */
+    uint64_t start_mono_ns;         /* 64 */
+    uint64_t start_tsc;             /* 72 */
+    uint64_t end_real_ns;           /* 80 */
+    uint64_t end_mono_ns;           /* 88 */
+    uint64_t end_tsc;               /* 96 */
+    uint64_t cal_tsc;               /* 104: calibration: ticks in cal_ns */
+    uint64_t cal_ns;                /* 112 */
+    uint32_t nmodules;              /* 120 */
+    uint32_t nsites;                /* 124 */
+    uint32_t nwaits;                /* 128 */
+    uint32_t event_capacity;        /* 132: events per block */
+    uint32_t overflow;              /* 136: threads beyond max_blocks (not counted) */
+    uint32_t seq;                   /* 140: image number of this pid */
+    uint64_t reserved0[14];         /* 144 */
+    char exe[1024];                 /* 256 */
+    uint32_t cmdline_len;           /* 1280 */
+    uint32_t reserved1;
+    char cmdline[4096];             /* 1288: NUL-separated arguments */
+    char exec_path[1024];           /* 5384 */
+    char reserved2[8192 - 6408];    /* 6408 */
+    struct ferry_module_entry modules[FERRY_MAX_MODULES];   /* 8192 */
+    struct ferry_wait_entry waits[FERRY_MAX_WAITS];         /* 40960 */
+    uint64_t internal[FERRY_NR_MAX];                        /* 49152: the shim's own calls */
+    char reserved3[FERRY_PROC_HEADER_SIZE - 53248];         /* 53248 */
+};
+
+/* Per syscall number, in trace mode (calls are counted in blk.calls). */
+struct ferry_nr_stats {
+    uint64_t errors;
+    uint64_t time_total;            /* TSC ticks */
+    uint64_t time_min;
+    uint64_t time_max;
+    uint64_t hist[FERRY_HIST_BUCKETS];  /* log2 of the duration in ns */
+};
+
+struct ferry_site_stats {
+    uint64_t calls;
+    uint64_t errors;
+    uint64_t time_total;
+};
+
+struct ferry_errno_slot {
+    uint32_t key;                   /* nr << 16 | errno; 0 = free */
+    uint32_t reserved;
+    uint64_t count;
+};
+
+struct ferry_event {
+    uint64_t enter_tsc;
+    uint64_t exit_tsc;
+    int64_t result;
+    uint16_t nr;
+    uint16_t reserved;
+    uint32_t site;                  /* global site index + 1; 0 unknown */
+};
+
+/* A thread's block.  The first part is the counting hot path's layout. */
+struct ferry_blk {
+    uint32_t in_use;                /* 0 */
+    int32_t tid;                    /* 4 */
+    struct ferry_blk *next;         /* 8: in-memory list (a pointer: meaningless in the file) */
+    uint64_t event_head;            /* 16: events written so far */
+    uint64_t reserved[5];           /* 24 */
+    uint64_t calls[FERRY_NR_MAX];   /* 64 = FERRY_BLK_CALLS */
+    uint64_t invalid;               /* 4160 */
+    uint64_t reserved2[7];
+    struct ferry_nr_stats nr[FERRY_NR_MAX];         /* 4224 */
+    struct ferry_site_stats sites[FERRY_MAX_SITES]; /* 151680 */
+    struct ferry_errno_slot errnos[FERRY_ERRNO_SLOTS]; /* 249984 */
+    struct ferry_event events[];    /* 266368 */
+};
+
+_Static_assert(sizeof(struct ferry_proc_header) == FERRY_PROC_HEADER_SIZE, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 1288, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 5384, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, modules) == 8192, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, waits) == 40960, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, internal) == 49152, "header layout");
+_Static_assert(sizeof(struct ferry_module_entry) == 256, "module layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, calls) == FERRY_BLK_CALLS, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, nr) == 4224, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, sites) == 151680, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, errnos) == 249984, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, events) == 266368, "blk layout");
+_Static_assert(sizeof(struct ferry_event) == 32, "event layout");
+
+#endif

@@ -1,0 +1,421 @@
+#include "store.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include "raw.h"
+#include "util.h"
+
+__thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
+static __thread struct ferry_blk *tls_spare __attribute__((tls_model("initial-exec")));
+static __thread struct ferry_blk *tls_vfork_saved __attribute__((tls_model("initial-exec")));
+static __thread int tls_in_vfork_child __attribute__((tls_model("initial-exec")));
+
+struct ferry_proc_header *ferry_hdr;
+uint64_t *ferry_internal;
+
+static struct {
+    int fd;                 /* -1: anonymous memory */
+    char dir[2048];
+    int mode;
+    uint32_t event_capacity;
+    uint32_t block_size;
+    uint64_t file_size;
+    int grow_lock;
+    struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
+} st = {.fd = -1};
+
+#define IS_ERR(v) ((unsigned long)(v) > -4096UL)
+
+uint64_t ferry_mono_ns(void)
+{
+    struct timespec ts;
+    ferry_raw2(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t ferry_real_ns(void)
+{
+    struct timespec ts;
+    ferry_raw2(SYS_clock_gettime, CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void *map(size_t size, int fd, uint64_t off)
+{
+    long p = ferry_raw6(SYS_mmap, 0, size, PROT_READ | PROT_WRITE,
+                        fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS, fd, (long)off);
+    return IS_ERR(p) ? 0 : (void *)p;
+}
+
+static void spin_lock(int *l)
+{
+    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+        __asm__ volatile("pause");
+}
+
+static void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+
+/* The file `<dir>/proc/<pid>-<seq>.ferry`, created exclusively; seq counts
+ * the images (exec) this pid has had. */
+static int create_file(const char *dir, int pid, uint32_t *seq_out)
+{
+    char path[2300];
+    for (uint32_t seq = 0; seq < 1000; seq++) {
+        struct ferry_buf b = {path, 0, sizeof(path), 0};
+        ferry_buf_str(&b, dir);
+        ferry_buf_str(&b, "/proc/");
+        ferry_buf_i64(&b, pid);
+        ferry_buf_str(&b, "-");
+        ferry_buf_u64(&b, seq);
+        ferry_buf_str(&b, ".ferry");
+        path[b.len] = 0;
+        if (b.overflow)
+            return -36;
+        long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd != -17 /* EEXIST */) {
+            *seq_out = seq;
+            return (int)fd;
+        }
+    }
+    return -17;
+}
+
+static void fill_identity(struct ferry_proc_header *h, char **argv)
+{
+    h->pid = (int32_t)ferry_raw0(SYS_getpid);
+    h->ppid = (int32_t)ferry_raw0(SYS_getppid);
+    long n = ferry_raw3(SYS_readlink, "/proc/self/exe", h->exe, sizeof(h->exe) - 1);
+    h->exe[n > 0 ? n : 0] = 0;
+    uint32_t len = 0;
+    for (char **a = argv; a && *a; a++) {
+        size_t l = ferry_strlen(*a) + 1;
+        if (len + l > sizeof(h->cmdline))
+            break;
+        ferry_memcpy(h->cmdline + len, *a, l);
+        len += (uint32_t)l;
+    }
+    h->cmdline_len = len;
+}
+
+static void calibrate(struct ferry_proc_header *h)
+{
+    uint64_t n0 = ferry_mono_ns(), t0 = ferry_rdtsc(), n1;
+    do
+        n1 = ferry_mono_ns();
+    while (n1 - n0 < 1000000);  /* 1 ms */
+    h->cal_tsc = ferry_rdtsc() - t0;
+    h->cal_ns = n1 - n0;
+}
+
+static int header_init(char **argv, int keep_cmdline)
+{
+    struct ferry_proc_header *h = ferry_hdr;
+    ferry_memcpy(h->magic, FERRY_PROC_MAGIC, 16);
+    h->version = FERRY_PROC_VERSION;
+    h->header_size = FERRY_PROC_HEADER_SIZE;
+    h->block_size = st.block_size;
+    h->max_blocks = FERRY_MAX_BLOCKS;
+    h->mode = st.mode;
+    h->event_capacity = st.event_capacity;
+    h->state = FERRY_STATE_RUNNING;
+    if (!keep_cmdline)
+        fill_identity(h, argv);
+    else {
+        h->pid = (int32_t)ferry_raw0(SYS_getpid);
+        h->ppid = (int32_t)ferry_raw0(SYS_getppid);
+    }
+    h->start_real_ns = ferry_real_ns();
+    h->start_mono_ns = ferry_mono_ns();
+    h->start_tsc = ferry_rdtsc();
+    return 0;
+}
+
+static int open_backing(void)
+{
+    st.fd = -1;
+    st.file_size = 0;
+    if (st.dir[0]) {
+        uint32_t seq = 0;
+        int fd = create_file(st.dir, (int)ferry_raw0(SYS_getpid), &seq);
+        if (fd >= 0 && ferry_raw2(SYS_ftruncate, fd, FERRY_PROC_HEADER_SIZE) == 0) {
+            st.fd = fd;
+            st.file_size = FERRY_PROC_HEADER_SIZE;
+            ferry_hdr = map(FERRY_PROC_HEADER_SIZE, fd, 0);
+            if (ferry_hdr) {
+                ferry_hdr->seq = seq;
+                /* Tallied from the file's creation on: its openat is where a
+                 * tracer sees the shim start; ftruncate and mmap followed. */
+                ferry_internal = ferry_hdr->internal;
+                ferry_internal[SYS_ftruncate]++;
+                ferry_internal[SYS_mmap]++;
+                return 0;
+            }
+        }
+        if (fd >= 0)
+            ferry_raw1(SYS_close, fd);
+        st.fd = -1;
+    }
+    ferry_hdr = map(FERRY_PROC_HEADER_SIZE, -1, 0);
+    ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
+    return ferry_hdr ? 0 : -12;
+}
+
+int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv)
+{
+    st.mode = mode;
+    st.event_capacity = mode == FERRY_MODE_TRACE ? event_capacity : 0;
+    uint64_t size = sizeof(struct ferry_blk) + (uint64_t)st.event_capacity * sizeof(struct ferry_event);
+    st.block_size = (uint32_t)((size + 4095) & ~4095ULL);
+    if (run_dir) {
+        size_t n = ferry_strlen(run_dir);
+        if (n < sizeof(st.dir))
+            ferry_memcpy(st.dir, run_dir, n + 1);
+    }
+    int rc = open_backing();
+    if (rc)
+        return rc;
+    header_init(argv, 0);
+    if (mode == FERRY_MODE_TRACE)
+        calibrate(ferry_hdr);
+    return 0;
+}
+
+static struct ferry_blk *claim(void)
+{
+    for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++) {
+        struct ferry_blk *b = __atomic_load_n(&st.blocks[i], __ATOMIC_ACQUIRE);
+        if (!b)
+            continue;
+        uint32_t expect = 0;
+        if (__atomic_compare_exchange_n(&b->in_use, &expect, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return b;
+    }
+    uint32_t idx = __atomic_fetch_add(&ferry_hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+    if (idx >= FERRY_MAX_BLOCKS) {
+        __atomic_fetch_add(&ferry_hdr->overflow, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    uint64_t off = FERRY_PROC_HEADER_SIZE + (uint64_t)idx * st.block_size;
+    if (st.fd >= 0) {
+        spin_lock(&st.grow_lock);
+        if (off + st.block_size > st.file_size) {
+            if (ferry_raw2(SYS_ftruncate, st.fd, off + st.block_size) == 0)
+                st.file_size = off + st.block_size;
+        }
+        spin_unlock(&st.grow_lock);
+    }
+    struct ferry_blk *b = map(st.block_size, st.fd, off);
+    if (!b)
+        return 0;
+    b->in_use = 1;
+    __atomic_store_n(&st.blocks[idx], b, __ATOMIC_RELEASE);
+    return b;
+}
+
+struct ferry_blk *ferry_blk_get(void)
+{
+    struct ferry_blk *b = ferry_tls_block;
+    if (b || !ferry_hdr)
+        return b;
+    b = claim();
+    if (b) {
+        b->tid = (int32_t)ferry_raw0(SYS_gettid);
+        ferry_tls_block = b;
+    }
+    return b;
+}
+
+void ferry_blk_count(long nr)
+{
+    struct ferry_blk *b = ferry_blk_get();
+    if (!b)
+        return;
+    /* A single add instruction: a signal handler on this thread that also
+     * counts cannot interleave with it. */
+    uint64_t *slot = ((unsigned long)nr < FERRY_NR_MAX) ? &b->calls[nr] : &b->invalid;
+    __asm__ volatile("addq $1, %0" : "+m"(*slot));
+}
+
+void ferry_blk_retire(void)
+{
+    /* The block keeps its figures (it is part of the file); another thread
+     * may take it over and add to them.  Only the owner changes. */
+    struct ferry_blk *b = ferry_tls_block;
+    if (!b)
+        return;
+    ferry_tls_block = 0;
+    __atomic_store_n(&b->in_use, 0, __ATOMIC_RELEASE);
+}
+
+void ferry_store_after_fork(void)
+{
+    /* Everything mapped is the parent's (shared with its file): leave it
+     * alone, and start a file of our own. */
+    for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++)
+        st.blocks[i] = 0;
+    ferry_tls_block = 0;
+    tls_spare = 0;
+    tls_in_vfork_child = 0;
+    ferry_internal = 0;
+    struct ferry_proc_header *parent = ferry_hdr;
+    if (st.fd >= 0)
+        ferry_raw1(SYS_close, st.fd);
+    if (open_backing() != 0) {
+        ferry_hdr = 0;
+        return;
+    }
+    /* Same image as the parent: same program, arguments and modules. */
+    ferry_memcpy(ferry_hdr->exe, parent->exe, sizeof(parent->exe));
+    ferry_memcpy(ferry_hdr->cmdline, parent->cmdline, sizeof(parent->cmdline));
+    ferry_hdr->cmdline_len = parent->cmdline_len;
+    ferry_memcpy(ferry_hdr->modules, parent->modules, sizeof(parent->modules));
+    ferry_hdr->nmodules = parent->nmodules;
+    ferry_hdr->nsites = parent->nsites;
+    ferry_hdr->cal_tsc = parent->cal_tsc;
+    ferry_hdr->cal_ns = parent->cal_ns;
+    header_init(0, 1);
+}
+
+int ferry_blk_spare_prepare(void)
+{
+    if (!tls_spare)
+        tls_spare = map(st.block_size, -1, 0);
+    return tls_spare ? 0 : -12;
+}
+
+int ferry_in_vfork_child(void) { return tls_in_vfork_child; }
+
+void ferry_blk_enter_vfork_child(void)
+{
+    if (tls_in_vfork_child || !tls_spare)
+        return;  /* nested, or no spare: count with the parent, as before */
+    ferry_memset(tls_spare, 0, sizeof(struct ferry_blk));
+    tls_spare->in_use = 1;
+    tls_spare->tid = (int32_t)ferry_raw0(SYS_gettid);
+    tls_vfork_saved = ferry_tls_block;
+    ferry_tls_block = tls_spare;
+    tls_in_vfork_child = 1;
+    ferry_internal = 0;  /* the child's own calls are not the parent's */
+}
+
+void ferry_blk_leave_vfork_child(void)
+{
+    if (!tls_in_vfork_child)
+        return;
+    ferry_tls_block = tls_vfork_saved;
+    tls_in_vfork_child = 0;
+    ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
+}
+
+/* A vfork child's own file, written with pwrite from the parent's header
+ * (read only) and its spare block, with its own identity patched in. */
+static void vfork_child_write(uint32_t state, int exit_code, const char *exec_path)
+{
+    if (!st.dir[0] || !ferry_hdr)
+        return;
+    uint32_t seq = 0;
+    int pid = (int)ferry_raw0(SYS_getpid);
+    int fd = create_file(st.dir, pid, &seq);
+    if (fd < 0)
+        return;
+    struct ferry_proc_header *h = ferry_hdr;
+    ferry_raw4(SYS_pwrite64, fd, h, FERRY_PROC_HEADER_SIZE, 0);
+    struct {
+        uint32_t nblocks, state;
+        int32_t pid, ppid, exit_code;
+    } id = {1, state, pid, (int32_t)ferry_raw0(SYS_getppid), exit_code};
+    ferry_raw4(SYS_pwrite64, fd, &id, sizeof(id), __builtin_offsetof(struct ferry_proc_header, nblocks));
+    uint32_t zero = 0;
+    ferry_raw4(SYS_pwrite64, fd, &zero, 4, __builtin_offsetof(struct ferry_proc_header, nwaits));
+    ferry_raw4(SYS_pwrite64, fd, &seq, 4, __builtin_offsetof(struct ferry_proc_header, seq));
+    uint64_t times[3] = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
+    ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), __builtin_offsetof(struct ferry_proc_header, end_real_ns));
+    if (exec_path) {
+        char path[1024];
+        size_t n = ferry_strlen(exec_path);
+        if (n >= sizeof(path))
+            n = sizeof(path) - 1;
+        ferry_memcpy(path, exec_path, n);
+        path[n] = 0;
+        ferry_raw4(SYS_pwrite64, fd, path, n + 1, __builtin_offsetof(struct ferry_proc_header, exec_path));
+    }
+    ferry_raw4(SYS_pwrite64, fd, ferry_tls_block, sizeof(struct ferry_blk), FERRY_PROC_HEADER_SIZE);
+    ferry_raw1(SYS_close, fd);
+}
+
+void ferry_store_exit(int status)
+{
+    if (tls_in_vfork_child) {
+        vfork_child_write(FERRY_STATE_EXITED, status, 0);
+        return;
+    }
+    if (!ferry_hdr)
+        return;
+    ferry_hdr->exit_code = status;
+    ferry_hdr->end_real_ns = ferry_real_ns();
+    ferry_hdr->end_mono_ns = ferry_mono_ns();
+    ferry_hdr->end_tsc = ferry_rdtsc();
+    __atomic_store_n(&ferry_hdr->state, FERRY_STATE_EXITED, __ATOMIC_RELEASE);
+}
+
+void ferry_store_exec_begin(const char *path)
+{
+    if (tls_in_vfork_child) {
+        /* Written now: if the exec succeeds nothing of us is left after it.
+         * If it fails, the child goes on and its exit rewrites the file. */
+        vfork_child_write(FERRY_STATE_EXEC, 0, path);
+        return;
+    }
+    if (!ferry_hdr)
+        return;
+    size_t n = ferry_strlen(path);
+    if (n >= sizeof(ferry_hdr->exec_path))
+        n = sizeof(ferry_hdr->exec_path) - 1;
+    ferry_memcpy(ferry_hdr->exec_path, path, n);
+    ferry_hdr->exec_path[n] = 0;
+    ferry_hdr->end_real_ns = ferry_real_ns();
+    ferry_hdr->end_mono_ns = ferry_mono_ns();
+    ferry_hdr->end_tsc = ferry_rdtsc();
+    __atomic_store_n(&ferry_hdr->state, FERRY_STATE_EXEC, __ATOMIC_RELEASE);
+}
+
+void ferry_store_exec_failed(void)
+{
+    if (!tls_in_vfork_child && ferry_hdr)
+        __atomic_store_n(&ferry_hdr->state, FERRY_STATE_RUNNING, __ATOMIC_RELEASE);
+}
+
+void ferry_store_wait(int pid, int status)
+{
+    if (!ferry_hdr || tls_in_vfork_child)
+        return;
+    uint32_t i = __atomic_fetch_add(&ferry_hdr->nwaits, 1, __ATOMIC_ACQ_REL);
+    if (i >= FERRY_MAX_WAITS)
+        return;
+    ferry_hdr->waits[i].pid = pid;
+    ferry_hdr->waits[i].status = status;
+    ferry_hdr->waits[i].mono_ns = ferry_mono_ns();
+}
+
+void ferry_blk_sum(uint64_t *calls, uint64_t *invalid)
+{
+    if (tls_in_vfork_child) {
+        for (int i = 0; i < FERRY_NR_MAX; i++)
+            calls[i] = ferry_tls_block->calls[i];
+        *invalid = ferry_tls_block->invalid;
+        return;
+    }
+    ferry_memset(calls, 0, FERRY_NR_MAX * sizeof(uint64_t));
+    *invalid = 0;
+    for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++) {
+        struct ferry_blk *b = __atomic_load_n(&st.blocks[i], __ATOMIC_ACQUIRE);
+        if (!b)
+            continue;  /* claimed by a thread still mapping it, or never */
+        for (int n = 0; n < FERRY_NR_MAX; n++)
+            calls[n] += __atomic_load_n(&b->calls[n], __ATOMIC_RELAXED);
+        *invalid += __atomic_load_n(&b->invalid, __ATOMIC_RELAXED);
+    }
+}

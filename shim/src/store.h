@@ -1,0 +1,51 @@
+/* Where the shim's figures live: the process file (procfile.h) in the run
+ * directory, or the same layout in anonymous memory when there is none. */
+#ifndef FERRY_STORE_H
+#define FERRY_STORE_H
+
+#include <stdint.h>
+
+#include "procfile.h"
+
+extern struct ferry_proc_header *ferry_hdr;
+extern __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
+
+/* Set up the store of this process image (called once, from the constructor). */
+int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv);
+
+/* The calling thread's block, claiming one if needed; NULL when there is no
+ * room (the call is then not counted, and the header's overflow says so). */
+struct ferry_blk *ferry_blk_get(void);
+void ferry_blk_count(long nr);
+void ferry_blk_retire(void);
+
+/* A fork child: a new file of its own, starting from zero. */
+void ferry_store_after_fork(void);
+
+/* A vfork child shares this thread's memory, TLS included, until it execs
+ * or exits: it counts into a spare block its parent prepared, and writes a
+ * file of its own (with write(2), never touching the shared mappings). */
+int ferry_blk_spare_prepare(void);
+void ferry_blk_enter_vfork_child(void);
+void ferry_blk_leave_vfork_child(void);
+int ferry_in_vfork_child(void);
+
+void ferry_store_exit(int status);
+void ferry_store_exec_begin(const char *path);
+void ferry_store_exec_failed(void);
+void ferry_store_wait(int pid, int status);
+
+/* Sum of all threads, past and present (in a vfork child: its own calls). */
+void ferry_blk_sum(uint64_t *calls, uint64_t *invalid);
+
+uint64_t ferry_mono_ns(void);
+uint64_t ferry_real_ns(void);
+
+static inline uint64_t ferry_rdtsc(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+#endif
