@@ -1,63 +1,53 @@
-"""`make demo`: instrument the bundled example, run it, show what was intercepted.
+"""`make demo`: the instrument -> run -> report loop on the bundled example.
 
-The example (examples/demo.c) is built like any closed-source program.  Ferry
-rewrites it and its libc into a directory, the rewritten program runs from
-there by itself, and the shim's counts are shown next to what the program was
-written to do (1000 getppid calls, one fork, one thread).
+The example (examples/demo.c) is built like any closed-source program. Ferry
+rewrites it and its libc, runs it with the shim in trace mode, and reports
+what it intercepted; the numbers are checked against what the program was
+written to do (1000 getppid calls, one thread, one fork).
 """
-import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-from rewriter.syscall_table import name_of  # noqa: E402
+from ferry.rundata import load_run  # noqa: E402
 
 console = Console(highlight=False)
-FERRY = [str(Path(sys.executable).parent / "ferry")]
+FERRY = str(Path(sys.executable).parent / "ferry")
+
+
+def step(title, *args, **kw):
+    console.rule(f"[bold]{title}")
+    return subprocess.run([FERRY, *map(str, args)], **kw)
 
 
 def main():
     program = HERE / "build" / "demo"
-    out = HERE / "build" / "demo.ferry"
-    console.rule(f"ferry instrument {program.relative_to(ROOT)}")
-    subprocess.run(FERRY + ["instrument", str(program), "-o", str(out)], check=True)
-
-    console.rule("run the original and the rewritten program")
+    run_dir = HERE / "build" / "demo.data"
+    step(f"ferry instrument {program.relative_to(ROOT)}", "instrument", program, check=True)
     original = subprocess.run([str(program)], capture_output=True, text=True)
-    with tempfile.TemporaryDirectory() as stats_dir:
-        env = dict(os.environ, FERRY_STATS=os.path.join(stats_dir, "stats.%p.json"))
-        rewritten = subprocess.run([str(out / "demo")], capture_output=True, text=True, env=env)
-        stats = [json.loads(p.read_text()) for p in sorted(Path(stats_dir).glob("stats.*.json"))]
-    console.print(rewritten.stdout, end="")
-    same = (original.stdout, original.returncode) == (rewritten.stdout, rewritten.returncode)
-    console.print(f"output and exit status identical to the original: "
+    run = step(f"ferry run -o {run_dir.relative_to(ROOT)} -- {program.relative_to(ROOT)}",
+               "run", "-o", run_dir, "--", program, capture_output=True, text=True)
+    console.print(run.stdout, end="")
+    same = (original.stdout, original.returncode) == (run.stdout, run.returncode)
+    console.print(f"output and exit status identical to the original program: "
                   f"{'[green]yes[/]' if same else '[red]NO[/]'}")
-
-    console.rule("what the shim intercepted")
-    first = min(s["pid"] for s in stats)
-    stats.sort(key=lambda s: (s["pid"] != first, s["pid"]))
-    table = Table()
-    table.add_column("syscall")
-    for s in stats:
-        table.add_column("parent" if s is stats[0] else f"child {s['pid']}", justify="right")
-    nrs = sorted({int(nr) for s in stats for nr in s["calls"]},
-                 key=lambda nr: -max(s["calls"].get(str(nr), 0) for s in stats))
-    for nr in nrs:
-        table.add_row(name_of(nr), *[str(s["calls"].get(str(nr), "")) for s in stats])
-    table.add_row("[bold]total[/]", *[f"[bold]{sum(s['calls'].values())}[/]" for s in stats])
-    console.print(table)
-    getppid = stats[0]["calls"].get("110", 0)
-    console.print(f"getppid intercepted in the parent: {getppid} (the program makes 1000)")
-    console.print("Calls the dynamic loader makes before the shim starts are not intercepted.")
-    return 0 if same and getppid == 1000 else 1
+    step(f"ferry report {run_dir.relative_to(ROOT)}", "report", run_dir, check=True)
+    step("ferry report --html", "report", "--html", run_dir, check=True)
+    model = load_run(run_dir)
+    parent = model["processes"][0]
+    getppid = next(s["calls"] for s in model["syscalls"] if s["name"] == "getppid")
+    console.rule("[bold]checked")
+    console.print(f"processes recorded: {len(model['processes'])} (the program and its fork child)")
+    console.print(f"getppid calls intercepted: {getppid} (the program makes 1000, its child 1)")
+    console.print(f"threads of the parent: {parent['threads']} (main and one worker)")
+    ok = same and getppid == 1001 and len(model["processes"]) == 2 and parent["threads"] == 2
+    console.print("[green]demo ok[/]" if ok else "[red]demo: something differs[/]")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

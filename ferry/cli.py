@@ -6,7 +6,7 @@ import traceback
 import click
 
 from . import __version__
-from .commands import instrument, sites
+from .commands import instrument, live, profile, report, run, runs, sites
 from .rewriter.errors import FerryError
 
 
@@ -40,6 +40,11 @@ def cli():
 
 cli.add_command(sites.command)
 cli.add_command(instrument.command)
+cli.add_command(run.command)
+cli.add_command(runs.command)
+cli.add_command(live.command)
+cli.add_command(report.command)
+cli.add_command(profile.command)
 
 
 def main():

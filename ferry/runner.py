@@ -49,7 +49,9 @@ def _resolve(command):
         raise FerryError(path, "no such file")
     if os.path.isdir(path):
         raise FerryError(path, "is a directory, not a program")
-    if not os.access(path, os.X_OK):
+    # root passes access(X_OK) for any file with an x bit; the mode is what
+    # the kernel's exec checks first.
+    if not os.stat(path).st_mode & 0o111 or not os.access(path, os.X_OK):
         raise FerryError(path, "not executable")
     return os.path.abspath(path)
 

@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import keystone
 import lief
 
 from . import layout, trampoline
@@ -133,7 +134,11 @@ def rewrite(image, sites, cmap, out_path, changes):
     for n, site in enumerate(patched):
         addr = tramp_base + offsets[site.id]
         record = ctl_base + layout.CTL_HEADER_SIZE + n * layout.SITE_RECORD_SIZE
-        body = trampoline.build(site, addr, vector, record, cmap.read)
+        try:
+            body = trampoline.build(site, addr, vector, record, cmap.read)
+        except (trampoline.TrampolineError, keystone.KsError) as e:
+            # Only a damaged file puts the new segments out of reach of the code.
+            raise FerryError(image.path, f"corrupt ELF file: trampolines cannot be placed ({e})") from None
         code[offsets[site.id]:offsets[site.id] + len(body)] = body
         site.trampoline = addr
     tramp_seg.content = list(code)

@@ -1,0 +1,103 @@
+"""The rows every renderer shows: the model's syscalls, sites or processes with derived
+numbers (avg_ns, pct_time) added, sorted by a --sort key. The model is not modified."""
+import os
+
+BY = ("syscall", "site", "process")
+SORT_KEYS = ("time", "calls", "errors", "name", "avg")
+
+
+def num(entry, key):
+    """A count or time of an entry; 0 for null (a process that ran without the shim)."""
+    return entry.get(key) or 0
+
+
+def avg_ns(entry):
+    calls = num(entry, "calls")
+    return num(entry, "time_ns") / calls if calls else 0.0
+
+
+def program(process):
+    """Short name of a process's program: the exe's file name, else argv[0]."""
+    if process.get("exe"):
+        return os.path.basename(process["exe"])
+    if process.get("argv"):
+        return process["argv"][0]
+    return "?"
+
+
+def _name_key(by):
+    if by == "syscall":
+        return lambda e: (e["name"], e.get("nr") or 0)
+    if by == "site":
+        return lambda e: (e.get("name") or "", e.get("module") or "", e.get("function") or "",
+                          e["id"])
+    return lambda e: (program(e), e["pid"])
+
+
+_NUMERIC = {"time": lambda e: num(e, "time_ns"), "calls": lambda e: num(e, "calls"),
+            "errors": lambda e: num(e, "errors"), "avg": avg_ns}
+
+
+def sort(entries, by, key="time"):
+    """Entries sorted by `key`: numbers most first, names alphabetically; ties by name."""
+    if key not in SORT_KEYS:
+        raise ValueError(f"unknown sort key {key!r}")
+    name = _name_key(by)
+    if key == "name":
+        return sorted(entries, key=name)
+    value = _NUMERIC[key]
+    return sorted(entries, key=lambda e: (-value(e), name(e)))
+
+
+def entries(model, by):
+    return {"syscall": model["syscalls"], "site": model["sites"], "process": model["processes"]}[by]
+
+
+def total_time(model, by):
+    return sum(num(e, "time_ns") for e in entries(model, by))
+
+
+def rows(model, by="syscall", key="time"):
+    """Copies of the model's entries for `by`, sorted, each with avg_ns and pct_time added."""
+    if by not in BY:
+        raise ValueError(f"unknown grouping {by!r}")
+    whole = total_time(model, by)
+    out = []
+    for e in entries(model, by):
+        row = dict(e)
+        row["avg_ns"] = avg_ns(e)
+        row["pct_time"] = 100.0 * num(e, "time_ns") / whole if whole else 0.0
+        out.append(row)
+    return sort(out, by, key)
+
+
+def totals(model):
+    """Calls, errors and time over all syscalls."""
+    return {"calls": sum(s["calls"] for s in model["syscalls"]),
+            "errors": sum(s["errors"] for s in model["syscalls"]),
+            "time_ns": sum(s["time_ns"] for s in model["syscalls"])}
+
+
+def exit_text(exit):
+    """'0', 'signal 9' or '?' for an exit dict {"code", "signal"} (or None)."""
+    if not exit:
+        return "?"
+    if exit.get("signal") is not None:
+        return f"signal {exit['signal']}"
+    if exit.get("code") is not None:
+        return str(exit["code"])
+    return "?"
+
+
+def state_text(p):
+    """How a process ended, in a few words."""
+    if p.get("enabled") is False:
+        return "no shim"
+    state = p.get("state") or "?"
+    if state == "exited":
+        return f"exited {exit_text(p.get('exit'))}"
+    if state == "killed":
+        return f"killed by {exit_text(p.get('exit'))}"
+    if state == "exec":
+        return f"exec {p.get('exec') or '?'}"
+    return state

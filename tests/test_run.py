@@ -1,0 +1,145 @@
+"""`ferry run`: the program runs as it would alone (streams, exit status,
+signals), and leaves a run directory that says what happened, even when the
+program crashes or is killed."""
+import json
+import shutil
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FERRY, ROOT
+from ferry.rundata import load_run
+
+CRASH = ROOT / "tests" / "programs" / "build" / "crash"
+FORKEXEC = ROOT / "tests" / "programs" / "build" / "forkexec"
+
+
+@pytest.fixture(autouse=True)
+def own_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+
+
+def ferry_run(tmp_path, *argv, profile=None, input=None, check=False, out="run"):
+    args = [*FERRY, "run", "-o", str(tmp_path / out)]
+    if profile:
+        args += ["--profile", profile]
+    return subprocess.run(args + ["--", *map(str, argv)], capture_output=True, input=input,
+                          timeout=120, check=check)
+
+
+def test_streams_and_exit_status_pass_through(tmp_path):
+    r = ferry_run(tmp_path, "sh", "-c", "cat; echo to-err >&2; exit 7", input=b"from stdin\n")
+    assert (r.returncode, r.stdout, r.stderr) == (7, b"from stdin\n", b"to-err\n")
+    model = load_run(tmp_path / "run")
+    assert model["info"]["exit"] == {"code": 7, "signal": None}
+    assert model["info"]["command"] == ["sh", "-c", "cat; echo to-err >&2; exit 7"]
+    root = model["processes"][0]
+    assert (root["state"], root["exit"], root["enabled"]) == ("exited", {"code": 7, "signal": None}, True)
+    assert root["argv"][0] == "sh" and root["exe"] == shutil.which("sh")  # as named, not resolved
+
+
+@pytest.mark.parametrize("mode,sig", [("segv", signal.SIGSEGV), ("abort", signal.SIGABRT),
+                                      ("kill", signal.SIGTERM)])
+def test_a_crash_kills_ferry_run_with_the_same_signal_and_is_recorded(tmp_path, mode, sig):
+    r = ferry_run(tmp_path, CRASH, mode)
+    assert r.returncode == -sig
+    model = load_run(tmp_path / "run")
+    assert model["info"]["exit"] == {"code": None, "signal": sig.name}
+    root = model["processes"][0]
+    assert root["state"] == "killed" and root["exit"]["signal"] == sig.name
+    assert model["totals"]["calls"] > 0  # what it did before dying is there
+
+
+def test_signal_sent_to_ferry_run_reaches_the_program(tmp_path):
+    proc = subprocess.Popen([*FERRY, "run", "-o", str(tmp_path / "run"), "--", "sleep", "30"])
+    deadline = time.time() + 20
+    while time.time() < deadline and not list((tmp_path / "run" / "proc").glob("*.ferry")):
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == -signal.SIGTERM
+    model = load_run(tmp_path / "run")
+    assert model["info"]["exit"]["signal"] == "SIGTERM"
+    assert model["processes"][0]["state"] == "killed"
+
+
+def test_previous_run_is_kept_as_old(tmp_path):
+    ferry_run(tmp_path, "true", check=True)
+    first = json.loads((tmp_path / "run" / "info.json").read_text())
+    ferry_run(tmp_path, "false")
+    assert json.loads((tmp_path / "run.old" / "info.json").read_text())["start"] == first["start"]
+    assert load_run(tmp_path / "run")["info"]["exit"]["code"] == 1
+
+
+def test_children_are_recorded_with_how_they_ended(tmp_path):
+    r = ferry_run(tmp_path, FORKEXEC)
+    assert r.returncode == 0
+    model = load_run(tmp_path / "run")
+    procs = model["processes"]
+    enabled = [p for p in procs if p["enabled"]]
+    assert len({p["pid"] for p in enabled}) >= 6  # the program, its forks, vforks and spawns
+    # Children that exec'd programs that were not rewritten say so.
+    echo = [p for p in procs if not p["enabled"] and p["exe"] == "/bin/echo"]
+    assert echo and all("not rewritten" in p["reason"] for p in echo)
+    assert any(p["exit"] == {"code": 3, "signal": None} for p in procs)  # sh -c 'exit 3'
+
+
+def test_profiles_choose_what_the_shim_records(tmp_path):
+    for profile in ("trace", "count", "off"):
+        ferry_run(tmp_path, "ls", "/", profile=profile, out=profile, check=True)
+    trace, count, off = (load_run(tmp_path / p) for p in ("trace", "count", "off"))
+    assert trace["totals"]["time_ns"] > 0 and trace["sites"]
+    assert count["totals"]["calls"] == trace["totals"]["calls"] and count["totals"]["time_ns"] == 0
+    assert off["totals"]["calls"] == 0
+    assert [p["mode"] for p in off["processes"]] == ["off"]
+
+
+def test_runs_are_indexed(tmp_path):
+    ferry_run(tmp_path, "true", check=True)
+    ferry_run(tmp_path, "false", out="run2")
+    rows = json.loads(subprocess.run([*FERRY, "runs", "--json"], capture_output=True, text=True,
+                                     check=True).stdout)
+    assert [r["command"] for r in rows[:2]] == [["false"], ["true"]]
+    assert rows[0]["exit_code"] == 1 and rows[0]["present"] and rows[0]["calls"] > 0
+    out = subprocess.run([*FERRY, "runs"], capture_output=True, text=True, check=True).stdout
+    assert "false" in out and "true" in out
+
+
+@pytest.mark.parametrize("argv,problem", [(["/nonexistent/prog"], "no such file"),
+                                          (["no-such-command-ferry"], "command not found"),
+                                          (["{data}"], "not executable"),
+                                          (["/tmp"], "is a directory")])
+def test_bad_command_gives_one_line_and_leaves_nothing(tmp_path, argv, problem):
+    data = tmp_path / "data.txt"
+    data.write_text("not a program\n")
+    r = ferry_run(tmp_path, *(a.format(data=data) for a in argv))
+    assert r.returncode == 2
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and problem in lines[0] and lines[0].startswith("ferry: ")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_directory_that_is_not_a_run_is_never_replaced(tmp_path):
+    precious = tmp_path / "run"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("mine")
+    r = ferry_run(tmp_path, "true")
+    assert r.returncode == 2 and b"not a run directory" in r.stderr
+    assert (precious / "notes.txt").read_text() == "mine"
+
+
+def test_corrupt_process_file_is_reported_by_name(tmp_path):
+    ferry_run(tmp_path, "true", check=True)
+    victim = next((tmp_path / "run" / "proc").glob("*.ferry"))
+    victim.write_bytes(victim.read_bytes()[:1000])
+    from ferry.rewriter.errors import FerryError
+    with pytest.raises(FerryError, match="truncated process file"):
+        load_run(tmp_path / "run")
+    victim.write_bytes(b"garbage" * 20000)
+    with pytest.raises(FerryError, match="not a Ferry process file"):
+        load_run(tmp_path / "run")
