@@ -14,6 +14,14 @@ from . import procfile
 from .rewriter.errors import FerryError
 from .rewriter.syscall_table import name_of
 
+NOT_ENABLED = {
+    procfile.EXEC_REWRITTEN: "its rewritten image did not start the shim",
+    procfile.EXEC_PLAIN: "ran a dynamic program that has no rewritten image yet "
+                         "(`ferry run` rewrites it after this run; the next run enables it)",
+    procfile.EXEC_SETUID: "set-user-ID or set-group-ID program: never enabled",
+    procfile.EXEC_STATIC: "statically linked program without a rewritten image",
+    procfile.EXEC_UNKNOWN: "not an ELF program the shim could read",
+}
 PREINIT_NOTE = ("calls made before the shim initialized (the dynamic loader mapping the "
                 "program's libraries) are not seen and not counted")
 
@@ -126,6 +134,22 @@ def load_run(run_dir):
     }
 
 
+def _original_of(exe, images, memo={}):
+    """The program a rewritten image was made from: recorded by `ferry run`
+    for the command itself, else in the manifest beside the image."""
+    if exe in images:
+        return images[exe]
+    if exe not in memo:
+        memo[exe] = exe
+        try:
+            m = json.loads((Path(exe).parent / "manifest.json").read_text())
+            if m.get("format") == "ferry-manifest" and m.get("entry") == Path(exe).name:
+                memo[exe] = m["input"]
+        except (OSError, ValueError):
+            pass
+    return memo[exe]
+
+
 def _processes(files, info, images, waited):
     out = []
     successors = {(f.pid, f.seq) for f in files}
@@ -134,9 +158,9 @@ def _processes(files, info, images, waited):
         calls = sum(sum(b.calls) + b.invalid for b in f.blocks)
         errors = sum(s.errors for b in f.blocks for s in b.nr.values())
         ticks = sum(s.ticks for b in f.blocks for s in b.nr.values())
-        exe = images.get(f.exe, f.exe)
+        exe = _original_of(f.exe, images)
         entry = {
-            "pid": f.pid, "ppid": f.ppid, "exe": exe, "argv": f.argv,
+            "pid": f.pid, "ppid": f.ppid, "exe": exe, "image": f.exe, "argv": f.argv,
             "start": _iso(f.start_real_ns), "end": _iso(f.end_real_ns),
             "duration_s": round((f.end_mono_ns - f.start_mono_ns) / 1e9, 6) if f.end_mono_ns else None,
             "exit": None, "state": "unfinished", "exec": None,
@@ -174,8 +198,8 @@ def _processes(files, info, images, waited):
                 "exit": exit_, "state": ("killed" if exit_ and exit_.get("signal") else "exited") if exit_
                 else "unfinished",
                 "exec": None, "enabled": False,
-                "reason": "ran a program that was not rewritten (children of an exec are enabled "
-                          "by the injector, a later part of Ferry)",
+                "reason": NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN]),
+                "exec_kind": f.exec_kind,
                 "mode": None, "threads": None, "calls": None, "errors": None, "time_ns": None,
             })
     return out

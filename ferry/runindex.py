@@ -59,6 +59,16 @@ def add(run_dir, info):
                     processes))
 
 
+def remove(run_id):
+    """Forget the indexed run `run_id` (its directory is left as it is)."""
+    db = _connect()
+    try:
+        with db:
+            db.execute("DELETE FROM runs WHERE id = ?", (int(run_id),))
+    finally:
+        db.close()
+
+
 def runs(limit=None):
     """Indexed runs, newest first, as dicts (`present`: the directory still holds that run)."""
     db = _connect()

@@ -120,6 +120,29 @@ def _iso(t):
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
 
 
+def learn(out_dir):
+    """Rewrite the dynamic programs that ran without the shim in this run, so
+    that the next run enables them (FX!32 translated in the background after a
+    first, emulated run).  Returns the programs rewritten."""
+    from .procfile import EXEC_PLAIN
+    from .rewriter.instrument import instrument
+    from .rundata import load_run
+    try:
+        model = load_run(out_dir)
+    except FerryError:
+        return []
+    done = []
+    for p in model["processes"]:
+        if p["enabled"] or p.get("exec_kind") != EXEC_PLAIN or not p["exe"] or p["exe"] in done:
+            continue
+        try:
+            instrument(p["exe"])
+            done.append(p["exe"])
+        except FerryError:
+            continue
+    return done
+
+
 def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     """Run `argv` under `profile` into `out_dir`; returns (info, returncode)."""
     if not argv:

@@ -8,6 +8,10 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
     <root>/programs/<sha>-<format>/             a runnable program: the rewritten
                                                 executable, its rewritten
                                                 libraries, libferry.so, manifest.json
+    <root>/exec/<dev>-<ino>-<size>-<mtime_ns>   symlink to the rewritten program made
+                                                from the file with that identity: how
+                                                the shim, at execve, finds the image
+                                                to run instead (a stat, no hashing)
 
 The root is $FERRY_CACHE, else $XDG_CACHE_HOME/ferry, else ~/.cache/ferry.
 """
@@ -48,6 +52,26 @@ def _sha256_cached(path, size, mtime_ns, ino):
 def sha256_file(path):
     st = os.stat(path)
     return _sha256_cached(str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def exec_key(path):
+    """The identity of a file as the shim computes it at execve (shim/src/exec.c)."""
+    st = os.stat(path)
+    return f"{st.st_dev}-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+
+
+def register_exec(original, rewritten):
+    """Let the shim run `rewritten` whenever a process execs `original`."""
+    d = root() / "exec"
+    d.mkdir(parents=True, exist_ok=True)
+    link = d / exec_key(original)
+    tmp = d / f".{link.name}.{os.getpid()}.tmp"
+    try:
+        os.symlink(os.path.abspath(rewritten), tmp)
+        os.replace(tmp, link)
+    finally:
+        if tmp.is_symlink():
+            tmp.unlink()
 
 
 def load_module(sha):

@@ -14,6 +14,7 @@ address that control can reach other than by falling through:
 
 A patch window may start at such an address but never cover one.
 """
+import bisect
 import re
 import struct
 from dataclasses import dataclass, field
@@ -232,6 +233,10 @@ def analyze(image):
 
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     immediates = not image.is_pie and image.is_executable
+    if not _has_syscall_instruction(md, sections, boundaries):
+        # Most programs make every call through libc: no site, nothing to plan,
+        # and no need to decode (say) 30 MB of cc1 for branch targets.
+        return CodeMap(sections, symbols, fdes, targets, [], [], [])
     pending = []
     for sec in sections:
         cuts = sorted(b for b in boundaries if sec.address < b < sec.end)
@@ -251,6 +256,26 @@ def analyze(image):
         for piece in _consistent(md, sec, region, targets, in_code, immediates):
             _collect_sites(cmap, sec, piece)
     return cmap
+
+
+def _has_syscall_instruction(md, sections, boundaries):
+    """Whether decoding the functions around each `0f 05` finds a `syscall`."""
+    for sec in sections:
+        pos = sec.data.find(b"\x0f\x05")
+        if pos < 0:
+            continue
+        cuts = sorted(b for b in boundaries if sec.address < b < sec.end)
+        starts = [sec.address] + cuts
+        ends = cuts + [sec.end]
+        while pos >= 0:
+            i = bisect.bisect_right(starts, sec.address + pos) - 1
+            lo, hi = starts[i] - sec.address, ends[i] - sec.address
+            probe = Region(starts[i], ends[i], sec.name)
+            _sweep(md, sec.data, sec.address, lo, hi, probe, set(), lambda a: False, True, False)
+            if any(insn.mnemonic == "syscall" for insn in probe.insns):
+                return True
+            pos = sec.data.find(b"\x0f\x05", hi)
+    return False
 
 
 def _conflicts(region, targets):

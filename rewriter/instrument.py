@@ -172,6 +172,8 @@ def _instrument(path, out_dir, progress):
         if hit is not None:
             progress("done", Path(path).name)
             entry = hit_dir / hit["entry"] if hit.get("entry") else None
+            if entry is not None:
+                cache.register_exec(path, entry)
             return Result(hit_dir, entry, hit, True, time.monotonic() - started)
 
     import lief
@@ -199,6 +201,8 @@ def _instrument(path, out_dir, progress):
     if cached is not None:
         progress("done", mods[0].name)
         entry = out_dir / cached["entry"] if cached.get("entry") else None
+        if entry is not None and in_cache:
+            cache.register_exec(path, entry)
         return Result(out_dir, entry, cached, True, time.monotonic() - started)
 
     progress("start", None, total=len(mods))
@@ -269,6 +273,8 @@ def _instrument(path, out_dir, progress):
         shutil.rmtree(tmp, ignore_errors=True)
     progress("done", mods[0].name)
     entry = out_dir / root_name if image.is_executable else None
+    if entry is not None and in_cache:
+        cache.register_exec(path, entry)
     return Result(out_dir, entry, m, False, time.monotonic() - started)
 
 

@@ -2,7 +2,7 @@
 import click
 
 from ..console import err_console
-from .run import profile_option, run_with_progress
+from .run import learn_after, profile_option, run_with_progress
 
 
 @click.command("live", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -24,6 +24,7 @@ def command(ctx, profile_name, out_dir, by, command):
     err_console.rule(f"ferry report {out_dir}")
     with _stdout_to_stderr():
         ctx.invoke(report.command, run_dir=out_dir, by=by)
+    learn_after(out_dir)
     exit_like(returncode)
 
 

@@ -10,6 +10,17 @@ def profile_option(f):
                         help="A shipped profile name or a profile file (see `ferry profile list`).")(f)
 
 
+def learn_after(out_dir):
+    """After the run: rewrite what ran without the shim, and say so."""
+    import os
+    from ..runner import learn
+    done = learn(out_dir)
+    if done:
+        names = ", ".join(os.path.basename(p) for p in done)
+        err_console.print(f"ferry: rewrote {len(done)} program(s) that ran without the shim ({names}); "
+                          "the next run enables them")
+
+
 def run_with_progress(argv, profile_name, out_dir):
     """Load the profile, instrument with a spinner, run; returns (info, returncode, out_dir)."""
     from ..profiles import load
@@ -33,12 +44,16 @@ def run_with_progress(argv, profile_name, out_dir):
 @profile_option
 @click.option("-o", "--output", "out_dir", default="ferry.data", show_default=True,
               help="Run directory (the previous run there is kept as DIR.old).")
+@click.option("--learn/--no-learn", default=True, show_default=True,
+              help="After the run, rewrite the programs that ran without the shim.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(profile_name, out_dir, command):
+def command(profile_name, out_dir, learn, command):
     """Run COMMAND with the shim and record a run directory.
 
     COMMAND's stdin, stdout and stderr are its own; its exit status, or the
     signal that killed it, becomes ferry's."""
     from ..runner import exit_like
     info, returncode = run_with_progress(list(command), profile_name, out_dir)
+    if learn:
+        learn_after(out_dir)
     exit_like(returncode)

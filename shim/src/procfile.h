@@ -31,6 +31,15 @@ enum ferry_proc_state {
                                    still says so, the exec succeeded */
 };
 
+/* What an exec will run, as the shim saw it before the call. */
+enum ferry_exec_kind {
+    FERRY_EXEC_REWRITTEN = 1,   /* the cached rewritten image: it carries the shim */
+    FERRY_EXEC_PLAIN = 2,       /* a dynamic program not rewritten yet */
+    FERRY_EXEC_SETUID = 3,      /* set-user/group-ID: never enabled */
+    FERRY_EXEC_STATIC = 4,      /* statically linked, no rewritten image */
+    FERRY_EXEC_UNKNOWN = 5,     /* not readable, or not an ELF program */
+};
+
 enum ferry_mode { FERRY_MODE_OFF = 0, FERRY_MODE_COUNT = 1, FERRY_MODE_TRACE = 2 };
 
 struct ferry_module_entry {
@@ -73,7 +82,9 @@ struct ferry_proc_header {
     uint32_t event_capacity;        /* 132: events per block */
     uint32_t overflow;              /* 136: threads beyond max_blocks (not counted) */
     uint32_t seq;                   /* 140: image number of this pid */
-    uint64_t reserved0[14];         /* 144 */
+    uint32_t exec_kind;             /* 144: what the exec in exec_path runs (enum below) */
+    uint32_t reserved0a;
+    uint64_t reserved0[13];         /* 152 */
     char exe[1024];                 /* 256 */
     uint32_t cmdline_len;           /* 1280 */
     uint32_t reserved1;

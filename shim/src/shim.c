@@ -20,6 +20,7 @@
 #include <sys/uio.h>
 
 #include "ctl.h"
+#include "exec.h"
 #include "ferry.h"
 #include "raw.h"
 #include "shim.h"
@@ -195,6 +196,7 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     if (cap < 0 || cap > (1L << 24))
         cap = 0;
     ferry_store_open(env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv);
+    ferry_exec_configure(envp);
     ferry_modules_enable();
     active = 1;
 }
@@ -249,21 +251,6 @@ void ferry_post(long result)
     pending_nr = 0;
 }
 
-static void exec_begin(const void *user_path)
-{
-    char path[1024];
-    long n = safe_read(path, user_path, sizeof(path) - 1);
-    if (n <= 0) {
-        /* The string may end before the next unreadable page: retry short. */
-        n = safe_read(path, user_path, 256);
-        if (n <= 0)
-            n = 0;
-    }
-    path[n] = 0;
-    path[sizeof(path) - 1] = 0;
-    ferry_store_exec_begin(path);
-}
-
 static uint32_t site_of(const struct ferry_regs *r)
 {
     const struct ferry_site_rec *rec = r->site;
@@ -300,20 +287,17 @@ long ferry_slow(struct ferry_regs *r)
             ferry_stats_write(stats_path);
         break;
     case SYS_execve:
-        exec_begin((const void *)r->rdi);
-        break;
     case SYS_execveat:
-        exec_begin((const void *)r->rsi);
-        break;
+        r->rax = ferry_exec(r);  /* returns only if the exec failed */
+        ferry_store_exec_failed();
+        return FERRY_DONE;
     }
     int timed = mode == FERRY_MODE_TRACE && (unsigned long)nr < FERRY_NR_MAX && traced[nr];
     uint64_t t0 = timed ? ferry_rdtsc() : 0;
     r->rax = do_syscall(r);
     if (timed)
         ferry_trace_record(ferry_tls_block, nr, r->rax, t0, ferry_rdtsc(), site_of(r));
-    if ((nr == SYS_execve || nr == SYS_execveat))
-        ferry_store_exec_failed();
-    else if (nr == SYS_wait4 && r->rax > 0 && r->rsi)
+    if (nr == SYS_wait4 && r->rax > 0 && r->rsi)
         ferry_store_wait((int)r->rax, *(const int *)r->rsi);
     return FERRY_DONE;
 }

@@ -312,7 +312,7 @@ void ferry_blk_leave_vfork_child(void)
 
 /* A vfork child's own file, written with pwrite from the parent's header
  * (read only) and its spare block, with its own identity patched in. */
-static void vfork_child_write(uint32_t state, int exit_code, const char *exec_path)
+static void vfork_child_write(uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
 {
     if (!st.dir[0] || !ferry_hdr)
         return;
@@ -333,6 +333,7 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     ferry_raw4(SYS_pwrite64, fd, &seq, 4, __builtin_offsetof(struct ferry_proc_header, seq));
     uint64_t times[3] = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
     ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), __builtin_offsetof(struct ferry_proc_header, end_real_ns));
+    ferry_raw4(SYS_pwrite64, fd, &kind, 4, __builtin_offsetof(struct ferry_proc_header, exec_kind));
     if (exec_path) {
         char path[1024];
         size_t n = ferry_strlen(exec_path);
@@ -349,7 +350,7 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
 void ferry_store_exit(int status)
 {
     if (tls_in_vfork_child) {
-        vfork_child_write(FERRY_STATE_EXITED, status, 0);
+        vfork_child_write(FERRY_STATE_EXITED, status, 0, 0);
         return;
     }
     if (!ferry_hdr)
@@ -361,12 +362,12 @@ void ferry_store_exit(int status)
     __atomic_store_n(&ferry_hdr->state, FERRY_STATE_EXITED, __ATOMIC_RELEASE);
 }
 
-void ferry_store_exec_begin(const char *path)
+void ferry_store_exec_begin(const char *path, uint32_t kind)
 {
     if (tls_in_vfork_child) {
         /* Written now: if the exec succeeds nothing of us is left after it.
          * If it fails, the child goes on and its exit rewrites the file. */
-        vfork_child_write(FERRY_STATE_EXEC, 0, path);
+        vfork_child_write(FERRY_STATE_EXEC, 0, path, kind);
         return;
     }
     if (!ferry_hdr)
@@ -376,6 +377,7 @@ void ferry_store_exec_begin(const char *path)
         n = sizeof(ferry_hdr->exec_path) - 1;
     ferry_memcpy(ferry_hdr->exec_path, path, n);
     ferry_hdr->exec_path[n] = 0;
+    ferry_hdr->exec_kind = kind;
     ferry_hdr->end_real_ns = ferry_real_ns();
     ferry_hdr->end_mono_ns = ferry_mono_ns();
     ferry_hdr->end_tsc = ferry_rdtsc();

@@ -31,7 +31,7 @@ void ferry_blk_leave_vfork_child(void);
 int ferry_in_vfork_child(void);
 
 void ferry_store_exit(int status);
-void ferry_store_exec_begin(const char *path);
+void ferry_store_exec_begin(const char *path, uint32_t kind);
 void ferry_store_exec_failed(void);
 void ferry_store_wait(int pid, int status);
 

@@ -1,0 +1,291 @@
+/* The exec hook (the DIGITAL FX!32 agent's job): a process about to exec
+ * another program makes sure that program will carry the shim too.
+ *
+ * The image cache keeps, for each program it rewrote, a symlink named by the
+ * original file's identity (dev, inode, size, mtime): one stat tells whether
+ * a rewritten image exists (rewriter/cache.py, exec_key).  When it does, that
+ * image is executed instead, with the same argv; a #! script gets its
+ * rewritten interpreter.  Whatever runs, the run's FERRY_* variables go back
+ * into its environment, even an empty one (`env -i`, posix_spawn with envp).
+ *
+ * Nothing here allocates: a vfork child runs this on its parent's stack,
+ * below the parent's red zone, and must leave the parent's memory alone.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#include "exec.h"
+#include "raw.h"
+#include "store.h"
+#include "util.h"
+
+#define MAX_SAVED 16
+#define MAX_ENV 2048
+#define MAX_ARGS 1024
+#define PATH_MAX_ 1024
+
+static char saved_buf[8192];
+static char *saved[MAX_SAVED];
+static int nsaved;
+static char cache_root[2048];
+
+static long safe_read(void *dst, const void *src, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    return ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
+}
+
+/* A NUL-terminated string from the program's memory, or -1. */
+static long read_string(char *dst, const char *src, size_t cap)
+{
+    size_t got = 0;
+    while (got + 1 < cap) {
+        /* Read up to the end of the current page: never beyond what exists. */
+        size_t chunk = 4096 - (((unsigned long)src + got) & 4095);
+        if (chunk > cap - 1 - got)
+            chunk = cap - 1 - got;
+        if (safe_read(dst + got, src + got, chunk) != (long)chunk)
+            return -1;
+        for (size_t i = got; i < got + chunk; i++)
+            if (!dst[i])
+                return (long)i;
+        got += chunk;
+    }
+    dst[cap - 1] = 0;
+    return -1;  /* longer than we handle */
+}
+
+static void save(const char *entry)
+{
+    static size_t used;
+    size_t n = ferry_strlen(entry) + 1;
+    if (nsaved >= MAX_SAVED || used + n > sizeof(saved_buf))
+        return;
+    saved[nsaved++] = ferry_memcpy(saved_buf + used, entry, n);
+    used += n;
+}
+
+static const char *lookup(char **envp, const char *key)
+{
+    size_t n = ferry_strlen(key);
+    for (char **e = envp; e && *e; e++)
+        if (ferry_memeq(*e, key, n) && (*e)[n] == '=')
+            return *e + n + 1;
+    return 0;
+}
+
+void ferry_exec_configure(char **envp)
+{
+    struct ferry_buf b = {cache_root, 0, sizeof(cache_root), 0};
+    const char *v;
+    if ((v = lookup(envp, "FERRY_CACHE")) && *v) {
+        ferry_buf_str(&b, v);
+    } else if ((v = lookup(envp, "XDG_CACHE_HOME")) && *v) {
+        ferry_buf_str(&b, v);
+        ferry_buf_str(&b, "/ferry");
+    } else if ((v = lookup(envp, "HOME")) && *v) {
+        ferry_buf_str(&b, v);
+        ferry_buf_str(&b, "/.cache/ferry");
+    }
+    cache_root[b.overflow ? 0 : b.len] = 0;
+    for (char **e = envp; e && *e; e++)
+        if (ferry_memeq(*e, "FERRY_", 6) && !ferry_memeq(*e, "FERRY_CACHE=", 12))
+            save(*e);
+    if (cache_root[0]) {
+        /* Children may have no HOME (env -i): tell them where the cache is. */
+        char entry[2100];
+        struct ferry_buf e = {entry, 0, sizeof(entry), 0};
+        ferry_buf_str(&e, "FERRY_CACHE=");
+        ferry_buf_str(&e, cache_root);
+        entry[e.len] = 0;
+        if (!e.overflow)
+            save(entry);
+    }
+}
+
+/* `<cache>/exec/<dev>-<ino>-<size>-<mtime_ns>` for the file at `path`, if
+ * that names an executable rewritten image; `st` gets the file's status. */
+static int cached_image(const char *path, char *out, size_t cap, struct stat *st)
+{
+    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0) != 0 || !cache_root[0])
+        return 0;
+    struct ferry_buf b = {out, 0, cap, 0};
+    ferry_buf_str(&b, cache_root);
+    ferry_buf_str(&b, "/exec/");
+    ferry_buf_u64(&b, st->st_dev);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, st->st_ino);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, (uint64_t)st->st_size);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, (uint64_t)st->st_mtim.tv_sec * 1000000000ULL + (uint64_t)st->st_mtim.tv_nsec);
+    out[b.overflow ? 0 : b.len] = 0;
+    return !b.overflow && ferry_raw4(SYS_faccessat, AT_FDCWD, out, X_OK, 0) == 0;
+}
+
+/* What the kernel will run for `path`, judged from its first bytes. */
+static uint32_t classify(const char *path, const struct stat *st, char *head, size_t cap, long *got)
+{
+    *got = 0;
+    if (st->st_mode & (S_ISUID | S_ISGID))
+        return FERRY_EXEC_SETUID;
+    long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return FERRY_EXEC_UNKNOWN;
+    *got = ferry_raw3(SYS_read, fd, head, cap);
+    uint32_t kind = FERRY_EXEC_UNKNOWN;
+    if (*got >= 64 && ferry_memeq(head, "\177ELF", 4)) {
+        uint64_t phoff = *(uint64_t *)(head + 32);
+        uint16_t phnum = *(uint16_t *)(head + 56);
+        kind = FERRY_EXEC_STATIC;
+        for (uint16_t i = 0; i < phnum && i < 64; i++) {
+            uint32_t type = 0;
+            if (ferry_raw4(SYS_pread64, fd, &type, 4, phoff + (uint64_t)i * 56) != 4)
+                break;
+            if (type == 3 /* PT_INTERP */) {
+                kind = FERRY_EXEC_PLAIN;
+                break;
+            }
+        }
+    }
+    ferry_raw1(SYS_close, fd);
+    return kind;
+}
+
+/* The environment the new program gets: the program's own, less any FERRY_*
+ * entries, plus the run's.  NULL when it does not fit (the program's own is
+ * then passed unchanged). */
+static char **build_env(char *const *user_envp, char **out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; user_envp; i++) {
+        char *p;
+        if (safe_read(&p, &user_envp[i], sizeof(p)) != sizeof(p))
+            return 0;
+        if (!p)
+            break;
+        char head[6];
+        if (safe_read(head, p, 6) == 6 && ferry_memeq(head, "FERRY_", 6))
+            continue;
+        if (n + nsaved + 1 >= cap)
+            return 0;
+        out[n++] = p;
+    }
+    for (int i = 0; i < nsaved; i++)
+        out[n++] = saved[i];
+    out[n] = 0;
+    return out;
+}
+
+/* argv for running interpreter `interp` (with `arg`, may be empty) on the
+ * script `script`, as the kernel would build it for a #! line. */
+static char **script_argv(char *interp, char *arg, char *script, char *const *argv, char **out,
+                          size_t cap)
+{
+    size_t n = 0;
+    out[n++] = interp;
+    if (arg[0])
+        out[n++] = arg;
+    out[n++] = script;
+    for (size_t i = 1; argv; i++) {
+        char *p;
+        if (safe_read(&p, &argv[i], sizeof(p)) != sizeof(p))
+            return 0;
+        if (!p)
+            break;
+        if (n + 1 >= cap)
+            return 0;
+        out[n++] = p;
+    }
+    out[n] = 0;
+    return out;
+}
+
+/* Split a #! line into the interpreter and its one optional argument. */
+static int parse_shebang(char *head, long got, char **interp, char **arg)
+{
+    if (got < 3 || head[0] != '#' || head[1] != '!')
+        return 0;
+    long end = 2;
+    while (end < got && head[end] != '\n')
+        end++;
+    if (end >= got)
+        return 0;
+    head[end] = 0;
+    char *p = head + 2;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    *interp = p;
+    while (*p && *p != ' ' && *p != '\t')
+        p++;
+    if (*p) {
+        *p++ = 0;
+        while (*p == ' ' || *p == '\t')
+            p++;
+    }
+    char *q = p + ferry_strlen(p);
+    while (q > p && (q[-1] == ' ' || q[-1] == '\t' || q[-1] == '\r'))
+        *--q = 0;
+    *arg = p;
+    return **interp != 0;
+}
+
+long ferry_exec(const struct ferry_regs *r)
+{
+    int at = r->rax == SYS_execveat;
+    const char *upath = (const char *)(at ? r->rsi : r->rdi);
+    char *const *argv = (char *const *)(at ? r->rdx : r->rsi);
+    char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
+    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512];
+    char *env[MAX_ENV], *args[MAX_ARGS];
+    struct stat st;
+    long got = 0;
+
+    if (read_string(path, upath, sizeof(path)) < 0)
+        path[0] = 0;
+    /* The file the call names, as a path we can stat and open. */
+    struct ferry_buf t = {target, 0, sizeof(target), 0};
+    if (at && (int)r->rdi != AT_FDCWD && path[0] != '/') {
+        ferry_buf_str(&t, "/proc/self/fd/");
+        ferry_buf_i64(&t, (int)r->rdi);
+        if (path[0]) {
+            ferry_buf_str(&t, "/");
+            ferry_buf_str(&t, path);
+        }
+    } else {
+        ferry_buf_str(&t, path);
+    }
+    target[t.overflow ? 0 : t.len] = 0;
+
+    char **new_env = build_env(envp, env, MAX_ENV);
+    char *const *use_env = new_env ? new_env : envp;
+    uint32_t kind = FERRY_EXEC_UNKNOWN;
+    if (target[0]) {
+        if (cached_image(target, image, sizeof(image), &st)) {
+            ferry_store_exec_begin(path, FERRY_EXEC_REWRITTEN);
+            ferry_raw3(SYS_execve, image, argv, use_env);  /* returns only on failure */
+        }
+        if (ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
+            kind = classify(target, &st, head, sizeof(head) - 1, &got);
+        char *interp, *arg;
+        if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
+            struct stat ist;
+            char **sargv;
+            if (cached_image(interp, image, sizeof(image), &ist) &&
+                (sargv = script_argv(interp, arg, path, argv, args, MAX_ARGS))) {
+                ferry_store_exec_begin(interp, FERRY_EXEC_REWRITTEN);
+                ferry_raw3(SYS_execve, image, sargv, use_env);
+            }
+            kind = FERRY_EXEC_PLAIN;
+            if (ferry_raw4(SYS_newfstatat, AT_FDCWD, interp, &ist, 0) == 0 && (ist.st_mode & (S_ISUID | S_ISGID)))
+                kind = FERRY_EXEC_SETUID;
+        }
+    }
+    ferry_store_exec_begin(path, kind);
+    if (at)
+        return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, (long)use_env, r->r8, r->r9);
+    return ferry_pass6(r->rax, r->rdi, r->rsi, (long)use_env, r->r10, r->r8, r->r9);
+}

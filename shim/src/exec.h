@@ -1,0 +1,16 @@
+/* The exec hook: what a process runs next should carry the shim too. */
+#ifndef FERRY_EXEC_H
+#define FERRY_EXEC_H
+
+#include "shim.h"
+
+/* Remember the run's settings (FERRY_* variables, the image cache). */
+void ferry_exec_configure(char **envp);
+
+/* Perform the execve/execveat in `r`: the cached rewritten image of the
+ * target when there is one (for a #! script, of its interpreter), always with
+ * the run's FERRY_* variables back in the environment.  Returns only if the
+ * exec failed, with the result of the program's own call. */
+long ferry_exec(const struct ferry_regs *r);
+
+#endif

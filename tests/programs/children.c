@@ -1,0 +1,82 @@
+/* Ways a process starts children, for the injector tests: each mode execs
+ * /bin/echo (or /bin/true) so that the child's own process can be checked. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static int wait_for(pid_t pid)
+{
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    char *echo_argv[] = {"echo", "child of", (char *)mode, NULL};
+    if (!strcmp(mode, "spawn-envp")) {
+        char *empty_env[] = {NULL};
+        pid_t pid;
+        if (posix_spawn(&pid, "/bin/echo", NULL, NULL, echo_argv, empty_env))
+            return 1;
+        return wait_for(pid);
+    }
+    if (!strcmp(mode, "system"))
+        return system("echo child of system") == 0 ? 0 : 1;
+    if (!strcmp(mode, "vfork")) {
+        pid_t pid = vfork();
+        if (pid == 0) {
+            execv("/bin/echo", echo_argv);
+            _exit(127);
+        }
+        return wait_for(pid);
+    }
+    if (!strcmp(mode, "fexecve") || !strcmp(mode, "execveat")) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!strcmp(mode, "fexecve")) {
+                int fd = open("/bin/echo", O_RDONLY | O_CLOEXEC);
+                fexecve(fd, echo_argv, environ);
+            } else {
+                syscall(SYS_execveat, AT_FDCWD, "/bin/echo", echo_argv, environ, 0);
+            }
+            _exit(127);
+        }
+        return wait_for(pid);
+    }
+    if (!strcmp(mode, "daemon")) {
+        int done[2];
+        if (pipe2(done, O_CLOEXEC))
+            return 1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            setsid();
+            if (fork() == 0) {
+                close(done[0]);
+                execl("/bin/echo", "echo", "child of daemon", (char *)NULL);
+                _exit(127);
+            }
+            _exit(0);
+        }
+        close(done[1]);
+        char c;
+        read(done[0], &c, 1);  /* returns when the grandchild's exec closes the pipe */
+        int rc = wait_for(pid);
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);  /* let the grandchild finish before we do */
+        return rc;
+    }
+    fprintf(stderr, "usage: children spawn-envp|system|vfork|fexecve|execveat|daemon\n");
+    return 2;
+}
