@@ -54,8 +54,8 @@ def _learn(tmp_path, argv, cwd=None):
     """Run until a run rewrites nothing new (each run enables one more level
     of the process tree); returns the last learning run."""
     for _ in range(4):
-        first = subprocess.run([*FERRY, "run", "-o", str(tmp_path / "first"), "--", *argv], cwd=cwd,
-                               capture_output=True, timeout=600)
+        first = subprocess.run([*FERRY, "run", "--verbose", "-o", str(tmp_path / "first"), "--", *argv],
+                               cwd=cwd, capture_output=True, timeout=600)
         if b"that ran without the shim" not in first.stderr:
             return first
     raise AssertionError(f"still learning after 4 runs: {first.stderr}")
@@ -109,6 +109,7 @@ def test_every_child_is_enabled_and_counted(tmp_path, case):
     model, pids, execs, first, second = _run_twice(tmp_path, CASES[case])
     assert second.returncode == first.returncode == 0, second.stderr
     assert second.stdout == first.stdout
+    assert b"ferry" not in second.stderr  # the program's stderr is its own
     assert len(pids) >= 2
     _assert_all_enabled(model, pids, execs)
 
@@ -149,8 +150,8 @@ def test_make_build_with_gcc_is_enabled_throughout_and_builds_the_same(tmp_path)
     native = (proj / "prog").read_bytes()
     for _ in range(4):
         subprocess.run(["make", "-s", "clean"], cwd=proj, check=True)
-        first = subprocess.run([*FERRY, "run", "-o", str(tmp_path / "first"), "--", "make", "-s", "-j2"],
-                               cwd=proj, capture_output=True, timeout=600)
+        first = subprocess.run([*FERRY, "run", "--verbose", "-o", str(tmp_path / "first"), "--", "make", "-s",
+                                "-j2"], cwd=proj, capture_output=True, timeout=600)
         assert first.returncode == 0, first.stderr
         if b"that ran without the shim" not in first.stderr:
             break

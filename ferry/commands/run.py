@@ -10,12 +10,13 @@ def profile_option(f):
                         help="A shipped profile name or a profile file (see `ferry profile list`).")(f)
 
 
-def learn_after(out_dir):
-    """After the run: rewrite what ran without the shim, and say so."""
+def learn_after(out_dir, verbose=False):
+    """After the run: rewrite what ran without the shim, and say so (on a
+    terminal, or when asked: the program's stderr stays its own)."""
     import os
     from ..runner import learn
     done = learn(out_dir)
-    if done:
+    if done and (verbose or err_console.is_terminal):
         names = ", ".join(os.path.basename(p) for p in done)
         err_console.print(f"ferry: rewrote {len(done)} program(s) that ran without the shim ({names}); "
                           "the next run enables them")
@@ -46,8 +47,9 @@ def run_with_progress(argv, profile_name, out_dir):
               help="Run directory (the previous run there is kept as DIR.old).")
 @click.option("--learn/--no-learn", default=True, show_default=True,
               help="After the run, rewrite the programs that ran without the shim.")
+@click.option("-v", "--verbose", is_flag=True, help="Say what was rewritten after the run.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(profile_name, out_dir, learn, command):
+def command(profile_name, out_dir, learn, verbose, command):
     """Run COMMAND with the shim and record a run directory.
 
     COMMAND's stdin, stdout and stderr are its own; its exit status, or the
@@ -55,5 +57,5 @@ def command(profile_name, out_dir, learn, command):
     from ..runner import exit_like
     info, returncode = run_with_progress(list(command), profile_name, out_dir)
     if learn:
-        learn_after(out_dir)
+        learn_after(out_dir, verbose)
     exit_like(returncode)
