@@ -78,6 +78,7 @@ class ProcFile:
     argv: list
     exec_path: str
     exec_kind: int
+    load_patched: int
     start_real_ns: int
     start_mono_ns: int
     start_tsc: int
@@ -124,7 +125,8 @@ def read(path):
         raise ProcFileError(path, "corrupt process file header (block size)")
     (start_real, start_mono, start_tsc, end_real, end_mono, end_tsc, cal_tsc, cal_ns) = \
         struct.unpack_from("<8Q", data, 56)
-    nmodules, nsites, nwaits, event_capacity, overflow, seq, exec_kind = struct.unpack_from("<7I", data, 120)
+    nmodules, nsites, nwaits, event_capacity, overflow, seq, exec_kind, load_patched = \
+        struct.unpack_from("<8I", data, 120)
     cmdline_len, = struct.unpack_from("<I", data, 1280)
     argv = [a.decode("utf-8", "surrogateescape")
             for a in data[1288:1288 + min(cmdline_len, 4096)].split(b"\0")[:-1]]
@@ -146,7 +148,7 @@ def read(path):
             raise ProcFileError(path, f"truncated process file (block {b} of {count} missing)")
         blocks.append(_block(data, off, mode, event_capacity, block_size))
     return ProcFile(path, pid, ppid, seq, state, exit_code, MODES.get(mode, "?"), _cstr(data[256:1280]),
-                    argv, _cstr(data[5384:6408]), exec_kind, start_real, start_mono, start_tsc, end_real, end_mono,
+                    argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc, end_real, end_mono,
                     end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal)
 
 

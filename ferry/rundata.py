@@ -164,10 +164,14 @@ def _processes(files, info, images, waited):
             "start": _iso(f.start_real_ns), "end": _iso(f.end_real_ns),
             "duration_s": round((f.end_mono_ns - f.start_mono_ns) / 1e9, 6) if f.end_mono_ns else None,
             "exit": None, "state": "unfinished", "exec": None,
-            "enabled": True, "reason": None, "mode": f.mode,
+            "enabled": bool(f.modules), "reason": None, "mode": f.mode,
+            "enabled_by": ("load-time patch" if f.load_patched else "rewritten image") if f.modules else None,
             "threads": len(f.blocks), "calls": calls, "errors": errors,
             "time_ns": round(f.ticks_to_ns(ticks)),
         }
+        if not f.modules:
+            entry["reason"] = ("the shim was preloaded, but none of the program's libraries has a "
+                               "patch plan yet")
         if f.overflow:
             entry["reason"] = f"{f.overflow} threads beyond the shim's {procfile.NR_MAX}-block table were not counted"
         if f.state == procfile.STATE_EXITED:
@@ -197,7 +201,7 @@ def _processes(files, info, images, waited):
                 "start": _iso(f.end_real_ns), "end": None, "duration_s": None,
                 "exit": exit_, "state": ("killed" if exit_ and exit_.get("signal") else "exited") if exit_
                 else "unfinished",
-                "exec": None, "enabled": False,
+                "exec": None, "enabled": False, "enabled_by": None,
                 "reason": NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN]),
                 "exec_kind": f.exec_kind,
                 "mode": None, "threads": None, "calls": None, "errors": None, "time_ns": None,

@@ -160,6 +160,8 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     env = dict(os.environ)
     env.update(profile.shim_env())
     env["FERRY_RUN_DIR"] = str(out_dir)
+    from .rewriter import shimlib
+    env["FERRY_SHIM"] = str(shimlib.path().resolve())  # preloaded into children without an image
     info = {
         "format": "ferry-run-info", "version": 1,
         "command": list(argv), "cwd": os.getcwd(),

@@ -8,6 +8,8 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
     <root>/programs/<sha>-<format>/             a runnable program: the rewritten
                                                 executable, its rewritten
                                                 libraries, libferry.so, manifest.json
+    <root>/plans/<dev>-<ino>-<size>-<mtime_ns>  the load-time patch plan of a library
+                                                (plan.py), for a preloaded shim
     <root>/exec/<dev>-<ino>-<size>-<mtime_ns>   symlink to the rewritten program made
                                                 from the file with that identity: how
                                                 the shim, at execve, finds the image
@@ -72,6 +74,16 @@ def register_exec(original, rewritten):
     finally:
         if tmp.is_symlink():
             tmp.unlink()
+
+
+def save_plan(original, plan_bytes):
+    """Keep the patch plan of library `original` where the shim looks for it."""
+    d = root() / "plans"
+    d.mkdir(parents=True, exist_ok=True)
+    target = d / exec_key(original)
+    tmp = d / f".{target.name}.{os.getpid()}.tmp"
+    tmp.write_bytes(plan_bytes)
+    os.replace(tmp, target)
 
 
 def load_module(sha):

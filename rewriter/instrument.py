@@ -89,7 +89,8 @@ def _library(mod, progress):
     if any(s.patched for s in sites):
         progress("rewrite", mod.name)
         rewritten = Path(mod.name).name
-        patcher.rewrite(image, sites, cmap, mdir / rewritten, patcher.DynamicChanges([]))
+        plan_bytes = patcher.rewrite(image, sites, cmap, mdir / rewritten, patcher.DynamicChanges([]))
+        cache.save_plan(mod.path, plan_bytes)
     record = module_record(image, mod, sites, cmap, rewritten)
     record["name"] = mod.name
     manifest.write_json(mdir / "module.json", record)

@@ -15,7 +15,7 @@ from pathlib import Path
 import keystone
 import lief
 
-from . import layout, trampoline
+from . import layout, plan, trampoline
 from .errors import FerryError
 from .planner import trampoline_size
 
@@ -131,23 +131,30 @@ def rewrite(image, sites, cmap, out_path, changes):
     tramp_base, ctl_base = tramp_seg.virtual_address, ctl_seg.virtual_address
     vector = ctl_base + layout.CTL_VECTOR_OFFSET
     code = bytearray([0xCC]) * tramp_size
+    module_refs = []
     for n, site in enumerate(patched):
         addr = tramp_base + offsets[site.id]
         record = ctl_base + layout.CTL_HEADER_SIZE + n * layout.SITE_RECORD_SIZE
+        refs = []
         try:
-            body = trampoline.build(site, addr, vector, record, cmap.read)
+            body = trampoline.build(site, addr, vector, record, cmap.read, refs)
         except (trampoline.TrampolineError, keystone.KsError) as e:
             # Only a damaged file puts the new segments out of reach of the code.
             raise FerryError(image.path, f"corrupt ELF file: trampolines cannot be placed ({e})") from None
         code[offsets[site.id]:offsets[site.id] + len(body)] = body
+        module_refs.extend(offsets[site.id] + r for r in refs)
         site.trampoline = addr
     tramp_seg.content = list(code)
     ctl_seg.content = list(ctl)
+    windows = []
     for site in patched:
-        binary.patch_address(site.window[0], list(trampoline.window_patch(site, site.trampoline)))
+        patch = trampoline.window_patch(site, site.trampoline)
+        binary.patch_address(site.window[0], list(patch))
+        windows.append((site.window[0], patch))
 
     _apply_dynamic(binary, changes)
     write_atomically(binary, out_path, os.stat(image.path).st_mode & 0o7777)
+    return plan.encode(tramp_base, bytes(code), ctl_base, ctl, module_refs, windows)
 
 
 def write_atomically(binary, out_path, mode):

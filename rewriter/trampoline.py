@@ -64,9 +64,11 @@ class TrampolineError(Exception):
     pass
 
 
-def relocate(insn_bytes, old_address, new_address):
+def relocate(insn_bytes, old_address, new_address, fields=None):
     """`insn_bytes` moved from `old_address` to `new_address`, with a
-    rip-relative displacement adjusted so it still reaches the same place."""
+    rip-relative displacement adjusted so it still reaches the same place.
+    The offset of that displacement in the instruction is appended to
+    `fields` (it refers into the module: a load-time plan must move it)."""
     insn = next(_cs.disasm(insn_bytes, old_address), None)
     if insn is None or insn.size != len(insn_bytes):
         raise TrampolineError(f"cannot decode instruction at {old_address:#x}")
@@ -79,6 +81,8 @@ def relocate(insn_bytes, old_address, new_address):
     if not -(1 << 31) <= disp < (1 << 31):
         raise TrampolineError(f"{new_address:#x}: displacement out of range")
     off = insn.disp_offset
+    if fields is not None:
+        fields.append(off)
     return insn_bytes[:off] + struct.pack("<i", disp) + insn_bytes[off + 4:]
 
 
@@ -105,14 +109,27 @@ def jmp_rel32(address, target):
     return code
 
 
-def build(site, address, vector_address, record_address, read):
-    """Bytes of the trampoline of `site` placed at `address`."""
+def build(site, address, vector_address, record_address, read, module_refs=None):
+    """Bytes of the trampoline of `site` placed at `address`.  The offsets of
+    the rel32 fields that refer into the module (displaced rip-relative
+    operands, the jump back) are appended to `module_refs`; the glue's refer
+    only to the control block, which always keeps its distance."""
     out = bytearray()
+
+    def moved(insn):
+        fields = []
+        code = relocate(read(insn.address, insn.size), insn.address, address + len(out), fields)
+        if module_refs is not None:
+            module_refs.extend(len(out) + f for f in fields)
+        return code
+
     for insn in site.before:
-        out += relocate(read(insn.address, insn.size), insn.address, address + len(out))
+        out += moved(insn)
     out += glue(address + len(out), vector_address, record_address)
     for insn in site.after:
-        out += relocate(read(insn.address, insn.size), insn.address, address + len(out))
+        out += moved(insn)
+    if module_refs is not None:
+        module_refs.append(len(out) + 1)
     out += jmp_rel32(address + len(out), site.window[1])
     return bytes(out)
 

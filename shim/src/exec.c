@@ -31,6 +31,9 @@ static char saved_buf[8192];
 static char *saved[MAX_SAVED];
 static int nsaved;
 static char cache_root[2048];
+static char shim_path[1024];
+
+const char *ferry_cache_root(void) { return cache_root; }
 
 static long safe_read(void *dst, const void *src, size_t n)
 {
@@ -94,6 +97,8 @@ void ferry_exec_configure(char **envp)
     for (char **e = envp; e && *e; e++)
         if (ferry_memeq(*e, "FERRY_", 6) && !ferry_memeq(*e, "FERRY_CACHE=", 12))
             save(*e);
+    if ((v = lookup(envp, "FERRY_SHIM")) && ferry_strlen(v) < sizeof(shim_path))
+        ferry_memcpy(shim_path, v, ferry_strlen(v) + 1);
     if (cache_root[0]) {
         /* Children may have no HOME (env -i): tell them where the cache is. */
         char entry[2100];
@@ -158,24 +163,45 @@ static uint32_t classify(const char *path, const struct stat *st, char *head, si
 /* The environment the new program gets: the program's own, less any FERRY_*
  * entries, plus the run's.  NULL when it does not fit (the program's own is
  * then passed unchanged). */
-static char **build_env(char *const *user_envp, char **out, size_t cap)
+static char **build_env(char *const *user_envp, char **out, size_t cap, char *preload, size_t preload_cap)
 {
     size_t n = 0;
+    const char *old_preload = 0;
+    char old[1024];
     for (size_t i = 0; user_envp; i++) {
         char *p;
         if (safe_read(&p, &user_envp[i], sizeof(p)) != sizeof(p))
             return 0;
         if (!p)
             break;
-        char head[6];
-        if (safe_read(head, p, 6) == 6 && ferry_memeq(head, "FERRY_", 6))
+        char head[11];
+        long got = safe_read(head, p, sizeof(head));
+        if (got >= 6 && ferry_memeq(head, "FERRY_", 6))
             continue;
-        if (n + nsaved + 1 >= cap)
+        if (preload && got == (long)sizeof(head) && ferry_memeq(head, "LD_PRELOAD=", 11)) {
+            if (read_string(old, p + 11, sizeof(old)) >= 0)
+                old_preload = old;
+            continue;
+        }
+        if (n + nsaved + 2 >= cap)
             return 0;
         out[n++] = p;
     }
     for (int i = 0; i < nsaved; i++)
         out[n++] = saved[i];
+    if (preload) {
+        /* Ours first; whatever the program preloads comes after. */
+        struct ferry_buf b = {preload, 0, preload_cap, 0};
+        ferry_buf_str(&b, "LD_PRELOAD=");
+        ferry_buf_str(&b, shim_path);
+        if (old_preload && old_preload[0]) {
+            ferry_buf_str(&b, ":");
+            ferry_buf_str(&b, old_preload);
+        }
+        preload[b.len] = 0;
+        if (!b.overflow)
+            out[n++] = preload;
+    }
     out[n] = 0;
     return out;
 }
@@ -239,7 +265,7 @@ long ferry_exec(const struct ferry_regs *r)
     const char *upath = (const char *)(at ? r->rsi : r->rdi);
     char *const *argv = (char *const *)(at ? r->rdx : r->rsi);
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
-    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512];
+    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512], preload[2100];
     char *env[MAX_ENV], *args[MAX_ARGS];
     struct stat st;
     long got = 0;
@@ -260,7 +286,7 @@ long ferry_exec(const struct ferry_regs *r)
     }
     target[t.overflow ? 0 : t.len] = 0;
 
-    char **new_env = build_env(envp, env, MAX_ENV);
+    char **new_env = build_env(envp, env, MAX_ENV, 0, 0);
     char *const *use_env = new_env ? new_env : envp;
     uint32_t kind = FERRY_EXEC_UNKNOWN;
     if (target[0]) {
@@ -270,6 +296,13 @@ long ferry_exec(const struct ferry_regs *r)
         }
         if (ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
+        if (kind == FERRY_EXEC_PLAIN && shim_path[0]) {
+            /* No rewritten image: preload the shim, which patches the
+             * program's libraries in memory from their cached plans. */
+            char **with_preload = build_env(envp, env, MAX_ENV, preload, sizeof(preload));
+            if (with_preload)
+                use_env = with_preload;
+        }
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             struct stat ist;
@@ -282,6 +315,11 @@ long ferry_exec(const struct ferry_regs *r)
             kind = FERRY_EXEC_PLAIN;
             if (ferry_raw4(SYS_newfstatat, AT_FDCWD, interp, &ist, 0) == 0 && (ist.st_mode & (S_ISUID | S_ISGID)))
                 kind = FERRY_EXEC_SETUID;
+            else if (shim_path[0]) {
+                char **with_preload = build_env(envp, env, MAX_ENV, preload, sizeof(preload));
+                if (with_preload)
+                    use_env = with_preload;
+            }
         }
     }
     ferry_store_exec_begin(path, kind);

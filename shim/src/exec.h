@@ -13,4 +13,7 @@ void ferry_exec_configure(char **envp);
  * exec failed, with the result of the program's own call. */
 long ferry_exec(const struct ferry_regs *r);
 
+/* The image cache's directory, as this process found it ("" if none). */
+const char *ferry_cache_root(void);
+
 #endif

@@ -83,7 +83,7 @@ struct ferry_proc_header {
     uint32_t overflow;              /* 136: threads beyond max_blocks (not counted) */
     uint32_t seq;                   /* 140: image number of this pid */
     uint32_t exec_kind;             /* 144: what the exec in exec_path runs (enum below) */
-    uint32_t reserved0a;
+    uint32_t load_patched;          /* 148: modules enabled by a load-time plan */
     uint64_t reserved0[13];         /* 152 */
     char exe[1024];                 /* 256 */
     uint32_t cmdline_len;           /* 1280 */

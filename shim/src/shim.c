@@ -21,6 +21,7 @@
 
 #include "ctl.h"
 #include "exec.h"
+#include "plan.h"
 #include "ferry.h"
 #include "raw.h"
 #include "shim.h"
@@ -94,6 +95,20 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *data)
         }
     }
     return 0;
+}
+
+static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base);
+
+/* A module patched in memory from its plan: enabled like a rewritten one. */
+static void enable_planned(struct ferry_ctl *c, const char *name, uint64_t base)
+{
+    if (nmodules >= MAX_MODULES)
+        return;
+    describe_module(c, name, base);
+    modules[nmodules++] = c;
+    if (ferry_hdr)
+        ferry_hdr->load_patched++;
+    __atomic_store_n(&c->vector, vector, __ATOMIC_RELEASE);
 }
 
 static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base)
@@ -198,6 +213,7 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     ferry_store_open(env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv);
     ferry_exec_configure(envp);
     ferry_modules_enable();
+    ferry_plans_apply(ferry_cache_root(), enable_planned);
     active = 1;
 }
 

@@ -1,0 +1,198 @@
+/* Load-time patching: a shim that was preloaded into a program nobody
+ * rewrote applies the image cache's patch plans (rewriter/plan.py) to the
+ * modules already in memory, libc first of all.  The planner thinks, the
+ * shim applies: the bytes are the ones the rewritten file would hold, moved
+ * to wherever there is room within reach of the module.
+ *
+ * Runs from the constructor, before main: only one thread exists, so text
+ * can be made writable for the moment it takes to write the windows.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include "ctl.h"
+#include "plan.h"
+#include "raw.h"
+#include "util.h"
+
+#define PAGE 4096UL
+#define MAX_TARGETS 64
+#define IS_ERR(v) ((unsigned long)(v) > -4096UL)
+
+static const char plan_magic[16] = "FERRYPLAN\0v1\0\0\0";
+
+struct plan_header {
+    char magic[16];
+    uint64_t tramp_vaddr, ctl_vaddr;
+    uint32_t tramp_size, ctl_size, nrefs, nwindows;
+};
+
+struct target {
+    char path[512];
+    uint64_t base;
+};
+
+extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
+    __attribute__((weak));
+
+static uint64_t pad8(uint64_t n) { return (n + 7) & ~7UL; }
+static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
+
+static int has_ctl(struct dl_phdr_info *info)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W) && ph->p_memsz >= sizeof(struct ferry_ctl) &&
+            ferry_memeq((void *)(info->dlpi_addr + ph->p_vaddr), FERRY_CTL_MAGIC, FERRY_CTL_MAGIC_LEN))
+            return 1;
+    }
+    return 0;
+}
+
+static int collect(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct target *t = data;
+    /* The dynamic loader itself and the vDSO have no file of their own here. */
+    if (!info->dlpi_name || !info->dlpi_name[0] || has_ctl(info))
+        return 0;
+    for (int i = 0; i < MAX_TARGETS; i++) {
+        if (!t[i].path[0]) {
+            size_t n = ferry_strlen(info->dlpi_name);
+            if (n < sizeof(t[i].path)) {
+                ferry_memcpy(t[i].path, info->dlpi_name, n + 1);
+                t[i].base = info->dlpi_addr;
+            }
+            break;
+        }
+    }
+    return 0;
+}
+
+/* Room for `size` bytes as near `want` as we can get (rel32 reaches 2 GiB). */
+static uint64_t place(uint64_t want, uint64_t size)
+{
+    for (long k = 0; k < 96; k++) {
+        long step = (k & 1 ? -1 : 1) * ((k + 1) / 2) * (long)(16UL << 20);
+        uint64_t hint = (want + (uint64_t)step) & ~(PAGE - 1);
+        long p = ferry_raw6(SYS_mmap, (long)hint, (long)size, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (!IS_ERR(p) && (uint64_t)p == hint)
+            return hint;
+        if (!IS_ERR(p))
+            ferry_raw2(SYS_munmap, p, size);  /* an old kernel took it as a hint */
+    }
+    return 0;
+}
+
+/* Make [addr, addr+len) writable, copy, and give it back its protection. */
+static int write_text(uint64_t addr, const void *src, size_t len)
+{
+    uint64_t lo = addr & ~(PAGE - 1), hi = page_up(addr + len);
+    if (ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC))
+        return -1;
+    ferry_memcpy((void *)addr, src, len);
+    ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC);
+    return 0;
+}
+
+static struct ferry_ctl *apply(const char *data, uint64_t size, uint64_t base)
+{
+    const struct plan_header *h = (const void *)data;
+    if (size < sizeof(*h) || !ferry_memeq(h->magic, plan_magic, 16) || h->ctl_vaddr < h->tramp_vaddr)
+        return 0;
+    const char *tramp = data + sizeof(*h);
+    const char *ctl = tramp + pad8(h->tramp_size);
+    const uint32_t *refs = (const uint32_t *)(ctl + pad8(h->ctl_size));
+    const char *win = (const char *)refs + pad8(4UL * h->nrefs);
+    if ((uint64_t)(win - data) > size)
+        return 0;
+    uint64_t dist = h->ctl_vaddr - h->tramp_vaddr;
+    uint64_t total = page_up(dist + h->ctl_size);
+    uint64_t at = place(base + h->tramp_vaddr, total);
+    if (!at)
+        return 0;
+    ferry_memcpy((void *)at, tramp, h->tramp_size);
+    ferry_memcpy((void *)(at + dist), ctl, h->ctl_size);
+    int64_t delta = (int64_t)(at - (base + h->tramp_vaddr));
+    for (uint32_t i = 0; i < h->nrefs; i++) {
+        if (refs[i] + 4 > h->tramp_size)
+            return 0;
+        int32_t *field = (int32_t *)(at + refs[i]);
+        *field = (int32_t)((int64_t)*field - delta);
+    }
+    ferry_raw3(SYS_mprotect, at, page_up(h->tramp_size), PROT_READ | PROT_EXEC);
+    for (uint32_t i = 0; i < h->nwindows; i++) {
+        const uint64_t *w = (const void *)win;
+        uint64_t vaddr = w[0];
+        uint32_t len = (uint32_t)w[1];
+        const unsigned char *bytes = (const unsigned char *)(win + 16);
+        if ((uint64_t)(win + 16 + len - data) > size || len < 5 || len > 64 || bytes[0] != 0xe9)
+            return 0;
+        unsigned char patch[64];
+        ferry_memcpy(patch, bytes, len);
+        int32_t disp;
+        ferry_memcpy(&disp, patch + 1, 4);
+        disp = (int32_t)((int64_t)disp + delta);
+        ferry_memcpy(patch + 1, &disp, 4);
+        if (write_text(base + vaddr, patch, len))
+            return 0;
+        win += 16 + pad8(len);
+    }
+    return (struct ferry_ctl *)(at + dist);
+}
+
+static int plan_path(const char *cache_root, const char *module, char *out, size_t cap)
+{
+    struct stat st;
+    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, module, &st, 0) != 0)
+        return 0;
+    struct ferry_buf b = {out, 0, cap, 0};
+    ferry_buf_str(&b, cache_root);
+    ferry_buf_str(&b, "/plans/");
+    ferry_buf_u64(&b, st.st_dev);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, st.st_ino);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, (uint64_t)st.st_size);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, (uint64_t)st.st_mtim.tv_sec * 1000000000ULL + (uint64_t)st.st_mtim.tv_nsec);
+    out[b.overflow ? 0 : b.len] = 0;
+    return !b.overflow;
+}
+
+int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t))
+{
+    if (!dl_iterate_phdr || !cache_root || !cache_root[0])
+        return 0;
+    struct target targets[MAX_TARGETS];
+    ferry_memset(targets, 0, sizeof(targets));
+    dl_iterate_phdr(collect, targets);
+    int applied = 0;
+    for (int i = 0; i < MAX_TARGETS && targets[i].path[0]; i++) {
+        char path[2600];
+        if (!plan_path(cache_root, targets[i].path, path, sizeof(path)))
+            continue;
+        long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        struct stat st;
+        long map = -1;
+        if (ferry_raw2(SYS_fstat, fd, &st) == 0 && st.st_size > 0)
+            map = ferry_raw6(SYS_mmap, 0, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        ferry_raw1(SYS_close, fd);
+        if (IS_ERR(map))
+            continue;
+        struct ferry_ctl *ctl = apply((const char *)map, (uint64_t)st.st_size, targets[i].base);
+        ferry_raw2(SYS_munmap, map, st.st_size);
+        if (ctl && ferry_memeq(ctl->magic, FERRY_CTL_MAGIC, FERRY_CTL_MAGIC_LEN)) {
+            enable(ctl, targets[i].path, targets[i].base);
+            applied++;
+        }
+    }
+    return applied;
+}

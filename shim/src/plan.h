@@ -1,0 +1,13 @@
+/* Load-time patching from the image cache's patch plans (plan.c). */
+#ifndef FERRY_PLAN_H
+#define FERRY_PLAN_H
+
+#include <stdint.h>
+
+#include "ctl.h"
+
+/* Apply the cached plan of every loaded module that was not rewritten;
+ * `enable` is called for each module patched.  Returns how many. */
+int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t));
+
+#endif
