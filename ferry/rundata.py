@@ -180,7 +180,9 @@ def _processes(files, info, images, waited):
         elif f.state == procfile.STATE_EXEC:
             entry["state"] = "exec"
             entry["exec"] = f.exec_path
-        if f.state != procfile.STATE_EXITED and f.state != procfile.STATE_EXEC:
+        elif f.state == procfile.STATE_DETACHED:
+            entry["state"] = "detached"
+        if f.state == procfile.STATE_RUNNING:
             status = waited.get(f.pid)
             if status is None and f.pid == root_pid and info.get("exit"):
                 entry["exit"] = info["exit"]

@@ -39,6 +39,40 @@ struct target {
 extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
     __attribute__((weak));
 
+/* Addresses where a stopped thread will resume (`ferry attach` passes them):
+ * the windows over them stay as they are. */
+#define MAX_AVOID 256
+static uint64_t avoid[MAX_AVOID];
+static int navoid;
+
+void ferry_plans_avoid(const char *list)
+{
+    navoid = 0;
+    for (const char *p = list; p && *p && navoid < MAX_AVOID;) {
+        uint64_t v = 0;
+        int digits = 0;
+        for (;; p++, digits++) {
+            char c = *p;
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0)
+                break;
+            v = v * 16 + (uint64_t)d;
+        }
+        if (digits)
+            avoid[navoid++] = v;
+        if (*p)
+            p++;
+    }
+}
+
+static int avoided(uint64_t lo, uint64_t hi)
+{
+    for (int i = 0; i < navoid; i++)
+        if (avoid[i] >= lo && avoid[i] < hi)
+            return 1;
+    return 0;
+}
+
 static uint64_t pad8(uint64_t n) { return (n + 7) & ~7UL; }
 static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
@@ -139,9 +173,11 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, uint64_t base)
         ferry_memcpy(&disp, patch + 1, 4);
         disp = (int32_t)((int64_t)disp + delta);
         ferry_memcpy(patch + 1, &disp, 4);
+        win += 16 + pad8(len);
+        if (avoided(base + vaddr, base + vaddr + len))
+            continue;  /* that site keeps running its own syscall */
         if (write_text(base + vaddr, patch, len))
             return 0;
-        win += 16 + pad8(len);
     }
     return (struct ferry_ctl *)(at + dist);
 }

@@ -8,6 +8,9 @@
 
 /* Apply the cached plan of every loaded module that was not rewritten;
  * `enable` is called for each module patched.  Returns how many. */
+/* Comma-separated hex addresses whose windows must not be patched. */
+void ferry_plans_avoid(const char *list);
+
 int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t));
 
 #endif

@@ -29,6 +29,7 @@ enum ferry_proc_state {
     FERRY_STATE_EXITED = 2,     /* exit_group: exit_code holds its status */
     FERRY_STATE_EXEC = 3,       /* execve under way: exec_path; if the file
                                    still says so, the exec succeeded */
+    FERRY_STATE_DETACHED = 4,   /* `ferry detach`: no longer intercepted */
 };
 
 /* What an exec will run, as the shim saw it before the call. */

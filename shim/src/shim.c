@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include "ctl.h"
 #include "exec.h"
@@ -202,9 +204,67 @@ static void configure(char **envp)
     }
 }
 
+/* `ferry attach` loads the shim into a running process whose environment it
+ * cannot change: it leaves the settings in /tmp/ferry-attach.<pid>, one
+ * VAR=value per line, which count only if written by this process's user
+ * and by nobody else. */
+static char attach_buf[8192];
+static char *attach_env[64];
+
+static char **attach_settings(void)
+{
+    char path[64];
+    struct ferry_buf b = {path, 0, sizeof(path), 0};
+    ferry_buf_str(&b, "/tmp/ferry-attach.");
+    ferry_buf_i64(&b, ferry_raw0(SYS_getpid));
+    path[b.len] = 0;
+    long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    long n = -1;
+    if (ferry_raw2(SYS_fstat, fd, &st) == 0 && st.st_uid == (uid_t)ferry_raw0(SYS_getuid) &&
+        !(st.st_mode & 022))
+        n = ferry_raw3(SYS_read, fd, attach_buf, sizeof(attach_buf) - 1);
+    ferry_raw1(SYS_close, fd);
+    if (n <= 0)
+        return 0;
+    attach_buf[n] = 0;
+    int k = 0;
+    for (char *p = attach_buf; *p && k < 63;) {
+        attach_env[k++] = p;
+        while (*p && *p != '\n')
+            p++;
+        if (*p)
+            *p++ = 0;
+    }
+    attach_env[k] = 0;
+    return attach_env;
+}
+
+/* `ferry detach`: every module goes back to running its calls bare; the
+ * process file says the process was detached. */
+__attribute__((visibility("default"))) int ferry_detach(void)
+{
+    for (unsigned i = 0; i < nmodules; i++)
+        __atomic_store_n(&modules[i]->vector, (const struct ferry_vector *)0, __ATOMIC_RELEASE);
+    if (ferry_hdr) {
+        ferry_hdr->end_real_ns = ferry_real_ns();
+        ferry_hdr->end_mono_ns = ferry_mono_ns();
+        ferry_hdr->end_tsc = ferry_rdtsc();
+        __atomic_store_n(&ferry_hdr->state, FERRY_STATE_DETACHED, __ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
 __attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
 {
     (void)argc;
+    if (!env_lookup(envp, "FERRY_MODE")) {
+        char **attached = attach_settings();
+        if (attached)
+            envp = attached;
+    }
     configure(envp);
     const char *events = env_lookup(envp, "FERRY_EVENTS");
     long cap = events ? parse_number(&events) : 0;
@@ -213,6 +273,7 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     ferry_store_open(env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv);
     ferry_exec_configure(envp);
     ferry_modules_enable();
+    ferry_plans_avoid(env_lookup(envp, "FERRY_AVOID"));
     ferry_plans_apply(ferry_cache_root(), enable_planned);
     active = 1;
 }

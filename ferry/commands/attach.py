@@ -1,0 +1,85 @@
+"""`ferry attach PID` and `ferry detach PID`."""
+import os
+import time
+
+import click
+
+from ..console import err_console
+from .run import profile_option
+
+
+def _cmdline(pid):
+    try:
+        raw = open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return [str(pid)]
+    return [a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0")[:-1]]
+
+
+@click.command("attach")
+@profile_option
+@click.option("-o", "--output", "out_dir", default="ferry.data", show_default=True,
+              help="Run directory (the previous run there is kept as DIR.old).")
+@click.argument("pid", type=int)
+def attach_command(profile_name, out_dir, pid):
+    """Enable the running process PID and record it until it exits or is detached."""
+    from pathlib import Path
+    from .. import attach, runner
+    from ..profiles import load
+    from ..rewriter import shimlib
+    from ..rewriter.instrument import instrument
+    from ..rewriter.manifest import write_json
+    profile = load(profile_name)
+    exe = os.path.realpath(f"/proc/{pid}/exe") if os.path.exists(f"/proc/{pid}") else None
+    if exe is None:
+        from ..rewriter.errors import FerryError
+        raise FerryError(pid, "no such process")
+    result = instrument(exe)  # leaves the patch plans of its libraries in the cache
+    out = Path(out_dir).absolute()
+    runner._rotate(out)
+    out.mkdir(parents=True)
+    (out / "proc").mkdir()
+    runner._module_tables(out, result.manifest)
+    (out / "profile.toml").write_text(profile.to_toml())
+    started = time.time()
+    info = {"format": "ferry-run-info", "version": 1, "command": _cmdline(pid), "cwd": os.getcwd(),
+            "start": runner._iso(started), "end": None, "duration_s": None, "exit": None, "pid": pid,
+            "host": os.uname().nodename, "kernel": os.uname().release, "ferry_version": "0.1.0",
+            "profile": {"name": profile.name, "mode": profile.mode, "path": str(profile.path)},
+            "program": {"original": exe, "executable": exe, "enabled": True, "reason": None},
+            "images": {}, "state": "running", "attached": True}
+    write_json(out / "info.json", info)
+    from ..rewriter import cache
+    env = dict(profile.shim_env(), FERRY_RUN_DIR=str(out), FERRY_SHIM=str(shimlib.path().resolve()),
+               FERRY_CACHE=str(cache.root().absolute()))
+    attach.attach(pid, shimlib.path().resolve(), env)
+    err_console.print(f"ferry: attached to {pid}; recording into {out} until it exits "
+                      f"or `ferry detach {pid}`")
+    try:
+        while os.path.exists(f"/proc/{pid}") and not _detached(out, pid):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    ended = time.time()
+    info.update(end=runner._iso(ended), duration_s=round(ended - started, 6), state="finished")
+    write_json(out / "info.json", info)
+
+
+def _detached(out, pid):
+    from ..procfile import ProcFileError, read
+    for p in (out / "proc").glob(f"{pid}-*.ferry"):
+        try:
+            if read(p).state == 4:
+                return True
+        except ProcFileError:
+            pass
+    return False
+
+
+@click.command("detach")
+@click.argument("pid", type=int)
+def detach_command(pid):
+    """Stop intercepting the calls of PID (attached with `ferry attach`)."""
+    from .. import attach
+    attach.detach(pid)
+    err_console.print(f"ferry: detached from {pid}")
