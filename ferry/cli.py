@@ -6,7 +6,7 @@ import traceback
 import click
 
 from . import __version__
-from .commands import gui, instrument, live, profile, report, run, runs, sites
+from .commands import attach, gui, instrument, live, profile, report, run, runs, sites
 from .rewriter.errors import FerryError
 
 
@@ -45,6 +45,8 @@ cli.add_command(runs.command)
 cli.add_command(live.command)
 cli.add_command(report.command)
 cli.add_command(profile.command)
+cli.add_command(attach.attach_command)
+cli.add_command(attach.detach_command)
 cli.add_command(gui.command)
 
 

@@ -8,6 +8,22 @@ command -v make >/dev/null 2>&1 || need="$need make"
 command -v strace >/dev/null 2>&1 || need="$need strace"
 [ -e /usr/include/x86_64-linux-gnu/asm/unistd_64.h ] || need="$need linux-libc-dev"
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need="$need python3-venv"
+# ferry gui (PySide6): the system libraries Qt's xcb and offscreen platforms load,
+# a font, and Xvfb for the GUI tests.
+lib=/usr/lib/x86_64-linux-gnu
+for pair in libEGL.so.1:libegl1 libGL.so.1:libgl1 libglib-2.0.so.0:libglib2.0-0 \
+        libfontconfig.so.1:libfontconfig1 libdbus-1.so.3:libdbus-1-3 \
+        libxkbcommon.so.0:libxkbcommon0 libxkbcommon-x11.so.0:libxkbcommon-x11-0 \
+        libX11-xcb.so.1:libx11-xcb1 libxcb-cursor.so.0:libxcb-cursor0 \
+        libxcb-icccm.so.4:libxcb-icccm4 libxcb-keysyms.so.1:libxcb-keysyms1 \
+        libxcb-shape.so.0:libxcb-shape0 libxcb-randr.so.0:libxcb-randr0 \
+        libxcb-render-util.so.0:libxcb-render-util0 libxcb-xinerama.so.0:libxcb-xinerama0 \
+        libxcb-image.so.0:libxcb-image0 libxcb-xkb.so.1:libxcb-xkb1; do
+    [ -e "$lib/${pair%%:*}" ] || need="$need ${pair#*:}"
+done
+[ -d /usr/share/fonts/truetype/dejavu ] || need="$need fonts-dejavu-core"
+command -v Xvfb >/dev/null 2>&1 || need="$need xvfb"
+command -v xauth >/dev/null 2>&1 || need="$need xauth"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     echo "installing:$need"
