@@ -24,7 +24,8 @@ def _cmdline(pid):
 def attach_command(profile_name, out_dir, pid):
     """Enable the running process PID and record it until it exits or is detached."""
     from pathlib import Path
-    from .. import attach, runner
+    from .. import runner
+    from ..injector import attach
     from ..profiles import load
     from ..rewriter import shimlib
     from ..rewriter.instrument import instrument
@@ -80,6 +81,6 @@ def _detached(out, pid):
 @click.argument("pid", type=int)
 def detach_command(pid):
     """Stop intercepting the calls of PID (attached with `ferry attach`)."""
-    from .. import attach
+    from ..injector import attach
     attach.detach(pid)
     err_console.print(f"ferry: detached from {pid}")
