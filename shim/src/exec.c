@@ -35,12 +35,6 @@ static char shim_path[1024];
 
 const char *ferry_cache_root(void) { return cache_root; }
 
-static long safe_read(void *dst, const void *src, size_t n)
-{
-    struct iovec local = {dst, n}, remote = {(void *)src, n};
-    return ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
-}
-
 /* A NUL-terminated string from the program's memory, or -1. */
 static long read_string(char *dst, const char *src, size_t cap)
 {
@@ -50,7 +44,7 @@ static long read_string(char *dst, const char *src, size_t cap)
         size_t chunk = 4096 - (((unsigned long)src + got) & 4095);
         if (chunk > cap - 1 - got)
             chunk = cap - 1 - got;
-        if (safe_read(dst + got, src + got, chunk) != (long)chunk)
+        if (ferry_safe_read(dst + got, src + got, chunk) != (long)chunk)
             return -1;
         for (size_t i = got; i < got + chunk; i++)
             if (!dst[i])
@@ -71,25 +65,16 @@ static void save(const char *entry)
     used += n;
 }
 
-static const char *lookup(char **envp, const char *key)
-{
-    size_t n = ferry_strlen(key);
-    for (char **e = envp; e && *e; e++)
-        if (ferry_memeq(*e, key, n) && (*e)[n] == '=')
-            return *e + n + 1;
-    return 0;
-}
-
 void ferry_exec_configure(char **envp)
 {
     struct ferry_buf b = {cache_root, 0, sizeof(cache_root), 0};
     const char *v;
-    if ((v = lookup(envp, "FERRY_CACHE")) && *v) {
+    if ((v = ferry_env_lookup(envp, "FERRY_CACHE")) && *v) {
         ferry_buf_str(&b, v);
-    } else if ((v = lookup(envp, "XDG_CACHE_HOME")) && *v) {
+    } else if ((v = ferry_env_lookup(envp, "XDG_CACHE_HOME")) && *v) {
         ferry_buf_str(&b, v);
         ferry_buf_str(&b, "/ferry");
-    } else if ((v = lookup(envp, "HOME")) && *v) {
+    } else if ((v = ferry_env_lookup(envp, "HOME")) && *v) {
         ferry_buf_str(&b, v);
         ferry_buf_str(&b, "/.cache/ferry");
     }
@@ -97,7 +82,7 @@ void ferry_exec_configure(char **envp)
     for (char **e = envp; e && *e; e++)
         if (ferry_memeq(*e, "FERRY_", 6) && !ferry_memeq(*e, "FERRY_CACHE=", 12))
             save(*e);
-    if ((v = lookup(envp, "FERRY_SHIM")) && ferry_strlen(v) < sizeof(shim_path))
+    if ((v = ferry_env_lookup(envp, "FERRY_SHIM")) && ferry_strlen(v) < sizeof(shim_path))
         ferry_memcpy(shim_path, v, ferry_strlen(v) + 1);
     if (cache_root[0]) {
         /* Children may have no HOME (env -i): tell them where the cache is. */
@@ -111,24 +96,12 @@ void ferry_exec_configure(char **envp)
     }
 }
 
-/* `<cache>/exec/<dev>-<ino>-<size>-<mtime_ns>` for the file at `path`, if
- * that names an executable rewritten image; `st` gets the file's status. */
+/* Whether the cache holds a rewritten image of the file at `path` (`out`
+ * gets its name); `st` gets the file's status. */
 static int cached_image(const char *path, char *out, size_t cap, struct stat *st)
 {
-    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0) != 0 || !cache_root[0])
-        return 0;
-    struct ferry_buf b = {out, 0, cap, 0};
-    ferry_buf_str(&b, cache_root);
-    ferry_buf_str(&b, "/exec/");
-    ferry_buf_u64(&b, st->st_dev);
-    ferry_buf_str(&b, "-");
-    ferry_buf_u64(&b, st->st_ino);
-    ferry_buf_str(&b, "-");
-    ferry_buf_u64(&b, (uint64_t)st->st_size);
-    ferry_buf_str(&b, "-");
-    ferry_buf_u64(&b, (uint64_t)st->st_mtim.tv_sec * 1000000000ULL + (uint64_t)st->st_mtim.tv_nsec);
-    out[b.overflow ? 0 : b.len] = 0;
-    return !b.overflow && ferry_raw4(SYS_faccessat, AT_FDCWD, out, X_OK, 0) == 0;
+    return ferry_identity_path(cache_root, "exec", path, out, cap, st) &&
+           ferry_raw4(SYS_faccessat, AT_FDCWD, out, X_OK, 0) == 0;
 }
 
 /* What the kernel will run for `path`, judged from its first bytes. */
@@ -170,12 +143,12 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, char *pr
     char old[1024];
     for (size_t i = 0; user_envp; i++) {
         char *p;
-        if (safe_read(&p, &user_envp[i], sizeof(p)) != sizeof(p))
+        if (ferry_safe_read(&p, &user_envp[i], sizeof(p)) != sizeof(p))
             return 0;
         if (!p)
             break;
         char head[11];
-        long got = safe_read(head, p, sizeof(head));
+        long got = ferry_safe_read(head, p, sizeof(head));
         if (got >= 6 && ferry_memeq(head, "FERRY_", 6))
             continue;
         if (preload && got == (long)sizeof(head) && ferry_memeq(head, "LD_PRELOAD=", 11)) {
@@ -218,7 +191,7 @@ static char **script_argv(char *interp, char *arg, char *script, char *const *ar
     out[n++] = script;
     for (size_t i = 1; argv; i++) {
         char *p;
-        if (safe_read(&p, &argv[i], sizeof(p)) != sizeof(p))
+        if (ferry_safe_read(&p, &argv[i], sizeof(p)) != sizeof(p))
             return 0;
         if (!p)
             break;

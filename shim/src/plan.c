@@ -182,25 +182,6 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, uint64_t base)
     return (struct ferry_ctl *)(at + dist);
 }
 
-static int plan_path(const char *cache_root, const char *module, char *out, size_t cap)
-{
-    struct stat st;
-    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, module, &st, 0) != 0)
-        return 0;
-    struct ferry_buf b = {out, 0, cap, 0};
-    ferry_buf_str(&b, cache_root);
-    ferry_buf_str(&b, "/plans/");
-    ferry_buf_u64(&b, st.st_dev);
-    ferry_buf_str(&b, "-");
-    ferry_buf_u64(&b, st.st_ino);
-    ferry_buf_str(&b, "-");
-    ferry_buf_u64(&b, (uint64_t)st.st_size);
-    ferry_buf_str(&b, "-");
-    ferry_buf_u64(&b, (uint64_t)st.st_mtim.tv_sec * 1000000000ULL + (uint64_t)st.st_mtim.tv_nsec);
-    out[b.overflow ? 0 : b.len] = 0;
-    return !b.overflow;
-}
-
 int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t))
 {
     if (!dl_iterate_phdr || !cache_root || !cache_root[0])
@@ -211,7 +192,8 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
     int applied = 0;
     for (int i = 0; i < MAX_TARGETS && targets[i].path[0]; i++) {
         char path[2600];
-        if (!plan_path(cache_root, targets[i].path, path, sizeof(path)))
+        struct stat mst;
+        if (!ferry_identity_path(cache_root, "plans", targets[i].path, path, sizeof(path), &mst))
             continue;
         long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
         if (fd < 0)

@@ -154,14 +154,6 @@ int ferry_modules_enable(void)
     return added;
 }
 
-static const char *env_lookup(char **envp, const char *key)
-{
-    size_t n = ferry_strlen(key);
-    for (char **e = envp; e && *e; e++)
-        if (ferry_memeq(*e, key, n) && (*e)[n] == '=')
-            return *e + n + 1;
-    return 0;
-}
 
 static long parse_number(const char **p)
 {
@@ -175,12 +167,12 @@ static long parse_number(const char **p)
 
 static void configure(char **envp)
 {
-    const char *m = env_lookup(envp, "FERRY_MODE");
+    const char *m = ferry_env_lookup(envp, "FERRY_MODE");
     if (m && ferry_memeq(m, "off", 4))
         mode = FERRY_MODE_OFF;
     else if (m && ferry_memeq(m, "trace", 6))
         mode = FERRY_MODE_TRACE;
-    const char *list = env_lookup(envp, "FERRY_TRACE_SYSCALLS");
+    const char *list = ferry_env_lookup(envp, "FERRY_TRACE_SYSCALLS");
     for (int i = 0; i < FERRY_NR_MAX; i++)
         traced[i] = list == 0;
     for (const char *p = list; p && *p;) {
@@ -196,7 +188,7 @@ static void configure(char **envp)
         for (int i = 0; i < FERRY_NR_MAX; i++)
             ferry_action[i] |= traced[i];
     vector = mode == FERRY_MODE_OFF ? &vector_off : &vector_count;
-    const char *s = env_lookup(envp, "FERRY_STATS");
+    const char *s = ferry_env_lookup(envp, "FERRY_STATS");
     if (s) {
         size_t n = ferry_strlen(s);
         if (n < sizeof(stats_path))
@@ -260,20 +252,20 @@ __attribute__((visibility("default"))) int ferry_detach(void)
 __attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
 {
     (void)argc;
-    if (!env_lookup(envp, "FERRY_MODE")) {
+    if (!ferry_env_lookup(envp, "FERRY_MODE")) {
         char **attached = attach_settings();
         if (attached)
             envp = attached;
     }
     configure(envp);
-    const char *events = env_lookup(envp, "FERRY_EVENTS");
+    const char *events = ferry_env_lookup(envp, "FERRY_EVENTS");
     long cap = events ? parse_number(&events) : 0;
     if (cap < 0 || cap > (1L << 24))
         cap = 0;
-    ferry_store_open(env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv);
+    ferry_store_open(ferry_env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv);
     ferry_exec_configure(envp);
     ferry_modules_enable();
-    ferry_plans_avoid(env_lookup(envp, "FERRY_AVOID"));
+    ferry_plans_avoid(ferry_env_lookup(envp, "FERRY_AVOID"));
     ferry_plans_apply(ferry_cache_root(), enable_planned);
     active = 1;
 }
@@ -283,20 +275,13 @@ static long do_syscall(const struct ferry_regs *r)
     return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
 }
 
-/* Copy from the program's memory the way the kernel does: a bad pointer is
- * the kernel's EFAULT to report, not a crash in the shim. */
-static long safe_read(void *dst, const void *src, size_t n)
-{
-    struct iovec local = {dst, n}, remote = {(void *)src, n};
-    return ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
-}
 
 static unsigned long clone3_flags(const struct ferry_regs *r)
 {
     unsigned long flags = 0;
     if ((unsigned long)r->rsi < sizeof(flags))
         return 0;
-    return safe_read(&flags, (void *)r->rdi, sizeof(flags)) == sizeof(flags) ? flags : 0;
+    return ferry_safe_read(&flags, (void *)r->rdi, sizeof(flags)) == sizeof(flags) ? flags : 0;
 }
 
 static long hand_to_trampoline(long nr, unsigned long flags)

@@ -1,4 +1,48 @@
+#define _GNU_SOURCE
 #include "util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#include "raw.h"
+
+const char *ferry_env_lookup(char **envp, const char *key)
+{
+    size_t n = ferry_strlen(key);
+    for (char **e = envp; e && *e; e++)
+        if (ferry_memeq(*e, key, n) && (*e)[n] == '=')
+            return *e + n + 1;
+    return 0;
+}
+
+long ferry_safe_read(void *dst, const void *src, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    return ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
+}
+
+int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
+                        struct stat *st)
+{
+    if (!root || !root[0] || ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0) != 0)
+        return 0;
+    struct ferry_buf b = {out, 0, cap, 0};
+    ferry_buf_str(&b, root);
+    ferry_buf_str(&b, "/");
+    ferry_buf_str(&b, dir);
+    ferry_buf_str(&b, "/");
+    ferry_buf_u64(&b, st->st_dev);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, st->st_ino);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, (uint64_t)st->st_size);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, (uint64_t)st->st_mtim.tv_sec * 1000000000ULL + (uint64_t)st->st_mtim.tv_nsec);
+    out[b.overflow ? 0 : b.len] = 0;
+    return !b.overflow;
+}
 
 void *ferry_memset(void *dst, int c, size_t n)
 {

@@ -11,6 +11,21 @@ void *ferry_memcpy(void *dst, const void *src, size_t n);
 size_t ferry_strlen(const char *s);
 int ferry_memeq(const void *a, const void *b, size_t n);
 
+/* The value of `key` in a NULL-terminated environment, or NULL. */
+const char *ferry_env_lookup(char **envp, const char *key);
+
+/* Copy from the program's memory the way the kernel does: a bad pointer is
+ * a negative errno, not a crash in the shim. */
+long ferry_safe_read(void *dst, const void *src, size_t n);
+
+/* `<root>/<dir>/<dev>-<ino>-<size>-<mtime_ns>` for the file at `path`: how
+ * the image cache names what it keeps per file (rewriter/cache.py, exec_key).
+ * Returns 0 if the file cannot be stat'ed or the name does not fit; `st`
+ * (a struct stat) receives the file's status. */
+struct stat;
+int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
+                        struct stat *st);
+
 /* An append-only text buffer that never overflows (it truncates and says so
  * through `overflow`). */
 struct ferry_buf {
