@@ -237,12 +237,28 @@ def _add_syscalls(acc, f):
                 s["errnos"][name] = s["errnos"].get(name, 0) + n
 
 
+def _cached_table(path, tables):
+    """The site table of a module the run's tables lack (a child's library, a
+    module loaded with dlopen): from its record in the image cache."""
+    key = f"path:{path}"
+    if key not in tables:
+        tables[key] = []
+        try:
+            from .rewriter import cache
+            record = cache.load_module(cache.sha256_file(path))
+            if record:
+                tables[key] = record["sites"]
+        except OSError:
+            pass
+    return tables[key]
+
+
 def _site_info(f, g, tables):
     """(id, module, site dict or None) of global site index `g` in process `f`."""
     for name, nsites, base in f.modules:
         if base <= g < base + nsites:
             module = os.path.basename(name)
-            table = tables.get(module) or []
+            table = tables.get(module) or _cached_table(name, tables)
             index = g - base
             return f"{module}#{index}", module, table[index] if index < len(table) else None
     return f"?#{g}", None, None

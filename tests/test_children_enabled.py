@@ -188,3 +188,18 @@ def test_first_run_enables_children_by_load_time_patching(tmp_path, monkeypatch)
     patched = {os.path.basename(p["exe"]) for p in model["processes"] if p.get("enabled_by") == "load-time patch"}
     assert {"ls", "head", "env", "cat"} <= patched, patched
     assert len(by_pid) >= 5
+
+
+def test_module_loaded_with_dlopen_is_patched_when_it_appears(tmp_path, monkeypatch):
+    # The shim hooks ld.so's _dl_debug_state and patches a module loaded
+    # later from its plan, before anything in it runs.
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    lib = ROOT / "tests" / "programs" / "build" / "libsite.so"
+    subprocess.run([*FERRY, "instrument", str(lib)], check=True, capture_output=True)  # makes its plan
+    r = subprocess.run([*FERRY, "run", "--no-learn", "-o", str(tmp_path / "run"), "--",
+                        str(ROOT / "tests" / "programs" / "build" / "dlopen_main"), str(lib), "77"],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0 and b"77 of 77" in r.stdout
+    model = load_run(tmp_path / "run")
+    site = next(s for s in model["sites"] if s["module"] == "libsite.so")
+    assert (site["calls"], site["name"], site["function"]) == (77, "getppid", "site_getppid")

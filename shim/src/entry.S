@@ -124,11 +124,15 @@ ferry_slow_entry:
  * stack the child got.  Everything is preserved: rax holds the result, r11
  * the flags the kernel returned; ferry_post(result) only updates the shim's
  * own bookkeeping. */
-    .globl ferry_post_entry
-    .hidden ferry_post_entry
-    .type ferry_post_entry, @function
+/* Call a C function with every register and the flags preserved, on an
+ * aligned stack, DF clear: for hooks that run where the program did not
+ * expect a call. */
+.macro PRESERVING_CALL name, fn, arg_from_rax
+    .globl \name
+    .hidden \name
+    .type \name, @function
     .p2align 4
-ferry_post_entry:
+\name:
     .cfi_startproc
     pushfq
     .cfi_adjust_cfa_offset 8
@@ -149,8 +153,10 @@ ferry_post_entry:
     push r11
     sub rsp, 8
     cld
+.if \arg_from_rax
     mov rdi, rax
-    call ferry_post
+.endif
+    call \fn
     add rsp, 8
     pop r11
     pop r10
@@ -170,6 +176,17 @@ ferry_post_entry:
     .cfi_adjust_cfa_offset -8
     ret
     .cfi_endproc
-    .size ferry_post_entry, . - ferry_post_entry
+    .size \name, . - \name
+.endm
+
+/* After a call that ran in the trampoline's context (label B), in the
+ * calling thread and, for clone and vfork, in the child too, on whatever
+ * stack the child got: rax holds the result, r11 the flags the kernel
+ * returned; ferry_post(result) only updates the shim's own bookkeeping. */
+    PRESERVING_CALL ferry_post_entry, ferry_post, 1
+
+/* ld.so's _dl_debug_state (the debugger's breakpoint, called whenever the
+ * list of modules changes) jumps here: rescan, then return to its caller. */
+    PRESERVING_CALL ferry_dl_hook, ferry_on_dl_change, 0
 
     .section .note.GNU-stack, "", @progbits

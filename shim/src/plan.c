@@ -31,6 +31,18 @@ struct plan_header {
     uint32_t tramp_size, ctl_size, nrefs, nwindows;
 };
 
+/* Modules this process has patched from a plan, by load address. */
+static uint64_t planned[MAX_TARGETS];
+static int nplanned;
+
+static int already_planned(uint64_t base)
+{
+    for (int i = 0; i < nplanned; i++)
+        if (planned[i] == base)
+            return 1;
+    return 0;
+}
+
 struct target {
     char path[512];
     uint64_t base;
@@ -191,6 +203,8 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
     dl_iterate_phdr(collect, targets);
     int applied = 0;
     for (int i = 0; i < MAX_TARGETS && targets[i].path[0]; i++) {
+        if (already_planned(targets[i].base))
+            continue;
         char path[2600];
         struct stat mst;
         if (!ferry_identity_path(cache_root, "plans", targets[i].path, path, sizeof(path), &mst))
@@ -207,6 +221,8 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
             continue;
         struct ferry_ctl *ctl = apply((const char *)map, (uint64_t)st.st_size, targets[i].base);
         ferry_raw2(SYS_munmap, map, st.st_size);
+        if (nplanned < MAX_TARGETS)
+            planned[nplanned++] = targets[i].base;  /* tried once, patched or not */
         if (ctl && ferry_memeq(ctl->magic, FERRY_CTL_MAGIC, FERRY_CTL_MAGIC_LEN)) {
             enable(ctl, targets[i].path, targets[i].base);
             applied++;

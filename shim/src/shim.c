@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "ctl.h"
@@ -196,6 +197,44 @@ static void configure(char **envp)
     }
 }
 
+/* Modules loaded later (dlopen) are enabled as they appear: ld.so calls
+ * _dl_debug_state, a bare `ret` for debuggers, whenever its list of modules
+ * changes, before the new modules' constructors run.  Its first bytes become
+ * a jump to ferry_dl_hook.  Done only when they are `ret` followed by
+ * padding, so that nothing else is overwritten. */
+extern struct r_debug _r_debug __attribute__((weak));
+
+static void hook_dl_changes(void)
+{
+    if (!&_r_debug || !_r_debug.r_brk)
+        return;
+    unsigned char *p = (unsigned char *)_r_debug.r_brk;
+    if (p[0] != 0xc3 || ((unsigned long)p & 15) != 0)
+        return;
+    for (int i = 1; i < 5; i++)
+        if (p[i] != 0x66 && p[i] != 0x90 && p[i] != 0x2e && p[i] != 0x0f)
+            return;
+    long rel = (long)((unsigned char *)ferry_dl_hook - (p + 5));
+    if (rel != (int)rel)
+        return;
+    unsigned char jmp[5] = {0xe9};
+    int32_t rel32 = (int32_t)rel;
+    ferry_memcpy(jmp + 1, &rel32, 4);
+    unsigned long page = (unsigned long)p & ~4095UL;
+    if (ferry_raw3(SYS_mprotect, page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC))
+        return;
+    ferry_memcpy(p, jmp, 5);
+    ferry_raw3(SYS_mprotect, page, 8192, PROT_READ | PROT_EXEC);
+}
+
+void ferry_on_dl_change(void)
+{
+    if (&_r_debug && _r_debug.r_state == RT_CONSISTENT && active) {
+        ferry_modules_enable();
+        ferry_plans_apply(ferry_cache_root(), enable_planned);
+    }
+}
+
 /* `ferry attach` loads the shim into a running process whose environment it
  * cannot change: it leaves the settings in /tmp/ferry-attach.<pid>, one
  * VAR=value per line, which count only if written by this process's user
@@ -267,6 +306,7 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     ferry_modules_enable();
     ferry_plans_avoid(ferry_env_lookup(envp, "FERRY_AVOID"));
     ferry_plans_apply(ferry_cache_root(), enable_planned);
+    hook_dl_changes();
     active = 1;
 }
 

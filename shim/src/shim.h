@@ -23,6 +23,8 @@ void ferry_post(long result);
 void ferry_entry(void);
 void ferry_entry_nocount(void);
 void ferry_post_entry(void);
+void ferry_dl_hook(void);
+void ferry_on_dl_change(void);
 
 /* Enable every rewritten module loaded now; returns how many were new. */
 int ferry_modules_enable(void);
