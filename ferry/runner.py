@@ -6,7 +6,6 @@ Signals sent to `ferry run` are passed on to it; its exit status, or the
 signal that killed it, becomes ours.  The run directory holds what docs/run.md
 describes; the previous one is kept as DIR.old.
 """
-import json
 import os
 import platform
 import shutil
@@ -120,6 +119,38 @@ def _iso(t):
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
 
 
+def open_run_dir(out_dir, manifest, profile):
+    """A fresh run directory (the previous run kept as DIR.old) holding the
+    site tables, the profile and the manifest; returns its absolute path."""
+    out_dir = Path(out_dir).absolute()
+    _rotate(out_dir)
+    out_dir.mkdir(parents=True)
+    (out_dir / "proc").mkdir()
+    _module_tables(out_dir, manifest)
+    (out_dir / "profile.toml").write_text(profile.to_toml())
+    if manifest:
+        write_json(out_dir / "manifest.json", manifest)
+    return out_dir
+
+
+def new_info(command, profile, program, images, pid=None, **extra):
+    """info.json of a run that starts now (docs/run.md)."""
+    return {
+        "format": "ferry-run-info", "version": 1,
+        "command": list(command), "cwd": os.getcwd(),
+        "start": _iso(time.time()), "end": None, "duration_s": None, "exit": None, "pid": pid,
+        "host": platform.node(), "kernel": platform.release(), "ferry_version": __version__,
+        "profile": {"name": profile.name, "mode": profile.mode, "path": str(profile.path)},
+        "program": program, "images": images, "state": "running", **extra,
+    }
+
+
+def finish_info(info, started, exit_=None):
+    """Mark `info` finished, `started` (time.time()) seconds ago."""
+    ended = time.time()
+    info.update(end=_iso(ended), duration_s=round(ended - started, 6), state="finished", exit=exit_)
+
+
 def learn(out_dir):
     """Rewrite the dynamic programs that ran without the shim in this run, so
     that the next run enables them (FX!32 translated in the background after a
@@ -148,33 +179,18 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     if not argv:
         raise FerryError("ferry run", "no command given (usage: ferry run [OPTIONS] -- COMMAND ARGS...)")
     prepared = prepare(argv, progress)
-    out_dir = Path(out_dir).absolute()
-    _rotate(out_dir)
-    out_dir.mkdir(parents=True)
-    (out_dir / "proc").mkdir()
-    _module_tables(out_dir, prepared.manifest)
-    (out_dir / "profile.toml").write_text(profile.to_toml())
-    if prepared.manifest:
-        write_json(out_dir / "manifest.json", prepared.manifest)
+    out_dir = open_run_dir(out_dir, prepared.manifest, profile)
 
     env = dict(os.environ)
     env.update(profile.shim_env())
     env["FERRY_RUN_DIR"] = str(out_dir)
     from .rewriter import shimlib
     env["FERRY_SHIM"] = str(shimlib.path().resolve())  # preloaded into children without an image
-    info = {
-        "format": "ferry-run-info", "version": 1,
-        "command": list(argv), "cwd": os.getcwd(),
-        "start": None, "end": None, "duration_s": None, "exit": None, "pid": None,
-        "host": platform.node(), "kernel": platform.release(), "ferry_version": __version__,
-        "profile": {"name": profile.name, "mode": profile.mode, "path": str(profile.path)},
-        "program": {"original": prepared.original, "executable": prepared.executable,
-                    "enabled": prepared.enabled, "reason": prepared.reason},
-        "images": {prepared.executable: prepared.original},
-        "state": "running",
-    }
     started = time.time()
-    info["start"] = _iso(started)
+    info = new_info(argv, profile,
+                    {"original": prepared.original, "executable": prepared.executable,
+                     "enabled": prepared.enabled, "reason": prepared.reason},
+                    {prepared.executable: prepared.original})
     write_json(out_dir / "info.json", info)
 
     saved = {s: signal.getsignal(s) for s in FORWARDED + FROM_TERMINAL}
@@ -200,9 +216,7 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)
-    ended = time.time()
-    info.update(end=_iso(ended), duration_s=round(ended - started, 6), state="finished",
-                exit={"code": returncode, "signal": None} if returncode >= 0
+    finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
                 else {"code": None, "signal": signal.Signals(-returncode).name})
     write_json(out_dir / "info.json", info)
     if index:

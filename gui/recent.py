@@ -4,6 +4,8 @@ import json
 import os
 from pathlib import Path
 
+from ..rewriter import atomic
+
 KEEP = 10
 
 
@@ -30,9 +32,7 @@ def add(path):
     f = _file()
     try:
         f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_suffix(".tmp")
-        tmp.write_text(json.dumps(paths[:KEEP], indent=1) + "\n")
-        os.replace(tmp, f)
+        atomic.write_bytes(f, json.dumps(paths[:KEEP], indent=1) + "\n")
     except OSError:
         pass  # a list of recent projects is a convenience
     return paths[:KEEP]

@@ -23,6 +23,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from . import atomic
 from .layout import FORMAT
 
 
@@ -80,10 +81,7 @@ def save_plan(original, plan_bytes):
     """Keep the patch plan of library `original` where the shim looks for it."""
     d = root() / "plans"
     d.mkdir(parents=True, exist_ok=True)
-    target = d / exec_key(original)
-    tmp = d / f".{target.name}.{os.getpid()}.tmp"
-    tmp.write_bytes(plan_bytes)
-    os.replace(tmp, target)
+    atomic.write_bytes(d / exec_key(original), plan_bytes)
 
 
 def load_module(sha):

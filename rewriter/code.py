@@ -137,7 +137,7 @@ def _fdes(binary, in_code):
     return [r for r in fde_ranges(bytes(sec.content), sec.virtual_address) if in_code(r[0])]
 
 
-def _relocation_targets(binary, in_code, image_base_symbols):
+def _relocation_targets(binary, in_code):
     targets = set()
     for rel in binary.relocations:
         value = rel.addend
@@ -218,7 +218,7 @@ def analyze(image):
     fdes = _fdes(binary, in_code)
     targets = set(symbol_values)
     targets.update(start for start, _ in fdes)
-    targets.update(_relocation_targets(binary, in_code, symbol_values))
+    targets.update(_relocation_targets(binary, in_code))
     entry = binary.entrypoint
     if in_code(entry):
         targets.add(entry)

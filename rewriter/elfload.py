@@ -59,7 +59,7 @@ class ElfImage:
         return entry.name if entry is not None else None
 
 
-def _header_problem(data):
+def header_problem(data):
     """Why the raw header cannot be trusted, or None."""
     if len(data) < 64:
         return "truncated ELF header" if data[:4] == b"\x7fELF" else "not an ELF file"
@@ -121,7 +121,7 @@ def load(path):
     """Parse `path` as an x86-64 ELF executable or shared object."""
     path = Path(path)
     data = read_input(path)
-    problem = _header_problem(data)
+    problem = header_problem(data)
     if problem:
         raise InputError(path, problem)
     binary = lief.ELF.parse(str(path))

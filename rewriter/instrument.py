@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, layout, manifest, shimlib
+from . import atomic, cache, layout, manifest, shimlib
 from .errors import FerryError, InputError
 
 FERRY_VERSION = "0.1.0"
@@ -92,18 +92,24 @@ def _library(mod, progress):
         plan_bytes = patcher.rewrite(image, sites, cmap, mdir / rewritten, patcher.DynamicChanges([]))
         cache.save_plan(mod.path, plan_bytes)
     record = module_record(image, mod, sites, cmap, rewritten)
-    record["name"] = mod.name
     manifest.write_json(mdir / "module.json", record)
     return record
 
 
-def _program_cached(out_dir, shas, shim_sha):
+def _current_manifest(out_dir, shim_sha, shas=None):
+    """The manifest in `out_dir` if that directory was made by this rewriter
+    and shim from files that are unchanged: the hashes in `shas` (a closure
+    just resolved) or, without them, the files the manifest names, hashed
+    again (so a cache hit needs no ELF parsing, nor even LIEF)."""
     m = _read_manifest(out_dir)
-    if m is None:
+    if m is None or m.get("layout") != layout.FORMAT or m.get("shim", {}).get("sha256") != shim_sha:
         return None
-    if m.get("layout") != layout.FORMAT or m.get("shim", {}).get("sha256") != shim_sha:
+    try:
+        made_from = [mod["sha256"] for mod in m["modules"]]
+        now = shas if shas is not None else [cache.sha256_file(mod["original"]) for mod in m["modules"]]
+    except (OSError, KeyError, TypeError):
         return None
-    if [mod.get("sha256") for mod in m.get("modules", [])] != shas:
+    if made_from != now:
         return None
     entry = m.get("entry")
     if entry and not (out_dir / entry).is_file():
@@ -121,28 +127,13 @@ def _place(src, dst, link):
     shutil.copy2(src, dst)
 
 
-def _cache_hit(path, shim_sha):
-    """The manifest of the cached program directory for `path` if every file
-    it was made from is unchanged; decided from hashes alone, so a hit costs
-    no ELF parsing (nor even loading LIEF)."""
-    try:
-        sha = cache.sha256_file(path)
-    except OSError:
-        return None, None
-    out_dir = cache.program_dir(sha)
-    m = _read_manifest(out_dir)
-    if m is None or m.get("shim", {}).get("sha256") != shim_sha or m.get("layout") != layout.FORMAT:
-        return None, None
-    try:
-        for mod in m["modules"]:
-            if cache.sha256_file(mod["original"]) != mod["sha256"]:
-                return None, None
-    except (OSError, KeyError, TypeError):
-        return None, None
-    entry = m.get("entry")
-    if entry and not (out_dir / entry).is_file():
-        return None, None
-    return out_dir, m
+def _served(path, out_dir, m, in_cache, started, progress):
+    """The Result of a program directory that was already there."""
+    progress("done", Path(path).name)
+    entry = out_dir / m["entry"] if m.get("entry") else None
+    if entry is not None and in_cache:
+        cache.register_exec(path, entry)
+    return Result(out_dir, entry, m, True, time.monotonic() - started)
 
 
 def _read_manifest(out_dir):
@@ -169,13 +160,13 @@ def _instrument(path, out_dir, progress):
     shim = shimlib.path()
     shim_sha = cache.sha256_file(shim)
     if out_dir is None:
-        hit_dir, hit = _cache_hit(path, shim_sha)
+        try:
+            hit_dir = cache.program_dir(cache.sha256_file(path))
+        except OSError:
+            hit_dir = None
+        hit = _current_manifest(hit_dir, shim_sha) if hit_dir else None
         if hit is not None:
-            progress("done", Path(path).name)
-            entry = hit_dir / hit["entry"] if hit.get("entry") else None
-            if entry is not None:
-                cache.register_exec(path, entry)
-            return Result(hit_dir, entry, hit, True, time.monotonic() - started)
+            return _served(path, hit_dir, hit, True, started, progress)
 
     import lief
     from . import elfload, patcher
@@ -198,13 +189,9 @@ def _instrument(path, out_dir, progress):
     if out_dir.exists() and not out_dir.is_dir():
         raise FerryError(out_dir, "output exists and is not a directory")
 
-    cached = _program_cached(out_dir, shas, shim_sha)
+    cached = _current_manifest(out_dir, shim_sha, shas)
     if cached is not None:
-        progress("done", mods[0].name)
-        entry = out_dir / cached["entry"] if cached.get("entry") else None
-        if entry is not None and in_cache:
-            cache.register_exec(path, entry)
-        return Result(out_dir, entry, cached, True, time.monotonic() - started)
+        return _served(path, out_dir, cached, in_cache, started, progress)
 
     progress("start", None, total=len(mods))
     records = [None] * len(mods)
@@ -224,7 +211,7 @@ def _instrument(path, out_dir, progress):
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    os.chmod(tmp, 0o777 & ~_umask())
+    os.chmod(tmp, 0o777 & ~atomic.umask())
     try:
         rewritten_libs = {}
         for mod, record in zip(mods[1:], records[1:]):
@@ -277,12 +264,6 @@ def _instrument(path, out_dir, progress):
     if entry is not None and in_cache:
         cache.register_exec(path, entry)
     return Result(out_dir, entry, m, False, time.monotonic() - started)
-
-
-def _umask():
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _move_into_place(tmp, out_dir):

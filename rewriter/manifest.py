@@ -1,9 +1,7 @@
 """Sites and modules as JSON (schema: docs/manifest.md)."""
 import json
-import os
-import tempfile
-from pathlib import Path
 
+from . import atomic
 from .planner import Site
 from .syscall_table import name_of
 
@@ -52,17 +50,4 @@ def site_from_dict(d):
 
 def write_json(path, obj):
     """Write `obj` to `path` under a temporary name, then rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic.write_bytes(path, json.dumps(obj, indent=1) + "\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import lief
 
-from .elfload import _header_problem
+from .elfload import header_problem
 from .errors import InputError
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
@@ -156,7 +156,7 @@ def closure(image):
             by_name[name] = lib
             modules.append(lib)
             with open(path, "rb") as f:
-                problem = _header_problem(f.read())
+                problem = header_problem(f.read())
             lib_binary = None if problem else lief.ELF.parse(str(path))
             if lib_binary is not None:
                 queue.append((lib, lib_binary))

@@ -8,16 +8,13 @@ from the original addresses.
 """
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import keystone
 import lief
 
-from . import layout, plan, trampoline
+from . import atomic, layout, plan, trampoline
 from .errors import FerryError
-from .planner import trampoline_size
 
 _PHDR_STRATEGIES = ("SEGMENT_GAP", "BSS_END")
 _TRAMP_ALIGN = 16
@@ -44,7 +41,7 @@ def _layout_trampolines(sites):
     offsets, pos = {}, 0
     for site in sites:
         offsets[site.id] = pos
-        pos += trampoline_size(site)
+        pos += trampoline.size(site)
         pos = (pos + _TRAMP_ALIGN - 1) & ~(_TRAMP_ALIGN - 1)
     return offsets, max(pos, _TRAMP_ALIGN)
 
@@ -153,19 +150,5 @@ def rewrite(image, sites, cmap, out_path, changes):
         windows.append((site.window[0], patch))
 
     _apply_dynamic(binary, changes)
-    write_atomically(binary, out_path, os.stat(image.path).st_mode & 0o7777)
+    atomic.write_with(out_path, binary.write, os.stat(image.path).st_mode & 0o777)
     return plan.encode(tramp_base, bytes(code), ctl_base, ctl, module_refs, windows)
-
-
-def write_atomically(binary, out_path, mode):
-    out_path = Path(out_path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    os.close(fd)
-    try:
-        binary.write(tmp)
-        os.chmod(tmp, mode & 0o0777)
-        os.replace(tmp, out_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import capstone
 
-from . import layout
 from .syscall_table import name_of
 
 JMP_REL32_SIZE = 5
@@ -88,8 +87,8 @@ def _static_nr(insns, k, targets, read):
 
 
 def _window(insns, k, targets, taken):
-    """The best (i, j) window around insns[k], or a reason why there is none."""
-    best = None
+    """The best (i, j) window around insns[k], or a reason why there is none:
+    the fewest instructions after the syscall, then the fewest before."""
     reason = "no run of movable instructions of 5 bytes or more around the syscall"
     for after in range(0, MAX_AFTER + 1):
         j = k + after
@@ -120,15 +119,8 @@ def _window(insns, k, targets, taken):
             if insns[k].address in targets and i != k:
                 reason = "the syscall itself is a branch target"
                 break
-            score = (after, end - start)
-            if best is None or score < best[0]:
-                best = (score, i, j)
-            break
-        if best is not None:
-            break
-    if best is None:
-        return None, reason
-    return (best[1], best[2]), None
+            return (i, j), None
+    return None, reason
 
 
 def plan(cmap):
@@ -164,18 +156,3 @@ def plan(cmap):
         site.status = "patched"
         taken.append(site.window)
     return sites
-
-
-def trampoline_size(site):
-    """Bytes the trampoline of `site` takes (see trampoline.py for the layout)."""
-    moved = sum(insn.size for insn in site.before + site.after)
-    return moved + GLUE_SIZE + JMP_REL32_SIZE
-
-
-# mov rcx,[rip+d] 7 + jrcxz 2 + lea rsp,[rsp-128] 5 + lea r11,[rip+d] 7 + call [rcx] 2
-# + lea rsp,[rsp+128] 8 + jmp short 2
-# + lea rsp,[rsp+128] 8 + syscall 2 + mov rcx,[rip+d] 7 + lea rsp,[rsp-128] 5
-#   + call [rcx+8] 3 + lea rsp,[rsp+128] 8 + jmp short 2
-# + syscall 2
-GLUE_SIZE = 70
-assert layout.TRAMP_RAW_DELTA == 10

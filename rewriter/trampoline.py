@@ -29,7 +29,14 @@ import capstone
 import keystone
 
 from . import layout
-from .planner import GLUE_SIZE, JMP_REL32_SIZE
+from .planner import JMP_REL32_SIZE
+
+# mov rcx,[rip+d] 7 + jrcxz 2 + lea rsp,[rsp-128] 5 + lea r11,[rip+d] 7 + call [rcx] 2
+# + lea rsp,[rsp+128] 8 + jmp short 2
+# + lea rsp,[rsp+128] 8 + syscall 2 + mov rcx,[rip+d] 7 + lea rsp,[rsp-128] 5
+#   + call [rcx+8] 3 + lea rsp,[rsp+128] 8 + jmp short 2
+# + syscall 2
+GLUE_SIZE = 70
 
 _ks = keystone.Ks(keystone.KS_ARCH_X86, keystone.KS_MODE_64)
 _cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
@@ -62,6 +69,12 @@ _AFTER_VECTOR_RELOAD = _LABEL_B + 8 + 2 + 7
 
 class TrampolineError(Exception):
     pass
+
+
+def size(site):
+    """Bytes the trampoline of `site` takes."""
+    moved = sum(insn.size for insn in site.before + site.after)
+    return moved + GLUE_SIZE + JMP_REL32_SIZE
 
 
 def relocate(insn_bytes, old_address, new_address, fields=None):

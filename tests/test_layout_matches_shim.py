@@ -2,7 +2,7 @@
 import re
 
 from conftest import ROOT
-from ferry.rewriter import layout, planner
+from ferry.rewriter import layout
 
 
 def _defines(*headers):
@@ -29,4 +29,4 @@ def test_control_block_magic_matches_the_shim():
 def test_glue_size_matches_the_trampoline_layout():
     from ferry.rewriter import trampoline
     code = trampoline.glue(0x100000, 0x200000, 0x200040)
-    assert len(code) == planner.GLUE_SIZE
+    assert len(code) == trampoline.GLUE_SIZE

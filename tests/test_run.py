@@ -6,9 +6,7 @@ import shutil
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 

@@ -23,12 +23,12 @@ def _cmdline(pid):
 @click.argument("pid", type=int)
 def attach_command(profile_name, out_dir, pid):
     """Enable the running process PID and record it until it exits or is detached."""
-    from pathlib import Path
     from .. import runner
     from ..injector import attach
     from ..profiles import load
     from ..rewriter import shimlib
     from ..rewriter.instrument import instrument
+    from ..rewriter import cache
     from ..rewriter.manifest import write_json
     profile = load(profile_name)
     exe = os.path.realpath(f"/proc/{pid}/exe") if os.path.exists(f"/proc/{pid}") else None
@@ -36,21 +36,12 @@ def attach_command(profile_name, out_dir, pid):
         from ..rewriter.errors import FerryError
         raise FerryError(pid, "no such process")
     result = instrument(exe)  # leaves the patch plans of its libraries in the cache
-    out = Path(out_dir).absolute()
-    runner._rotate(out)
-    out.mkdir(parents=True)
-    (out / "proc").mkdir()
-    runner._module_tables(out, result.manifest)
-    (out / "profile.toml").write_text(profile.to_toml())
+    out = runner.open_run_dir(out_dir, result.manifest, profile)
     started = time.time()
-    info = {"format": "ferry-run-info", "version": 1, "command": _cmdline(pid), "cwd": os.getcwd(),
-            "start": runner._iso(started), "end": None, "duration_s": None, "exit": None, "pid": pid,
-            "host": os.uname().nodename, "kernel": os.uname().release, "ferry_version": "0.1.0",
-            "profile": {"name": profile.name, "mode": profile.mode, "path": str(profile.path)},
-            "program": {"original": exe, "executable": exe, "enabled": True, "reason": None},
-            "images": {}, "state": "running", "attached": True}
+    info = runner.new_info(_cmdline(pid), profile,
+                           {"original": exe, "executable": exe, "enabled": True, "reason": None},
+                           {}, pid=pid, attached=True)
     write_json(out / "info.json", info)
-    from ..rewriter import cache
     env = dict(profile.shim_env(), FERRY_RUN_DIR=str(out), FERRY_SHIM=str(shimlib.path().resolve()),
                FERRY_CACHE=str(cache.root().absolute()))
     attach.attach(pid, shimlib.path().resolve(), env)
@@ -61,16 +52,15 @@ def attach_command(profile_name, out_dir, pid):
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass
-    ended = time.time()
-    info.update(end=runner._iso(ended), duration_s=round(ended - started, 6), state="finished")
+    runner.finish_info(info, started)
     write_json(out / "info.json", info)
 
 
 def _detached(out, pid):
-    from ..procfile import ProcFileError, read
+    from ..procfile import STATE_DETACHED, ProcFileError, read
     for p in (out / "proc").glob(f"{pid}-*.ferry"):
         try:
-            if read(p).state == 4:
+            if read(p).state == STATE_DETACHED:
                 return True
         except ProcFileError:
             pass

@@ -42,14 +42,6 @@ def _table(columns, rows, total=None):
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _secs(ns):
-    return f"{ns / 1e9:.6f}"
-
-
-def _usecs(ns):
-    return f"{ns / 1e3:.2f}"
-
-
 def _summary(model):
     info = model.get("info") or {}
     tot = R.totals(model)
@@ -65,7 +57,7 @@ def _summary(model):
         facts.append(("exit", escape(R.exit_text(info["exit"]))))
     facts.append(("processes", str(len(model["processes"]))))
     facts.append(("system calls", f"{tot['calls']} calls, {tot['errors']} errors, "
-                                  f"{_secs(tot['time_ns'])} s"))
+                                  f"{R.secs(tot['time_ns'])} s"))
     shim = model.get("shim_calls") or {}
     if shim:
         facts.append(("the shim's own calls", escape(f"{sum(shim.values())} (not in the tables: "
@@ -92,13 +84,13 @@ def _syscalls(model, key):
     rows = []
     for r in R.rows(model, "syscall", key):
         errnos = sorted((r.get("errnos") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
-        rows.append([f"{r['pct_time']:.2f}", _secs(r["time_ns"]), _usecs(r["avg_ns"]),
-                     "" if r.get("min_ns") is None else _usecs(r["min_ns"]),
-                     "" if r.get("max_ns") is None else _usecs(r["max_ns"]),
+        rows.append([f"{r['pct_time']:.2f}", R.secs(r["time_ns"]), R.usecs(r["avg_ns"]),
+                     "" if r.get("min_ns") is None else R.usecs(r["min_ns"]),
+                     "" if r.get("max_ns") is None else R.usecs(r["max_ns"]),
                      r["calls"], r["errors"] or "", r["name"],
                      ", ".join(f"{e} {n}" for e, n in errnos)])
     tot = R.totals(model)
-    total = ["100.00" if tot["time_ns"] else "0.00", _secs(tot["time_ns"]), _usecs(R.avg_ns(tot)),
+    total = ["100.00" if tot["time_ns"] else "0.00", R.secs(tot["time_ns"]), R.usecs(R.avg_ns(tot)),
              "", "", tot["calls"], tot["errors"] or "", "total", ""]
     return _table(cols, rows, total)
 
@@ -107,7 +99,7 @@ def _sites(model, key, limit):
     cols = [("% time", True), ("seconds", True), ("usecs/call", True), ("calls", True),
             ("errors", True), ("syscall", False), ("function", False), ("module", False),
             ("address", True), ("site", False)]
-    rows = [[f"{r['pct_time']:.2f}", _secs(r["time_ns"]), _usecs(r["avg_ns"]), r["calls"],
+    rows = [[f"{r['pct_time']:.2f}", R.secs(r["time_ns"]), R.usecs(r["avg_ns"]), r["calls"],
              r["errors"] or "", r.get("name") or "?", r.get("function") or "?",
              r.get("module") or "?", r.get("address") or "", r["id"]]
             for r in R.rows(model, "site", key)[:limit]]

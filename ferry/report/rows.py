@@ -6,6 +6,14 @@ BY = ("syscall", "site", "process")
 SORT_KEYS = ("time", "calls", "errors", "name", "avg")
 
 
+def secs(ns):
+    return f"{ns / 1e9:.6f}"
+
+
+def usecs(ns):
+    return f"{ns / 1e3:.2f}"
+
+
 def num(entry, key):
     """A count or time of an entry; 0 for null (a process that ran without the shim)."""
     return entry.get(key) or 0

@@ -11,14 +11,6 @@ from . import rows as R
 HOT_SITES = 10
 
 
-def _secs(ns):
-    return f"{ns / 1e9:.6f}"
-
-
-def _usecs(ns):
-    return f"{ns / 1e3:.2f}"
-
-
 def _errors(n):
     return str(n) if n else ""
 
@@ -52,7 +44,7 @@ def summary(model):
     n = len(model["processes"])
     facts.append(f"{n} process{'es' if n != 1 else ''}")
     facts.append(f"{tot['calls']} calls, {tot['errors']} errors, "
-                 f"{_secs(tot['time_ns'])} s in system calls")
+                 f"{R.secs(tot['time_ns'])} s in system calls")
     profile = info.get("profile") or {}
     if profile.get("name"):
         facts.append(f"profile {profile['name']}")
@@ -97,12 +89,12 @@ def syscall_table(model, key="time"):
                                 ("usecs/call", "right"), ("calls", "right"),
                                 ("errors", "right"), ("syscall", "left")])
     for r in R.rows(model, "syscall", key):
-        t.add_row(f"{r['pct_time']:.2f}", _secs(r["time_ns"]), _usecs(r["avg_ns"]),
+        t.add_row(f"{r['pct_time']:.2f}", R.secs(r["time_ns"]), R.usecs(r["avg_ns"]),
                   str(r["calls"]), _errors(r["errors"]), r["name"])
     tot = R.totals(model)
     t.add_section()
-    t.add_row("100.00" if tot["time_ns"] else "0.00", _secs(tot["time_ns"]),
-              _usecs(R.avg_ns(tot)), str(tot["calls"]), _errors(tot["errors"]), "total")
+    t.add_row("100.00" if tot["time_ns"] else "0.00", R.secs(tot["time_ns"]),
+              R.usecs(R.avg_ns(tot)), str(tot["calls"]), _errors(tot["errors"]), "total")
     return t
 
 
@@ -140,7 +132,7 @@ def site_table(model, key="time", limit=None):
                        ("calls", "right"), ("errors", "right"), ("syscall", "left"),
                        ("function", "left"), ("module", "left"), ("address", "right")])
     for r in rows[:limit]:
-        t.add_row(f"{r['pct_time']:.2f}", _secs(r["time_ns"]), _usecs(r["avg_ns"]),
+        t.add_row(f"{r['pct_time']:.2f}", R.secs(r["time_ns"]), R.usecs(r["avg_ns"]),
                   str(r["calls"]), _errors(r["errors"]), r.get("name") or "?",
                   r.get("function") or "?", r.get("module") or "?", r.get("address") or "")
     return t
@@ -150,7 +142,7 @@ def counts(p):
     """calls, errors, syscall seconds of a process; '-' for one that ran without the shim."""
     if p.get("calls") is None:
         return "-", "", "-"
-    return str(p["calls"]), _errors(p.get("errors") or 0), _secs(p.get("time_ns") or 0)
+    return str(p["calls"]), _errors(p.get("errors") or 0), R.secs(p.get("time_ns") or 0)
 
 
 def process_table(model, key="time"):

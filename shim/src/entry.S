@@ -29,6 +29,15 @@
  * the rest of this path): AH <- SF ZF AF PF CF, AL <- OF, kept in r11.  The
  * site pointer moves below our rsp meanwhile (the kernel never writes within
  * 128 bytes below rsp when it delivers a signal). */
+/* Undo the flag saving: OF <- (AL == 1), then SF ZF AF PF CF <- AH (sahf
+ * leaves OF alone); rax gets back the number kept in r11. */
+.macro RESTORE_FLAGS
+    xchg rax, r11
+    add al, 0x7f
+    sahf
+    mov rax, r11
+.endm
+
 .macro FAST_ENTRY name, count
     .globl \name
     .hidden \name
@@ -53,16 +62,10 @@
     jz 1f
     add qword ptr [rcx + FERRY_BLK_CALLS + rax * 8], 1
 .endif
-    xchg rax, r11
-    add al, 0x7f              /* OF <- (AL == 1) */
-    sahf                      /* SF ZF AF PF CF <- AH; OF stays */
-    mov rax, r11
+    RESTORE_FLAGS
     syscall
     ret
-1:  xchg rax, r11
-    add al, 0x7f
-    sahf
-    mov rax, r11
+1:  RESTORE_FLAGS
     mov r11, qword ptr [rsp - 8]
     jmp ferry_slow_entry
     .cfi_endproc
@@ -119,11 +122,6 @@ ferry_slow_entry:
     .cfi_endproc
     .size ferry_slow_entry, . - ferry_slow_entry
 
-/* After a call that ran in the trampoline's context (label B), in the
- * calling thread and, for clone and vfork, in the child too, on whatever
- * stack the child got.  Everything is preserved: rax holds the result, r11
- * the flags the kernel returned; ferry_post(result) only updates the shim's
- * own bookkeeping. */
 /* Call a C function with every register and the flags preserved, on an
  * aligned stack, DF clear: for hooks that run where the program did not
  * expect a call. */

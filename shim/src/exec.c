@@ -133,6 +133,15 @@ static uint32_t classify(const char *path, const struct stat *st, char *head, si
     return kind;
 }
 
+/* Entry `i` of a NULL-terminated pointer array in the program's memory:
+ * 1 with *p set, 0 at the end, -1 if it cannot be read. */
+static int user_pointer(char *const *array, size_t i, char **p)
+{
+    if (ferry_safe_read(p, &array[i], sizeof(*p)) != sizeof(*p))
+        return -1;
+    return *p != 0;
+}
+
 /* The environment the new program gets: the program's own, less any FERRY_*
  * entries, plus the run's.  NULL when it does not fit (the program's own is
  * then passed unchanged). */
@@ -141,11 +150,12 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, char *pr
     size_t n = 0;
     const char *old_preload = 0;
     char old[1024];
+    char *p;
     for (size_t i = 0; user_envp; i++) {
-        char *p;
-        if (ferry_safe_read(&p, &user_envp[i], sizeof(p)) != sizeof(p))
+        int got_ptr = user_pointer(user_envp, i, &p);
+        if (got_ptr < 0)
             return 0;
-        if (!p)
+        if (!got_ptr)
             break;
         char head[11];
         long got = ferry_safe_read(head, p, sizeof(head));
@@ -189,11 +199,12 @@ static char **script_argv(char *interp, char *arg, char *script, char *const *ar
     if (arg[0])
         out[n++] = arg;
     out[n++] = script;
+    char *p;
     for (size_t i = 1; argv; i++) {
-        char *p;
-        if (ferry_safe_read(&p, &argv[i], sizeof(p)) != sizeof(p))
+        int got_ptr = user_pointer(argv, i, &p);
+        if (got_ptr < 0)
             return 0;
-        if (!p)
+        if (!got_ptr)
             break;
         if (n + 1 >= cap)
             return 0;
@@ -269,13 +280,6 @@ long ferry_exec(const struct ferry_regs *r)
         }
         if (ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
-        if (kind == FERRY_EXEC_PLAIN && shim_path[0]) {
-            /* No rewritten image: preload the shim, which patches the
-             * program's libraries in memory from their cached plans. */
-            char **with_preload = build_env(envp, env, MAX_ENV, preload, sizeof(preload));
-            if (with_preload)
-                use_env = with_preload;
-        }
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             struct stat ist;
@@ -285,15 +289,18 @@ long ferry_exec(const struct ferry_regs *r)
                 ferry_store_exec_begin(interp, FERRY_EXEC_REWRITTEN);
                 ferry_raw3(SYS_execve, image, sargv, use_env);
             }
-            kind = FERRY_EXEC_PLAIN;
-            if (ferry_raw4(SYS_newfstatat, AT_FDCWD, interp, &ist, 0) == 0 && (ist.st_mode & (S_ISUID | S_ISGID)))
-                kind = FERRY_EXEC_SETUID;
-            else if (shim_path[0]) {
-                char **with_preload = build_env(envp, env, MAX_ENV, preload, sizeof(preload));
-                if (with_preload)
-                    use_env = with_preload;
-            }
+            kind = ferry_raw4(SYS_newfstatat, AT_FDCWD, interp, &ist, 0) == 0 &&
+                           (ist.st_mode & (S_ISUID | S_ISGID))
+                       ? FERRY_EXEC_SETUID
+                       : FERRY_EXEC_PLAIN;
         }
+    }
+    if (kind == FERRY_EXEC_PLAIN && shim_path[0]) {
+        /* No rewritten image: preload the shim, which patches the program's
+         * libraries in memory from their cached plans. */
+        char **with_preload = build_env(envp, env, MAX_ENV, preload, sizeof(preload));
+        if (with_preload)
+            use_env = with_preload;
     }
     ferry_store_exec_begin(path, kind);
     if (at)

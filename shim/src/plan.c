@@ -135,17 +135,6 @@ static uint64_t place(uint64_t want, uint64_t size)
     return 0;
 }
 
-/* Make [addr, addr+len) writable, copy, and give it back its protection. */
-static int write_text(uint64_t addr, const void *src, size_t len)
-{
-    uint64_t lo = addr & ~(PAGE - 1), hi = page_up(addr + len);
-    if (ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC))
-        return -1;
-    ferry_memcpy((void *)addr, src, len);
-    ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC);
-    return 0;
-}
-
 static struct ferry_ctl *apply(const char *data, uint64_t size, uint64_t base)
 {
     const struct plan_header *h = (const void *)data;
@@ -188,7 +177,7 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, uint64_t base)
         win += 16 + pad8(len);
         if (avoided(base + vaddr, base + vaddr + len))
             continue;  /* that site keeps running its own syscall */
-        if (write_text(base + vaddr, patch, len))
+        if (ferry_write_text((void *)(base + vaddr), patch, len))
             return 0;
     }
     return (struct ferry_ctl *)(at + dist);

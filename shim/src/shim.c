@@ -19,7 +19,6 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "ctl.h"
@@ -100,20 +99,6 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
-static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base);
-
-/* A module patched in memory from its plan: enabled like a rewritten one. */
-static void enable_planned(struct ferry_ctl *c, const char *name, uint64_t base)
-{
-    if (nmodules >= MAX_MODULES)
-        return;
-    describe_module(c, name, base);
-    modules[nmodules++] = c;
-    if (ferry_hdr)
-        ferry_hdr->load_patched++;
-    __atomic_store_n(&c->vector, vector, __ATOMIC_RELEASE);
-}
-
 static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base)
 {
     struct ferry_proc_header *h = ferry_hdr;
@@ -136,6 +121,25 @@ static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base
     h->nmodules++;
 }
 
+/* Start intercepting the sites of module `c`: the last step, once the
+ * process file knows the module. */
+static int enable_module(struct ferry_ctl *c, const char *name, uint64_t base)
+{
+    if (nmodules >= MAX_MODULES)
+        return 0;
+    describe_module(c, name, base);
+    modules[nmodules++] = c;
+    __atomic_store_n(&c->vector, vector, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* A module patched in memory from its plan: enabled like a rewritten one. */
+static void enable_planned(struct ferry_ctl *c, const char *name, uint64_t base)
+{
+    if (enable_module(c, name, base) && ferry_hdr)
+        ferry_hdr->load_patched++;
+}
+
 int ferry_modules_enable(void)
 {
     if (!dl_iterate_phdr)
@@ -146,12 +150,8 @@ int ferry_modules_enable(void)
      * futex call would otherwise already come through the shim. */
     dl_iterate_phdr(collect_module, found);
     int added = 0;
-    for (int k = 0; k < MAX_MODULES && found[k].ctl && nmodules < MAX_MODULES; k++) {
-        describe_module(found[k].ctl, found[k].name, found[k].base);
-        modules[nmodules++] = found[k].ctl;
-        __atomic_store_n(&found[k].ctl->vector, vector, __ATOMIC_RELEASE);
-        added++;
-    }
+    for (int k = 0; k < MAX_MODULES && found[k].ctl; k++)
+        added += enable_module(found[k].ctl, found[k].name, found[k].base);
     return added;
 }
 
@@ -220,11 +220,7 @@ static void hook_dl_changes(void)
     unsigned char jmp[5] = {0xe9};
     int32_t rel32 = (int32_t)rel;
     ferry_memcpy(jmp + 1, &rel32, 4);
-    unsigned long page = (unsigned long)p & ~4095UL;
-    if (ferry_raw3(SYS_mprotect, page, 8192, PROT_READ | PROT_WRITE | PROT_EXEC))
-        return;
-    ferry_memcpy(p, jmp, 5);
-    ferry_raw3(SYS_mprotect, page, 8192, PROT_READ | PROT_EXEC);
+    ferry_write_text(p, jmp, sizeof(jmp));
 }
 
 void ferry_on_dl_change(void)
@@ -279,12 +275,7 @@ __attribute__((visibility("default"))) int ferry_detach(void)
 {
     for (unsigned i = 0; i < nmodules; i++)
         __atomic_store_n(&modules[i]->vector, (const struct ferry_vector *)0, __ATOMIC_RELEASE);
-    if (ferry_hdr) {
-        ferry_hdr->end_real_ns = ferry_real_ns();
-        ferry_hdr->end_mono_ns = ferry_mono_ns();
-        ferry_hdr->end_tsc = ferry_rdtsc();
-        __atomic_store_n(&ferry_hdr->state, FERRY_STATE_DETACHED, __ATOMIC_RELEASE);
-    }
+    ferry_store_detached();
     return 0;
 }
 
@@ -314,7 +305,6 @@ static long do_syscall(const struct ferry_regs *r)
 {
     return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
 }
-
 
 static unsigned long clone3_flags(const struct ferry_regs *r)
 {

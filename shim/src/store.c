@@ -347,6 +347,21 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     ferry_raw1(SYS_close, fd);
 }
 
+/* When the image's life ended (so far): exit, exec, or detach. */
+static void stamp_end(uint32_t state)
+{
+    ferry_hdr->end_real_ns = ferry_real_ns();
+    ferry_hdr->end_mono_ns = ferry_mono_ns();
+    ferry_hdr->end_tsc = ferry_rdtsc();
+    __atomic_store_n(&ferry_hdr->state, state, __ATOMIC_RELEASE);
+}
+
+void ferry_store_detached(void)
+{
+    if (ferry_hdr)
+        stamp_end(FERRY_STATE_DETACHED);
+}
+
 void ferry_store_exit(int status)
 {
     if (tls_in_vfork_child) {
@@ -356,10 +371,7 @@ void ferry_store_exit(int status)
     if (!ferry_hdr)
         return;
     ferry_hdr->exit_code = status;
-    ferry_hdr->end_real_ns = ferry_real_ns();
-    ferry_hdr->end_mono_ns = ferry_mono_ns();
-    ferry_hdr->end_tsc = ferry_rdtsc();
-    __atomic_store_n(&ferry_hdr->state, FERRY_STATE_EXITED, __ATOMIC_RELEASE);
+    stamp_end(FERRY_STATE_EXITED);
 }
 
 void ferry_store_exec_begin(const char *path, uint32_t kind)
@@ -378,10 +390,7 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
     ferry_memcpy(ferry_hdr->exec_path, path, n);
     ferry_hdr->exec_path[n] = 0;
     ferry_hdr->exec_kind = kind;
-    ferry_hdr->end_real_ns = ferry_real_ns();
-    ferry_hdr->end_mono_ns = ferry_mono_ns();
-    ferry_hdr->end_tsc = ferry_rdtsc();
-    __atomic_store_n(&ferry_hdr->state, FERRY_STATE_EXEC, __ATOMIC_RELEASE);
+    stamp_end(FERRY_STATE_EXEC);
 }
 
 void ferry_store_exec_failed(void)

@@ -34,6 +34,7 @@ void ferry_store_exit(int status);
 void ferry_store_exec_begin(const char *path, uint32_t kind);
 void ferry_store_exec_failed(void);
 void ferry_store_wait(int pid, int status);
+void ferry_store_detached(void);
 
 /* Sum of all threads, past and present (in a vfork child: its own calls). */
 void ferry_blk_sum(uint64_t *calls, uint64_t *invalid);

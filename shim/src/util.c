@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -21,6 +22,17 @@ long ferry_safe_read(void *dst, const void *src, size_t n)
 {
     struct iovec local = {dst, n}, remote = {(void *)src, n};
     return ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
+}
+
+int ferry_write_text(void *addr, const void *src, size_t len)
+{
+    unsigned long lo = (unsigned long)addr & ~4095UL;
+    unsigned long hi = ((unsigned long)addr + len + 4095) & ~4095UL;
+    if (ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC))
+        return -1;
+    ferry_memcpy(addr, src, len);
+    ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC);
+    return 0;
 }
 
 int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
