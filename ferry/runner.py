@@ -193,17 +193,18 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
                     {prepared.executable: prepared.original})
     write_json(out_dir / "info.json", info)
 
+    # The forwarders are in place before the program exists, so a signal sent
+    # as soon as its pid is known (from info.json) cannot kill `ferry run`
+    # instead; one that comes before the program started waits for it.
     saved = {s: signal.getsignal(s) for s in FORWARDED + FROM_TERMINAL}
-    try:
-        proc = subprocess.Popen(prepared.argv, executable=prepared.executable, env=env)
-    except OSError as e:
-        raise FerryError(prepared.executable, f"cannot start: {e.strerror.lower()}") from None
-    info["pid"] = proc.pid
-    write_json(out_dir / "info.json", info)
+    child, held = [], []
 
     def forward(sig, _frame):
+        if not child:
+            held.append(sig)
+            return
         try:
-            proc.send_signal(sig)
+            child[0].send_signal(sig)
         except ProcessLookupError:
             pass
 
@@ -212,6 +213,15 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     for s in FROM_TERMINAL:
         signal.signal(s, signal.SIG_IGN)
     try:
+        try:
+            proc = subprocess.Popen(prepared.argv, executable=prepared.executable, env=env)
+        except OSError as e:
+            raise FerryError(prepared.executable, f"cannot start: {e.strerror.lower()}") from None
+        child.append(proc)
+        for sig in held:
+            forward(sig, None)
+        info["pid"] = proc.pid
+        write_json(out_dir / "info.json", info)
         returncode = proc.wait()
     finally:
         for s, handler in saved.items():
