@@ -124,6 +124,10 @@ def closure(image):
     by_real = {os.path.realpath(image.path): root}
     by_name = {}
     if interp:
+        if not _usable(interp):
+            # The kernel would refuse to run it; so do we, in one line.
+            raise InputError(image.path, f"its program interpreter {interp!r} is missing "
+                                         "or not an x86-64 ELF file")
         m = Module(Path(interp).name, Path(interp), "interpreter")
         modules.append(m)
         by_real[interp_real] = m

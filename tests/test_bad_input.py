@@ -140,6 +140,7 @@ def _instrument_mutated(tmp_path_factory, name, original, mutations):
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=4))
+@example(mutations=[("byte", 792, 1)])  # found by hypothesis: a damaged PT_INTERP path
 def test_damaged_program_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
     path = _instrument_mutated(tmp_path_factory, "prog", SMALL_PROGRAM, mutations)
     r = _ferry("sites", "--json", path)
