@@ -86,10 +86,12 @@ def header_problem(data):
     if e_shnum and e_shstrndx >= e_shnum:
         return "corrupt ELF header: bad section name table index"
     for i in range(e_phnum):
-        p_type, _flags, p_offset, _vaddr, _paddr, p_filesz, _memsz, _align = struct.unpack_from(
+        p_type, _flags, p_offset, _vaddr, _paddr, p_filesz, _memsz, p_align = struct.unpack_from(
             "<IIQQQQQQ", data, e_phoff + i * 56)
         if p_type == PT_LOAD and p_offset + p_filesz > len(data):
             return "truncated: a loadable segment extends past the end of the file"
+        if p_type == PT_LOAD and (p_align == 0 or p_align & (p_align - 1)):
+            return f"corrupt program header: a loadable segment's alignment is {p_align:#x}"
     for i in range(e_shnum):
         sh_type, = struct.unpack_from("<I", data, e_shoff + i * 64 + 4)
         sh_offset, sh_size = struct.unpack_from("<QQ", data, e_shoff + i * 64 + 24)

@@ -7,6 +7,7 @@ by a page, which we refuse, because trampolines and windows are computed
 from the original addresses.
 """
 import os
+import signal
 import struct
 from dataclasses import dataclass
 
@@ -88,6 +89,25 @@ def _apply_dynamic(binary, changes):
     _order_needed(binary, changes.add_needed)
 
 
+def _write_isolated(binary, tmp, source):
+    """LIEF writes the file in a child process: on a damaged input its writer
+    can die of a signal (a division by zero, say), which must end as one line
+    naming the file, with nothing left behind, not as a dead `ferry`."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            binary.write(tmp)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise FerryError(source, f"corrupt ELF file: LIEF crashed writing its rewritten copy "
+                                 f"({signal.Signals(os.WTERMSIG(status)).name})")
+    if os.WEXITSTATUS(status):
+        raise FerryError(source, "corrupt ELF file: LIEF could not write its rewritten copy")
+
+
 def _order_needed(binary, appended):
     """LIEF inserts new DT_NEEDED entries first; move ours last so the order in
     which the program's own libraries are searched for symbols is unchanged."""
@@ -150,5 +170,6 @@ def rewrite(image, sites, cmap, out_path, changes):
         windows.append((site.window[0], patch))
 
     _apply_dynamic(binary, changes)
-    atomic.write_with(out_path, binary.write, os.stat(image.path).st_mode & 0o777)
+    atomic.write_with(out_path, lambda tmp: _write_isolated(binary, tmp, image.path),
+                      os.stat(image.path).st_mode & 0o777)
     return plan.encode(tramp_base, bytes(code), ctl_base, ctl, module_refs, windows)

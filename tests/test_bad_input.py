@@ -46,6 +46,15 @@ def _elf_with(offset, fmt, value, base=SMALL_PROGRAM):
     return bytes(data)
 
 
+def _first_load_align_offset(data):
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phnum, = struct.unpack_from("<H", data, 56)
+    for i in range(phnum):
+        if struct.unpack_from("<I", data, phoff + i * 56)[0] == 1:  # PT_LOAD
+            return phoff + i * 56 + 48
+    raise AssertionError("no PT_LOAD")
+
+
 BAD_FILES = {
     "empty": (b"", "not an ELF file"),
     "text": (b"#!/bin/sh\necho hello\n", "not an ELF file"),
@@ -57,6 +66,8 @@ BAD_FILES = {
     "object-file": (_elf_with(16, "<H", 1), "not an executable or shared object"),
     "bad-phdr-table": (_elf_with(32, "<Q", 1 << 40), "program header table"),
     "bad-shdr-table": (_elf_with(40, "<Q", 1 << 40), "section header table"),
+    # found by fuzzing: LIEF's writer divides by a loadable segment's alignment
+    "zero-alignment": (_elf_with(_first_load_align_offset(SMALL_PROGRAM), "<Q", 0), "alignment is 0x0"),
 }
 
 
@@ -157,6 +168,22 @@ LIBC_HEAD = Path(LIBC).read_bytes()
 @example(mutations=[("byte", 612, 1)])  # found by hypothesis: segments out of the code's reach
 def test_damaged_library_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
     _instrument_mutated(tmp_path_factory, "libc.so.6", LIBC_HEAD, mutations)
+
+
+def test_a_crash_inside_the_writer_is_an_error_not_a_dead_ferry(tmp_path):
+    # Found by fuzzing: on some damaged files LIEF's writer dies of SIGFPE.
+    # It runs in a child process, so that is a FerryError naming the input.
+    import signal
+    from ferry.rewriter import patcher
+    from ferry.rewriter.errors import FerryError
+
+    class CrashingWriter:
+        def write(self, path):
+            os.kill(os.getpid(), signal.SIGFPE)
+
+    with pytest.raises(FerryError, match=r"/input: corrupt ELF file: LIEF crashed .*SIGFPE"):
+        patcher._write_isolated(CrashingWriter(), str(tmp_path / "out"), "/input")
+    assert not (tmp_path / "out").exists()
 
 
 def test_library_name_that_is_not_text_is_reported(tmp_path):
