@@ -7,6 +7,9 @@ command -v gcc >/dev/null 2>&1 || need="$need gcc libc6-dev"
 command -v make >/dev/null 2>&1 || need="$need make"
 command -v strace >/dev/null 2>&1 || need="$need strace"
 [ -e /usr/include/x86_64-linux-gnu/asm/unistd_64.h ] || need="$need linux-libc-dev"
+# the shim's aggregation runs on io_uring; wrk drives the network benchmarks
+[ -e /usr/include/liburing.h ] || need="$need liburing-dev"
+command -v wrk >/dev/null 2>&1 || need="$need wrk"
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need="$need python3-venv"
 # ferry gui (PySide6): the system libraries Qt's xcb and offscreen platforms load,
 # a font, and Xvfb for the GUI tests.

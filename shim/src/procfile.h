@@ -95,7 +95,8 @@ struct ferry_proc_header {
     struct ferry_module_entry modules[FERRY_MAX_MODULES];   /* 8192 */
     struct ferry_wait_entry waits[FERRY_MAX_WAITS];         /* 40960 */
     uint64_t internal[FERRY_NR_MAX];                        /* 49152: the shim's own calls */
-    char reserved3[FERRY_PROC_HEADER_SIZE - 53248];         /* 53248 */
+    char catchall[4096];            /* 53248: sites caught by the catch-all (catchall.h) */
+    char aggregate[8192];           /* 57344: aggregation statistics (agg.h) */
 };
 
 /* Per syscall number, in trace mode (calls are counted in blk.calls). */
@@ -151,6 +152,8 @@ _Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 5384, 
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, modules) == 8192, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, waits) == 40960, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, internal) == 49152, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, catchall) == 53248, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, aggregate) == 57344, "header layout");
 _Static_assert(sizeof(struct ferry_module_entry) == 256, "module layout");
 _Static_assert(__builtin_offsetof(struct ferry_blk, calls) == FERRY_BLK_CALLS, "blk layout");
 _Static_assert(__builtin_offsetof(struct ferry_blk, nr) == 4224, "blk layout");
