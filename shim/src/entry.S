@@ -22,6 +22,8 @@
  */
 #include "layout.h"
 
+#define SYS_RT_SIGRETURN 15
+
     .intel_syntax noprefix
     .text
 /* The fast path, with or without counting (mode off measures the bare cost
@@ -65,9 +67,25 @@
     RESTORE_FLAGS
     syscall
     ret
-1:  RESTORE_FLAGS
+1:  cmp rax, SYS_RT_SIGRETURN
+    je 3f
+    RESTORE_FLAGS
     mov r11, qword ptr [rsp - 8]
     jmp ferry_slow_entry
+    /* rt_sigreturn reads its frame at the program's rsp and never returns:
+     * it runs from here, inside the shim's text (which the catch-all lets
+     * through), with the trampoline's red zone and return address undone. */
+3:
+.if \count
+    mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
+    mov rcx, qword ptr fs:[rcx]
+    test rcx, rcx
+    jz 4f
+    add qword ptr [rcx + FERRY_BLK_CALLS + SYS_RT_SIGRETURN * 8], 1
+4:
+.endif
+    lea rsp, [rsp + 8 + 128]
+    jmp ferry_sigreturn_syscall
     .cfi_endproc
     .size \name, . - \name
 .endm
@@ -186,5 +204,20 @@ ferry_slow_entry:
 /* ld.so's _dl_debug_state (the debugger's breakpoint, called whenever the
  * list of modules changes) jumps here: rescan, then return to its caller. */
     PRESERVING_CALL ferry_dl_hook, ferry_on_dl_change, 0
+
+/* The restorer of the shim's own signal handlers (SA_RESTORER), and the
+ * `syscall` through which rt_sigreturn always leaves the shim. */
+    .globl ferry_sigreturn
+    .hidden ferry_sigreturn
+    .globl ferry_sigreturn_syscall
+    .hidden ferry_sigreturn_syscall
+    .type ferry_sigreturn, @function
+    .p2align 4
+ferry_sigreturn:
+    mov eax, SYS_RT_SIGRETURN
+ferry_sigreturn_syscall:
+    syscall
+    ud2
+    .size ferry_sigreturn, . - ferry_sigreturn
 
     .section .note.GNU-stack, "", @progbits

@@ -41,7 +41,8 @@ enum ferry_exec_kind {
     FERRY_EXEC_UNKNOWN = 5,     /* not readable, or not an ELF program */
 };
 
-enum ferry_mode { FERRY_MODE_OFF = 0, FERRY_MODE_COUNT = 1, FERRY_MODE_TRACE = 2 };
+enum ferry_mode { FERRY_MODE_OFF = 0, FERRY_MODE_COUNT = 1, FERRY_MODE_TRACE = 2,
+                 FERRY_MODE_AGGREGATE = 3 };
 
 struct ferry_module_entry {
     char name[232];
@@ -99,6 +100,32 @@ struct ferry_proc_header {
     char aggregate[8192];           /* 57344: aggregation statistics (agg.h) */
 };
 
+/* The catch-all's record (header offset 53248): every site outside the
+ * patched code whose calls Syscall User Dispatch caught, with the file and
+ * file offset of its mapping so that `ferry run` can plan that module. */
+#define FERRY_CATCH_MAGIC "FERRYCAT"
+#define FERRY_CATCH_SITES 31
+#define FERRY_CATCH_OFFSET_VALID 1  /* flags: path and offset name a file */
+
+struct ferry_catch_site {
+    uint64_t addr;                  /* the `syscall` instruction, in this process */
+    uint64_t offset;                /* its offset in the mapped file */
+    uint64_t count;
+    uint32_t nr;                    /* the last syscall number caught there */
+    uint32_t flags;
+    char path[96];                  /* the mapping's name, "" when anonymous */
+};
+
+struct ferry_catch_area {
+    char magic[8];
+    uint32_t enabled;               /* 1 when the catch-all ran in this process */
+    uint32_t nsites;                /* entries used (at most FERRY_CATCH_SITES) */
+    uint64_t caught;                /* calls caught, all sites */
+    uint64_t overflow;              /* calls at sites beyond the table */
+    uint64_t reserved[4];
+    struct ferry_catch_site sites[FERRY_CATCH_SITES];
+};
+
 /* Per syscall number, in trace mode (calls are counted in blk.calls). */
 struct ferry_nr_stats {
     uint64_t errors;
@@ -154,6 +181,8 @@ _Static_assert(__builtin_offsetof(struct ferry_proc_header, waits) == 40960, "he
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, internal) == 49152, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, catchall) == 53248, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, aggregate) == 57344, "header layout");
+_Static_assert(sizeof(struct ferry_catch_site) == 128, "catch layout");
+_Static_assert(sizeof(struct ferry_catch_area) <= 4096, "catch layout");
 _Static_assert(sizeof(struct ferry_module_entry) == 256, "module layout");
 _Static_assert(__builtin_offsetof(struct ferry_blk, calls) == FERRY_BLK_CALLS, "blk layout");
 _Static_assert(__builtin_offsetof(struct ferry_blk, nr) == 4224, "blk layout");

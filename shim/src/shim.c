@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include "catchall.h"
 #include "ctl.h"
 #include "exec.h"
 #include "plan.h"
@@ -60,6 +61,11 @@ extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), voi
 static const unsigned short special[] = {SYS_rt_sigreturn, SYS_clone, SYS_vfork, SYS_exit,
                                          SYS_exit_group, SYS_clone3, SYS_execve, SYS_execveat,
                                          SYS_wait4};
+
+/* Calls that carry a signal mask, seen by the catch-all (catchall.h). */
+static const unsigned short masked[] = {SYS_rt_sigprocmask, SYS_rt_sigaction, SYS_rt_sigsuspend,
+                                        SYS_ppoll, SYS_pselect6, SYS_epoll_pwait,
+                                        SYS_epoll_pwait2};
 
 struct found {
     struct ferry_ctl *ctl;
@@ -275,6 +281,7 @@ __attribute__((visibility("default"))) int ferry_detach(void)
 {
     for (unsigned i = 0; i < nmodules; i++)
         __atomic_store_n(&modules[i]->vector, (const struct ferry_vector *)0, __ATOMIC_RELEASE);
+    ferry_catchall_detach();
     ferry_store_detached();
     return 0;
 }
@@ -298,6 +305,10 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     ferry_plans_avoid(ferry_env_lookup(envp, "FERRY_AVOID"));
     ferry_plans_apply(ferry_cache_root(), enable_planned);
     hook_dl_changes();
+    ferry_catchall_start(envp);
+    if (ferry_catchall_on)
+        for (unsigned i = 0; i < sizeof(masked) / sizeof(masked[0]); i++)
+            ferry_action[masked[i]] = 1;
     active = 1;
 }
 
@@ -318,6 +329,8 @@ static long hand_to_trampoline(long nr, unsigned long flags)
 {
     pending_nr = nr;
     pending_flags = flags;
+    if (ferry_catchall_on)
+        ferry_catchall_allow();
     if (flags & CLONE_VFORK)
         ferry_blk_spare_prepare();
     return FERRY_RAW;
@@ -327,8 +340,12 @@ void ferry_post(long result)
 {
     long nr = pending_nr;
     unsigned long flags = pending_flags;
-    if (!nr)
-        return;  /* a new thread with its own TLS, or rt_sigreturn's path */
+    if (!nr) {
+        /* a new thread, with TLS of its own */
+        if (result == 0)
+            ferry_catchall_thread();
+        return;
+    }
     if (result == 0) {
         if (!(flags & CLONE_VM)) {
             ferry_store_after_fork();
@@ -336,8 +353,10 @@ void ferry_post(long result)
         } else if (flags & CLONE_VFORK) {
             ferry_blk_enter_vfork_child();
         }
+        ferry_catchall_thread();
         return;
     }
+    ferry_catchall_block();
     if (flags & CLONE_VFORK)
         ferry_blk_leave_vfork_child();
     pending_nr = 0;
@@ -354,9 +373,11 @@ long ferry_slow(struct ferry_regs *r)
     long nr = r->rax;
     if (mode != FERRY_MODE_OFF)
         ferry_blk_count(nr);
+    if (ferry_catchall_on)
+        ferry_catchall_check();
     switch (nr) {
     case SYS_rt_sigreturn:
-        return FERRY_RAW;
+        return FERRY_RAW;  /* not reached from a trampoline: entry.S runs it */
     case SYS_vfork:
         return hand_to_trampoline(nr, CLONE_VM | CLONE_VFORK);
     case SYS_clone3:
@@ -367,8 +388,10 @@ long ferry_slow(struct ferry_regs *r)
         if (r->rdi & CLONE_VM)
             return hand_to_trampoline(nr, (unsigned long)r->rdi);
         r->rax = do_syscall(r);
-        if (r->rax == 0)
+        if (r->rax == 0) {
             ferry_store_after_fork();
+            ferry_catchall_thread();
+        }
         return FERRY_DONE;
     case SYS_exit:
         ferry_blk_retire();
@@ -386,7 +409,8 @@ long ferry_slow(struct ferry_regs *r)
     }
     int timed = mode == FERRY_MODE_TRACE && (unsigned long)nr < FERRY_NR_MAX && traced[nr];
     uint64_t t0 = timed ? ferry_rdtsc() : 0;
-    r->rax = do_syscall(r);
+    if (!(ferry_catchall_on && ferry_catchall_masked_call(r)))
+        r->rax = do_syscall(r);
     if (timed)
         ferry_trace_record(ferry_tls_block, nr, r->rax, t0, ferry_rdtsc(), site_of(r));
     if (nr == SYS_wait4 && r->rax > 0 && r->rsi)

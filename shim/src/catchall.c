@@ -1,0 +1,507 @@
+/* The catch-all (Syscall User Dispatch).
+ *
+ * Each armed thread registers the shim's own text as the range the kernel
+ * always lets through, and a selector byte of its own.  While the selector
+ * says BLOCK, a `syscall` anywhere else (a module without a plan, a site the
+ * rewriter left alone, JIT code) is not executed: the kernel raises SIGSYS
+ * with the registers as they were.  The handler runs the call through
+ * ferry_slow(), exactly as a patched site would have, puts the result where
+ * the kernel would have, and records the site with its file and offset.
+ *
+ * The settings are per thread and not inherited across clone, fork or exec:
+ * every new thread and child arms itself (post hook, fork path, or its first
+ * slow call).  Costs: about 40 ns on every call the process makes, the
+ * shim's own included, and a signal round trip per caught call; that is
+ * why a profile chooses it (FERRY_CATCH_ALL=1).
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/ucontext.h>
+#include <fcntl.h>
+#include <sched.h>
+
+#include "catchall.h"
+#include "procfile.h"
+#include "raw.h"
+#include "shim.h"
+#include "store.h"
+#include "util.h"
+
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_OFF 0
+#define PR_SYS_DISPATCH_ON 1
+#endif
+#define SELECTOR_ALLOW 0
+#define SELECTOR_BLOCK 1
+#define SI_USER_DISPATCH 2      /* si_code of a SIGSYS raised by dispatch */
+#define SIGSYS_BIT (1UL << (SIGSYS - 1))
+#define KSIGSET 8               /* the kernel's sigset_t, in bytes */
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000
+#endif
+
+/* The kernel's struct sigaction (not glibc's). */
+struct ksigaction {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    uint64_t mask;
+};
+
+int ferry_catchall_on;
+static int detached;
+
+static __thread volatile unsigned char selector __attribute__((tls_model("initial-exec")));
+static __thread unsigned char armed __attribute__((tls_model("initial-exec")));
+/* Whether the program believes SIGSYS is blocked in this thread. */
+static __thread unsigned char sigsys_blocked __attribute__((tls_model("initial-exec")));
+
+/* The program's own SIGSYS disposition (it never reaches the kernel), and
+ * the signals whose handler masks the program asked to include SIGSYS. */
+static struct ksigaction program_sigsys;
+static uint64_t mask_had_sigsys;
+
+extern char __ehdr_start[] __attribute__((visibility("hidden")));
+extern char __etext[] __attribute__((visibility("hidden")));
+void ferry_sigreturn(void);          /* entry.S: the handlers' restorer */
+void ferry_sigreturn_syscall(void);  /* entry.S: its `syscall` */
+
+static long safe_write(void *dst, const void *src, size_t n)
+{
+    struct iovec local = {(void *)src, n}, remote = {dst, n};
+    long r = ferry_raw6(SYS_process_vm_writev, ferry_raw0(SYS_getpid), (long)&local, 1,
+                        (long)&remote, 1, 0);
+    return r == (long)n ? 0 : -14;  /* EFAULT */
+}
+
+void ferry_catchall_thread(void)
+{
+    if (!ferry_catchall_on || detached)
+        return;
+    selector = SELECTOR_BLOCK;
+    unsigned long start = (unsigned long)__ehdr_start;
+    long r = ferry_raw6(SYS_prctl, PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, start,
+                        (unsigned long)__etext - start, (long)&selector, 0);
+    armed = r == 0;
+    if (armed && ferry_hdr) {
+        /* a fork child's file is new: say again that it is caught */
+        struct ferry_catch_area *a = (struct ferry_catch_area *)ferry_hdr->catchall;
+        if (!a->enabled) {
+            ferry_memcpy(a->magic, FERRY_CATCH_MAGIC, 8);
+            a->enabled = 1;
+        }
+    }
+}
+
+void ferry_catchall_check(void)
+{
+    if (!armed)
+        ferry_catchall_thread();
+    else
+        selector = SELECTOR_BLOCK;
+}
+
+void ferry_catchall_allow(void)
+{
+    selector = SELECTOR_ALLOW;
+}
+
+void ferry_catchall_block(void)
+{
+    if (ferry_catchall_on && !detached)
+        selector = SELECTOR_BLOCK;
+}
+
+void ferry_catchall_detach(void)
+{
+    detached = 1;
+    selector = SELECTOR_ALLOW;
+}
+
+/* ---- recording sites ---------------------------------------------------- */
+
+static unsigned long parse_hex(const char **p, const char *end)
+{
+    unsigned long v = 0;
+    for (; *p < end; (*p)++) {
+        char c = **p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            break;
+        v = v * 16 + (unsigned long)d;
+    }
+    return v;
+}
+
+/* One line of /proc/self/maps: if it maps `addr`, fill the site. */
+static int maps_line(const char *s, const char *end, uint64_t addr, struct ferry_catch_site *site)
+{
+    const char *p = s;
+    unsigned long lo = parse_hex(&p, end);
+    if (p >= end || *p++ != '-')
+        return 0;
+    unsigned long hi = parse_hex(&p, end);
+    if (addr < lo || addr >= hi)
+        return 0;
+    /* then: perms offset dev inode path, separated by runs of spaces */
+    const char *f[5] = {0};
+    int n = 0;
+    p = s;
+    while (p < end && *p != ' ')
+        p++;
+    while (p < end && n < 5) {
+        while (p < end && *p == ' ')
+            p++;
+        f[n++] = p;
+        if (n == 5)
+            break;
+        while (p < end && *p != ' ')
+            p++;
+    }
+    if (n < 4)
+        return 1;
+    const char *q = f[1];
+    unsigned long off = parse_hex(&q, end);
+    site->offset = addr - lo + off;
+    if (n == 5 && f[4] < end) {
+        /* a file, or a name such as [heap], [stack], [vdso] */
+        size_t len = (size_t)(end - f[4]);
+        if (len >= sizeof(site->path))
+            len = sizeof(site->path) - 1;
+        ferry_memcpy(site->path, f[4], len);
+        site->path[len] = 0;
+        if (*f[4] == '/')
+            site->flags |= FERRY_CATCH_OFFSET_VALID;
+    }
+    return 1;
+}
+
+static void describe_site(uint64_t addr, struct ferry_catch_site *site)
+{
+    long fd = ferry_raw4(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    char buf[4096];
+    size_t have = 0;
+    for (;;) {
+        long n = ferry_raw3(SYS_read, fd, buf + have, sizeof(buf) - have);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        size_t start = 0;
+        for (size_t i = 0; i < have; i++) {
+            if (buf[i] != '\n')
+                continue;
+            if (maps_line(buf + start, buf + i, addr, site)) {
+                ferry_raw1(SYS_close, fd);
+                return;
+            }
+            start = i + 1;
+        }
+        if (start == 0)
+            start = have;  /* a line longer than the buffer: drop it */
+        ferry_memcpy(buf, buf + start, have - start);
+        have -= start;
+    }
+    ferry_raw1(SYS_close, fd);
+}
+
+static void record_site(uint64_t addr, long nr)
+{
+    struct ferry_proc_header *h = ferry_hdr;
+    if (!h)
+        return;
+    struct ferry_catch_area *a = (struct ferry_catch_area *)h->catchall;
+    __atomic_add_fetch(&a->caught, 1, __ATOMIC_RELAXED);
+    uint32_t n = __atomic_load_n(&a->nsites, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n && i < FERRY_CATCH_SITES; i++) {
+        if (a->sites[i].addr == addr) {
+            __atomic_add_fetch(&a->sites[i].count, 1, __ATOMIC_RELAXED);
+            a->sites[i].nr = (uint32_t)nr;
+            return;
+        }
+    }
+    /* Two threads catching the same new site at once may both add it: the
+     * reader merges entries by address. */
+    struct ferry_catch_site s;
+    ferry_memset(&s, 0, sizeof(s));
+    s.addr = addr;
+    s.count = 1;
+    s.nr = (uint32_t)nr;
+    describe_site(addr, &s);
+    uint32_t slot = __atomic_fetch_add(&a->nsites, 1, __ATOMIC_ACQ_REL);
+    if (slot >= FERRY_CATCH_SITES) {
+        __atomic_store_n(&a->nsites, FERRY_CATCH_SITES, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&a->overflow, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    a->sites[slot] = s;
+}
+
+/* ---- calls that carry signal masks ---------------------------------------- */
+
+static long pass(const struct ferry_regs *r)
+{
+    return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
+}
+
+/* rt_sigprocmask(how, set, oldset, size) against the kernel. */
+static long sigprocmask_call(struct ferry_regs *r)
+{
+    uint64_t set = 0, filtered;
+    if (r->r10 != KSIGSET || (r->rsi && ferry_safe_read(&set, (void *)r->rsi, KSIGSET) != KSIGSET))
+        return pass(r);  /* the kernel gives the program its error */
+    filtered = set & ~SIGSYS_BIT;
+    long ret = ferry_pass6(SYS_rt_sigprocmask, r->rdi, r->rsi ? (long)&filtered : 0, r->rdx,
+                           KSIGSET, 0, 0);
+    if (ret != 0)
+        return ret;
+    if (r->rdx && sigsys_blocked) {
+        uint64_t *old = (uint64_t *)r->rdx;  /* the kernel just wrote it */
+        *old |= SIGSYS_BIT;
+    }
+    if (r->rsi) {
+        int in = (set & SIGSYS_BIT) != 0;
+        if (r->rdi == SIG_BLOCK)
+            sigsys_blocked |= in;
+        else if (r->rdi == SIG_UNBLOCK)
+            sigsys_blocked &= !in;
+        else
+            sigsys_blocked = in;
+    }
+    return 0;
+}
+
+/* rt_sigaction(sig, act, oact, size): SIGSYS itself stays ours. */
+static long sigaction_call(struct ferry_regs *r)
+{
+    struct ksigaction act;
+    long sig = r->rdi;
+    if (r->r10 != KSIGSET || sig <= 0 || sig > 64 ||
+        (r->rsi && ferry_safe_read(&act, (void *)r->rsi, sizeof(act)) != sizeof(act)))
+        return pass(r);
+    if (sig == SIGSYS) {
+        /* Answered from the program's own record, yet the kernel sees the
+         * call as it would have (a query), so that a tracer counts it. */
+        struct ksigaction scratch;
+        ferry_pass6(SYS_rt_sigaction, SIGSYS, 0, (long)&scratch, KSIGSET, 0, 0);
+        if (r->rdx && safe_write((void *)r->rdx, &program_sigsys, sizeof(program_sigsys)))
+            return -14;
+        if (r->rsi)
+            program_sigsys = act;
+        return 0;
+    }
+    uint64_t bit = 1UL << (sig - 1);
+    int had = (mask_had_sigsys & bit) != 0;
+    long act_ptr = r->rsi;
+    if (r->rsi) {
+        if (act.mask & SIGSYS_BIT) {
+            act.mask &= ~SIGSYS_BIT;
+            act_ptr = (long)&act;
+        }
+    }
+    long ret = ferry_pass6(SYS_rt_sigaction, sig, act_ptr, r->rdx, KSIGSET, 0, 0);
+    if (ret != 0)
+        return ret;
+    if (r->rdx && had)
+        ((struct ksigaction *)r->rdx)->mask |= SIGSYS_BIT;
+    if (r->rsi) {
+        uint64_t asked = 0;
+        ferry_safe_read(&asked, (const char *)r->rsi + offsetof(struct ksigaction, mask), 8);
+        mask_had_sigsys = (asked & SIGSYS_BIT) ? mask_had_sigsys | bit : mask_had_sigsys & ~bit;
+    }
+    return 0;
+}
+
+/* A call that installs a temporary mask: the same call, with SIGSYS taken
+ * out of a copy.  `slot` is the argument holding the mask's address. */
+static long temporary_mask_call(struct ferry_regs *r, long *slot)
+{
+    uint64_t mask;
+    long saved = *slot;
+    if (!saved || ferry_safe_read(&mask, (void *)saved, KSIGSET) != KSIGSET ||
+        !(mask & SIGSYS_BIT))
+        return pass(r);
+    mask &= ~SIGSYS_BIT;
+    *slot = (long)&mask;
+    long ret = pass(r);
+    *slot = saved;  /* the entry gives the program back its own registers */
+    return ret;
+}
+
+/* pselect6's sixth argument points at {mask pointer, size}. */
+static long pselect_call(struct ferry_regs *r)
+{
+    struct {
+        long mask;
+        long size;
+    } arg;
+    uint64_t mask;
+    long saved = r->r9;
+    if (!saved || ferry_safe_read(&arg, (void *)saved, sizeof(arg)) != sizeof(arg) || !arg.mask ||
+        ferry_safe_read(&mask, (void *)arg.mask, KSIGSET) != KSIGSET || !(mask & SIGSYS_BIT))
+        return pass(r);
+    mask &= ~SIGSYS_BIT;
+    arg.mask = (long)&mask;
+    r->r9 = (long)&arg;
+    long ret = pass(r);
+    r->r9 = saved;
+    return ret;
+}
+
+int ferry_catchall_masked_call(struct ferry_regs *r)
+{
+    switch (r->rax) {
+    case SYS_rt_sigprocmask:
+        r->rax = sigprocmask_call(r);
+        return 1;
+    case SYS_rt_sigaction:
+        r->rax = sigaction_call(r);
+        return 1;
+    case SYS_rt_sigsuspend:
+        r->rax = temporary_mask_call(r, &r->rdi);
+        return 1;
+    case SYS_ppoll:
+        r->rax = temporary_mask_call(r, &r->r10);
+        return 1;
+    case SYS_epoll_pwait:
+    case SYS_epoll_pwait2:
+        r->rax = temporary_mask_call(r, &r->r8);
+        return 1;
+    case SYS_pselect6:
+        r->rax = pselect_call(r);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the handler ---------------------------------------------------------- */
+
+/* A SIGSYS that dispatch did not raise (seccomp, kill) goes where the
+ * program said. */
+static void forward(int sig, siginfo_t *si, void *uc)
+{
+    void *h = program_sigsys.handler;
+    if (h == SIG_IGN)
+        return;
+    if (h == SIG_DFL) {
+        struct ksigaction dfl = {SIG_DFL, 0, 0, 0};
+        ferry_raw4(SYS_rt_sigaction, SIGSYS, &dfl, 0, KSIGSET);
+        ferry_raw2(SYS_tkill, ferry_raw0(SYS_gettid), SIGSYS);
+        return;  /* delivered, and fatal, as soon as the handler returns */
+    }
+    if (program_sigsys.flags & SA_SIGINFO)
+        ((void (*)(int, siginfo_t *, void *))h)(sig, si, uc);
+    else
+        ((void (*)(int))h)(sig);
+}
+
+/* rt_sigprocmask caught inside the handler: the mask the thread returns to
+ * is the frame's, so that is the one to change. */
+static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
+{
+    uint64_t *cur = (uint64_t *)&uc->uc_sigmask;
+    uint64_t set = 0;
+    if (r->r10 != KSIGSET)
+        return -22;
+    if (r->rsi && ferry_safe_read(&set, (void *)r->rsi, KSIGSET) != KSIGSET)
+        return -14;
+    uint64_t old = *cur | (sigsys_blocked ? SIGSYS_BIT : 0);
+    uint64_t next = old;
+    if (r->rsi) {
+        if (r->rdi == SIG_BLOCK)
+            next = old | set;
+        else if (r->rdi == SIG_UNBLOCK)
+            next = old & ~set;
+        else if (r->rdi == SIG_SETMASK)
+            next = set;
+        else
+            return -22;
+    }
+    next &= ~((1UL << (SIGKILL - 1)) | (1UL << (SIGSTOP - 1)));
+    sigsys_blocked = (next & SIGSYS_BIT) != 0;
+    *cur = next & ~SIGSYS_BIT;
+    if (r->rdx && safe_write((void *)r->rdx, &old, KSIGSET))
+        return -14;
+    return 0;
+}
+
+static void on_sigsys(int sig, siginfo_t *si, void *ucv)
+{
+    ucontext_t *uc = ucv;
+    greg_t *g = uc->uc_mcontext.gregs;
+    if (si->si_code != SI_USER_DISPATCH) {
+        forward(sig, si, ucv);
+        return;
+    }
+    uint64_t next = (uint64_t)g[REG_RIP];
+    long nr = g[REG_RAX];
+    if (detached) {
+        selector = SELECTOR_ALLOW;
+        g[REG_RIP] = (greg_t)(next - 2);  /* run it again, bare */
+        return;
+    }
+    record_site(next - 2, nr);
+    struct ferry_regs r = {nr, g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9], 0};
+    switch (nr) {
+    case SYS_rt_sigreturn:
+        /* Return from the program's handler: run it from the shim's text
+         * with the program's rsp, where its frame is. */
+        ferry_blk_count(nr);
+        g[REG_RIP] = (greg_t)ferry_sigreturn_syscall;
+        return;
+    case SYS_clone:
+        if (!(r.rdi & CLONE_VM))
+            break;
+        /* fall through */
+    case SYS_clone3:
+    case SYS_vfork:
+        /* A child on another stack cannot come back through this frame: the
+         * program's own instruction runs again, let through once; the parent
+         * blocks again on its next slow call, the child when it first comes
+         * through the shim. */
+        ferry_blk_count(nr);
+        selector = SELECTOR_ALLOW;
+        g[REG_RIP] = (greg_t)(next - 2);
+        return;
+    case SYS_rt_sigprocmask:
+        ferry_blk_count(nr);
+        g[REG_RAX] = frame_sigprocmask(uc, &r);
+        g[REG_RCX] = (greg_t)next;
+        g[REG_R11] = g[REG_EFL];
+        return;
+    }
+    ferry_slow(&r);
+    if (nr == SYS_sigaltstack && r.rax == 0) {
+        /* rt_sigreturn restores the alternate stack from the frame */
+        stack_t now;
+        if (ferry_raw2(SYS_sigaltstack, 0, &now) == 0)
+            uc->uc_stack = now;
+    }
+    g[REG_RAX] = r.rax;
+    g[REG_RCX] = (greg_t)next;  /* what `syscall` leaves there */
+    g[REG_R11] = g[REG_EFL];
+}
+
+void ferry_catchall_start(char **envp)
+{
+    const char *v = ferry_env_lookup(envp, "FERRY_CATCH_ALL");
+    if (!v || !ferry_memeq(v, "1", 2))
+        return;
+    struct ksigaction act = {(void *)on_sigsys, SA_SIGINFO | SA_NODEFER | SA_RESTORER,
+                             (void *)ferry_sigreturn, 0};
+    if (ferry_raw4(SYS_rt_sigaction, SIGSYS, &act, &program_sigsys, KSIGSET) != 0)
+        return;
+    ferry_catchall_on = 1;
+    ferry_catchall_thread();
+    if (!armed) {
+        /* no dispatch in this kernel: leave SIGSYS as it was */
+        ferry_raw4(SYS_rt_sigaction, SIGSYS, &program_sigsys, 0, KSIGSET);
+        ferry_catchall_on = 0;
+        return;
+    }
+}

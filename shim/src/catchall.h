@@ -1,0 +1,35 @@
+/* The catch-all: Syscall User Dispatch sends every system call made outside
+ * the shim's own text and outside the patched sites' fast path to a SIGSYS
+ * handler, which runs it through the shim like any other call and records
+ * its site for the next rewrite. */
+#ifndef FERRY_CATCHALL_H
+#define FERRY_CATCHALL_H
+
+struct ferry_regs;
+
+/* Non-zero when FERRY_CATCH_ALL=1 asked for it and the kernel has it. */
+extern int ferry_catchall_on;
+
+/* Install the SIGSYS handler and arm the calling thread. */
+void ferry_catchall_start(char **envp);
+/* Arm the calling thread (a new thread, a fork or vfork child). */
+void ferry_catchall_thread(void);
+/* The calling thread's armed state is checked on every slow call: a thread
+ * the shim never saw start (a clone from an unpatched site) is armed here. */
+void ferry_catchall_check(void);
+/* Around a call that must run in a trampoline (clone family): the trampoline
+ * is outside the exempt text, so the selector lets it through; the post hook
+ * blocks again. */
+void ferry_catchall_allow(void);
+void ferry_catchall_block(void);
+/* `ferry detach`: caught calls from now on run bare. */
+void ferry_catchall_detach(void);
+
+/* Calls that take a signal mask or a handler: SIGSYS must never be blocked
+ * while the catch-all is armed (the kernel would kill the process instead of
+ * delivering it), so it is taken out of what the kernel gets and put back
+ * into what the program reads.  Returns 1 and sets r->rax when it ran the
+ * call, 0 when the call is not one of those. */
+int ferry_catchall_masked_call(struct ferry_regs *r);
+
+#endif
