@@ -9,6 +9,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import aggdata, catchdata
+
 MAGIC = b"FERRYPROC\0v1\0\0\0\0"
 VERSION = 1
 HEADER_SIZE = 65536
@@ -34,7 +36,7 @@ OFF_INTERNAL = 49152
 
 STATE_RUNNING, STATE_EXITED, STATE_EXEC, STATE_DETACHED = 1, 2, 3, 4
 EXEC_REWRITTEN, EXEC_PLAIN, EXEC_SETUID, EXEC_STATIC, EXEC_UNKNOWN = 1, 2, 3, 4, 5
-MODES = {0: "off", 1: "count", 2: "trace"}
+MODES = {0: "off", 1: "count", 2: "trace", 3: "aggregate"}
 
 
 class ProcFileError(Exception):
@@ -92,6 +94,8 @@ class ProcFile:
     overflow: int
     blocks: list
     internal: dict      # the shim's own calls: nr -> count
+    aggregation: dict = None   # ferry.aggdata record; None: the process made no group
+    caught: dict = None        # ferry.catchdata record; None: no catch-all in this process
 
     def ticks_to_ns(self, ticks):
         """TSC ticks in ns: from the whole life of the process when it was long
@@ -147,9 +151,14 @@ def read(path):
                 break  # a thread was still creating its block when the process died
             raise ProcFileError(path, f"truncated process file (block {b} of {count} missing)")
         blocks.append(_block(data, off, mode, event_capacity, block_size))
+    try:
+        aggregation = aggdata.parse(data)
+    except aggdata.AggAreaError as e:
+        raise ProcFileError(path, str(e)) from None
     return ProcFile(path, pid, ppid, seq, state, exit_code, MODES.get(mode, "?"), _cstr(data[256:1280]),
                     argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc, end_real, end_mono,
-                    end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal)
+                    end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal, aggregation,
+                    catchdata.parse(data))
 
 
 def _block(data, off, mode, capacity, block_size):

@@ -10,7 +10,7 @@ import os
 import signal
 from pathlib import Path
 
-from . import procfile
+from . import aggdata, catchdata, procfile
 from .rewriter.errors import FerryError
 from .rewriter.syscall_table import name_of
 
@@ -131,7 +131,22 @@ def load_run(run_dir):
                    "time_ns": sum(s["time_ns"] for s in syscalls.values()),
                    "processes": len(processes)},
         "events": events,
+        "catch_all": catchdata.summarize([f.caught for f in files]),
+        "aggregation": aggdata.summarize([f.aggregation for f in files],
+                                         aggdata.profile_pools(_run_profile(run_dir, info))),
     }
+
+
+def _run_profile(run_dir, info):
+    """The profile the run used (profile.toml), or None when it cannot be read: it only
+    names the pools in the report."""
+    if (info.get("profile") or {}).get("mode") != "aggregate":
+        return None
+    from .profiles import loads
+    try:
+        return loads((Path(run_dir) / "profile.toml").read_text(), run_dir / "profile.toml")
+    except (OSError, UnicodeDecodeError, FerryError):
+        return None
 
 
 def _original_of(exe, images, memo={}):
@@ -168,6 +183,8 @@ def _processes(files, info, images, waited):
             "enabled_by": ("load-time patch" if f.load_patched else "rewritten image") if f.modules else None,
             "threads": len(f.blocks), "calls": calls, "errors": errors,
             "time_ns": round(f.ticks_to_ns(ticks)),
+            "aggregation": f.aggregation,
+            "caught": f.caught["caught"] if f.caught else None,
         }
         if not f.modules:
             entry["reason"] = ("the shim was preloaded, but none of the program's libraries has a "
@@ -207,6 +224,7 @@ def _processes(files, info, images, waited):
                 "reason": NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN]),
                 "exec_kind": f.exec_kind,
                 "mode": None, "threads": None, "calls": None, "errors": None, "time_ns": None,
+                "aggregation": None, "caught": None,
             })
     return out
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, runindex
+from . import __version__, catchdata, runindex
 from .rewriter.errors import FerryError, InputError
 from .rewriter.manifest import write_json
 
@@ -151,10 +151,22 @@ def finish_info(info, started, exit_=None):
     info.update(end=_iso(ended), duration_s=round(ended - started, 6), state="finished", exit=exit_)
 
 
+def _is_cached_image(path):
+    """A file the image cache made (a rewritten program or module), or one it
+    has a plan for: its caught sites are the ones the rewriter could not patch."""
+    from .rewriter import cache
+    try:
+        return (Path(path).resolve().is_relative_to(cache.root().resolve())
+                or (cache.root() / "plans" / cache.exec_key(path)).is_file())
+    except OSError:
+        return False
+
+
 def learn(out_dir):
     """Rewrite the dynamic programs that ran without the shim in this run, so
     that the next run enables them (FX!32 translated in the background after a
-    first, emulated run).  Returns the programs rewritten."""
+    first, emulated run), and plan the libraries whose calls the catch-all
+    caught.  Returns the files rewritten or planned."""
     from .procfile import EXEC_PLAIN
     from .rewriter.instrument import instrument
     from .rundata import load_run
@@ -163,6 +175,16 @@ def learn(out_dir):
     except FerryError:
         return []
     done = []
+    # Libraries whose calls only the catch-all saw: a plan makes the next
+    # run patch them when they load.
+    for path in catchdata.modules_to_plan(model.get("catch_all") or {"sites": []}):
+        if path in done or _is_cached_image(path):
+            continue
+        try:
+            instrument(path)
+            done.append(path)
+        except FerryError:
+            continue
     for p in model["processes"]:
         if p["enabled"] or p.get("exec_kind") != EXEC_PLAIN or not p["exe"] or p["exe"] in done:
             continue
@@ -182,6 +204,9 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     out_dir = open_run_dir(out_dir, prepared.manifest, profile)
 
     env = dict(os.environ)
+    # A FERRY_AGG left in the environment must not reach a program run in another mode:
+    # the C API's ferry_group_config_default() would take it for this profile's settings.
+    env.pop("FERRY_AGG", None)
     env.update(profile.shim_env())
     env["FERRY_RUN_DIR"] = str(out_dir)
     from .rewriter import shimlib

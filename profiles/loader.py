@@ -5,7 +5,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..rewriter.errors import FerryError
-from .schema import FORMAT_VERSION, SECTIONS, Invalid, dotted, suggest, toml_value, validate
+from .aggregate import DEFAULT_POOLS
+from .schema import (FORMAT_VERSION, SECTIONS, Invalid, dotted, suggest, toml_table, toml_value,
+                     validate)
 
 SHIPPED_DIR = Path(__file__).resolve().parent
 
@@ -21,18 +23,30 @@ class Profile:
     events: bool = False
     event_buffer: int = 65536
     follow_children: bool = True
+    catch_all: bool = True
+    agg_workers: int = 4
+    agg_fiber_stack: int = 256 * 1024
+    agg_carriers: int = 1
+    agg_pools: tuple = DEFAULT_POOLS         # aggregate.Pool, numbered in this order
+    agg_route: dict = field(default_factory=dict)   # syscall or group -> pool, "native", "worker"
     path: Path | None = field(default=None, compare=False)
 
     def shim_env(self):
         """The environment variables that tell the shim what to do.
 
         The [trace] settings only apply in mode trace: in the other modes the
-        shim is told to record no events and gets no syscall selection."""
+        shim is told to record no events and gets no syscall selection. The
+        [aggregate] settings (FERRY_AGG, docs/aggregate.md) only in mode aggregate."""
         env = {"FERRY_MODE": self.mode}
         tracing = self.mode == "trace"
         if tracing and self.trace_syscalls is not None:
             env["FERRY_TRACE_SYSCALLS"] = ",".join(str(n) for n in self.trace_syscalls)
         env["FERRY_EVENTS"] = str(self.event_buffer) if tracing and self.events else "0"
+        if self.catch_all and self.mode != "off":
+            env["FERRY_CATCH_ALL"] = "1"
+        if self.mode == "aggregate":
+            from .aggenv import encode
+            env["FERRY_AGG"] = encode(self)
         return env
 
     def settings(self):
@@ -40,8 +54,14 @@ class Profile:
         rows = []
         for section, sec in SECTIONS.items():
             for key, spec in sec.keys.items():
-                rows.append((dotted(section, key), toml_value(spec.write(getattr(self, spec.field))),
-                             self.mode in sec.modes))
+                value, used = spec.write(getattr(self, spec.field)), self.mode in sec.modes
+                if isinstance(value, dict) and value and all(isinstance(v, dict)
+                                                             for v in value.values()):
+                    # a table of tables (the pools): a row each, not one huge line
+                    rows += [(f"{dotted(section, key)}.{dotted('', k)}", toml_value(v), used)
+                             for k, v in value.items()]
+                else:
+                    rows.append((dotted(section, key), toml_value(value), used))
         return rows
 
     def to_toml(self):
@@ -49,10 +69,8 @@ class Profile:
         as an equal Profile."""
         lines = [f"# Ferry profile (format version {FORMAT_VERSION}; see profiles/README.md)"]
         for section, sec in SECTIONS.items():
-            if section:
-                lines += ["", f"[{section}]"]
-            for key, spec in sec.keys.items():
-                lines.append(f"{key} = {toml_value(spec.write(getattr(self, spec.field)))}")
+            table = {key: spec.write(getattr(self, spec.field)) for key, spec in sec.keys.items()}
+            lines += toml_table(section, table)
         return "\n".join(lines) + "\n"
 
 

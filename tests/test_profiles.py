@@ -31,11 +31,11 @@ def write(tmp_path, text, name="p.toml"):
 
 # --- shipped profiles -------------------------------------------------------------------
 
-def test_shipped_profiles_are_trace_count_and_off_and_all_validate():
+def test_shipped_profiles_are_one_per_mode_plus_net_and_all_validate():
     profiles = {p.name: p for p in shipped()}
-    assert sorted(profiles) == ["count", "off", "trace"]
+    assert sorted(profiles) == ["aggregate", "count", "net", "off", "trace"]
     for name, p in profiles.items():
-        assert p.mode == name
+        assert p.mode == ("aggregate" if name == "net" else name)
         assert p.path == SHIPPED_DIR / f"{name}.toml"
         assert p.description
         assert load(name) == p
@@ -50,7 +50,7 @@ def test_ferry_profile_check_accepts_every_shipped_file():
     files = sorted(SHIPPED_DIR.glob("*.toml"))
     r = ferry("profile", "check", *files)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [f"{f}: ok (mode {f.stem})" for f in files]
+    assert r.stdout.splitlines() == [f"{f}: ok (mode {load(f).mode})" for f in files]
 
 
 def test_ferry_profile_list_shows_every_shipped_profile():
@@ -126,12 +126,13 @@ BAD_PROFILES = {
                     'trace.evnts: unknown key (did you mean "events"?); '
                     'known: syscalls, events, event_buffer'),
     "unknown-key-no-match": ('mode = "trace"\nzzz = 1\n',
-                             "zzz: unknown key; known: name, description, mode, trace, children"),
+                             "zzz: unknown key; known: name, description, mode, catch_all, trace, aggregate, "
+                             "children"),
     "key-in-wrong-section": ('mode = "trace"\nevents = true\n',
                              'events: unknown key here: "events" belongs in [trace]'),
     "unknown-section": ('mode = "trace"\n[traec]\nevents = true\n',
                         'traec: unknown section [traec] (did you mean "trace"?); '
-                        "known: trace, children"),
+                        "known: trace, aggregate, children"),
     "wrong-type-bool": ('mode = "trace"\n[trace]\nevents = "yes"\n',
                         'trace.events: wrong type: expected a boolean (true or false), '
                         'got string "yes"'),
@@ -147,8 +148,8 @@ BAD_PROFILES = {
     "wrong-type-section": ('mode = "trace"\ntrace = 5\n',
                            "trace: wrong type: expected a table ([trace]), got integer 5"),
     "wrong-type-mode": ("mode = 1\n",
-                        'mode: wrong type: expected a string ("off", "count" or "trace"), '
-                        "got integer 1"),
+                        'mode: wrong type: expected a string ("off", "count", "trace" or '
+                        '"aggregate"), got integer 1'),
     "wrong-type-syscall": ('mode = "trace"\n[trace]\nsyscalls = ["read", 3]\n',
                            "trace.syscalls[1]: wrong type: expected a syscall name (string), "
                            "got integer 3"),
@@ -163,11 +164,12 @@ BAD_PROFILES = {
     "no-syscalls": ('mode = "trace"\n[trace]\nsyscalls = []\n',
                     'trace.syscalls: empty array: name at least one syscall, or write "all"'),
     "unknown-mode": ('mode = "tarce"\n',
-                     'mode: unknown value "tarce": expected "off", "count" or "trace" '
-                     '(did you mean "trace"?)'),
+                     'mode: unknown value "tarce": expected "off", "count", "trace" or '
+                     '"aggregate" (did you mean "trace"?)'),
     "missing-mode": ('description = "x"\n',
                      'mode: missing: this key is required ("off" (pass-through), "count" '
-                     '(counts only) or "trace" (counts, errors, times))'),
+                     '(counts only), "trace" (counts, errors, times) or "aggregate" (counts; '
+                     "fibers' calls batched on io_uring))"),
     "below-range": ('mode = "trace"\n[trace]\nevent_buffer = 1023\n',
                     "trace.event_buffer: out of range: 1023 is not in 1024..16777216"),
     "above-range": ('mode = "trace"\n[trace]\nevent_buffer = 16777217\n',
@@ -214,7 +216,7 @@ def _unreadable(tmp_path):
             (str(directory), "not a file (a directory)"),
             (str(binary), "line 2: not UTF-8 text (byte 0xe9)"),
             ("tarce", 'no shipped profile of this name (did you mean "trace"?); '
-                      "shipped: count, off, trace")]
+                      "shipped: aggregate, count, net, off, trace")]
 
 
 def test_a_profile_that_cannot_be_read_says_why(tmp_path):
@@ -297,21 +299,29 @@ WITH_TRACE_SETTINGS = '[trace]\nsyscalls = ["write", "read"]\nevents = true\neve
 
 
 @pytest.mark.parametrize("text, env", [
-    ('mode = "trace"\n', {"FERRY_MODE": "trace", "FERRY_EVENTS": "0"}),
+    ('mode = "trace"\n', {"FERRY_MODE": "trace", "FERRY_EVENTS": "0", "FERRY_CATCH_ALL": "1"}),
     ('mode = "trace"\n' + WITH_TRACE_SETTINGS,
      {"FERRY_MODE": "trace", "FERRY_TRACE_SYSCALLS": f"{NUMBERS['read']},{NUMBERS['write']}",
-      "FERRY_EVENTS": "4096"}),
-    ('mode = "trace"\n[trace]\nevent_buffer = 4096\n', {"FERRY_MODE": "trace", "FERRY_EVENTS": "0"}),
-    ('mode = "count"\n' + WITH_TRACE_SETTINGS, {"FERRY_MODE": "count", "FERRY_EVENTS": "0"}),
+      "FERRY_EVENTS": "4096", "FERRY_CATCH_ALL": "1"}),
+    ('mode = "trace"\n[trace]\nevent_buffer = 4096\n',
+     {"FERRY_MODE": "trace", "FERRY_EVENTS": "0", "FERRY_CATCH_ALL": "1"}),
+    ('mode = "count"\n' + WITH_TRACE_SETTINGS,
+     {"FERRY_MODE": "count", "FERRY_EVENTS": "0", "FERRY_CATCH_ALL": "1"}),
     ('mode = "off"\n' + WITH_TRACE_SETTINGS, {"FERRY_MODE": "off", "FERRY_EVENTS": "0"}),
-], ids=["trace-all", "trace-some-with-events", "trace-no-events", "count", "off"])
+    ('mode = "trace"\ncatch_all = false\n', {"FERRY_MODE": "trace", "FERRY_EVENTS": "0"}),
+], ids=["trace-all", "trace-some-with-events", "trace-no-events", "count", "off", "no-catch-all"])
 def test_shim_env_says_the_mode_and_trace_settings_only_in_mode_trace(tmp_path, text, env):
     assert load(write(tmp_path, text)).shim_env() == env
 
 
 def test_shim_env_of_the_shipped_profiles():
-    assert {p.name: p.shim_env() for p in shipped()} == {
-        name: {"FERRY_MODE": name, "FERRY_EVENTS": "0"} for name in ("count", "off", "trace")}
+    envs = {p.name: p.shim_env() for p in shipped()}
+    assert {name: env for name, env in envs.items() if name in ("count", "off", "trace")} == {
+        name: {"FERRY_MODE": name, "FERRY_EVENTS": "0", **({"FERRY_CATCH_ALL": "1"} if name != "off" else {})}
+        for name in ("count", "off", "trace")}
+    for name in ("aggregate", "net"):   # FERRY_AGG itself: test_profile_aggregate.py
+        assert {"FERRY_MODE", "FERRY_EVENTS", "FERRY_AGG"} <= envs[name].keys()
+        assert (envs[name]["FERRY_MODE"], envs[name]["FERRY_EVENTS"]) == ("aggregate", "0")
 
 
 # --- to_toml round trip ------------------------------------------------------------------

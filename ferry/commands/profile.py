@@ -40,7 +40,7 @@ def show_command(profile):
     for col in ("key", "value", ""):
         table.add_column(col, overflow="fold")
     for key, value, used in p.settings():
-        notes = [] if key in given else ["default"]
+        notes = [] if key in given or key.rsplit(".", 1)[0] in given else ["default"]
         if not used:
             notes.append(f"not used in mode {p.mode}")
         table.add_row(Text(key), Text(value), Text(", ".join(notes), style="dim"))

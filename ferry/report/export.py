@@ -5,6 +5,7 @@ import io
 import json
 import shlex
 
+from . import aggregation
 from . import rows as R
 
 HIST_BUCKETS = 32
@@ -83,6 +84,9 @@ def csv_text(header, table):
 
 
 def to_csv(model, by="syscall", key="time"):
-    """One row per syscall, site or process (`by`), sorted by `key`, after a header row."""
+    """One row per syscall, site or process (`by`), sorted by `key`, after a header row;
+    `by` "pool": the aggregation totals, then one row per pool."""
+    if by == "pool":
+        return csv_text(aggregation.csv_header(), aggregation.csv_rows(model))
     cols = _COLUMNS[by]
     return csv_text(list(cols), ([get(r) for get in cols.values()] for r in R.rows(model, by, key)))

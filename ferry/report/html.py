@@ -4,7 +4,7 @@ import base64
 import shlex
 from html import escape
 
-from . import plots
+from . import aggregation, plots
 from . import rows as R
 from .table import counts, process_notes, untimed_note
 
@@ -121,6 +121,29 @@ def _processes(model, key):
     return _table(cols, rows)
 
 
+def _aggregation(model):
+    """The Aggregation section, or "" when the run aggregated no calls."""
+    agg = aggregation.of(model)
+    if not agg:
+        return ""
+    parts = ["<h2>Aggregation</h2>", f"<p>{escape(aggregation.summary(agg))}</p>"]
+    if agg["pools"]:
+        cols = [("pool", False), ("submitted", True), ("completed", True), ("enters", True),
+                ("mean depth", True), ("max depth", True), ("wait s", True), ("settings", False)]
+        parts.append(_table(cols, [[aggregation.pool_label(p), p["submitted"], p["completed"],
+                                    p["enters"], aggregation.depth(p), p["max_depth"],
+                                    f"{p['wait_ns'] / 1e9:.6f}", aggregation.settings_text(p)]
+                                   for p in agg["pools"]]))
+        parts.append(_img(plots.batch_sizes(model), "batch sizes")
+                     or "<p>No batches submitted.</p>")
+        buckets = aggregation.used_buckets(agg)
+        parts.append(_table([("pool", False)] + [(aggregation.bucket_label(i), True)
+                                                 for i in buckets],
+                            [[aggregation.pool_label(p)] + [p["batches"][i] for i in buckets]
+                             for p in agg["pools"]]))
+    return "\n".join(parts)
+
+
 def to_html(model, key="time", sites=50):
     """The page as text; tables sorted by `key`, at most `sites` sites listed."""
     info = model.get("info") or {}
@@ -142,6 +165,7 @@ def to_html(model, key="time", sites=50):
         f"<h2>{'Sites' if n_sites <= sites else f'The {sites} hottest sites (of {n_sites})'}</h2>",
         _sites(model, key, sites),
         "<h2>Processes</h2>", _processes(model, key),
+        _aggregation(model),
         "</body></html>", "",
     ]
     return "\n".join(parts)

@@ -1,5 +1,5 @@
 """The plots of the HTML report, drawn with matplotlib (Agg, no display) as PNG bytes:
-calls per syscall, latency distributions, timeline."""
+calls per syscall, latency distributions, timeline, aggregation batch sizes."""
 import io
 from datetime import datetime
 
@@ -185,6 +185,33 @@ def _process_timeline(model):
     ax.set_xlabel("ms since the first process started")
     ax.spines[["top", "right"]].set_visible(False)
     ax.set_title("processes (no event trace recorded)", loc="left")
+    return _png(fig)
+
+
+def batch_sizes(model):
+    """Bars per batch-size bucket (calls submitted per io_uring_enter), one color per pool;
+    None when no pool submitted a batch."""
+    from .aggregation import bucket_label, pool_label, used_buckets
+    agg = model.get("aggregation")
+    pools = [p for p in (agg or {}).get("pools", []) if any(p["batches"])]
+    if not pools:
+        return None
+    buckets = list(used_buckets(agg))
+    fig = _figure(3.2)
+    ax = fig.add_subplot()
+    width = 0.8 / len(pools)
+    palette = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#eeca3b", "#9d755d", "#72b7b2",
+               "#ff9da6"]
+    for k, p in enumerate(pools):
+        ax.bar([i - 0.4 + width * (k + 0.5) for i in buckets], [p["batches"][i] for i in buckets],
+               width=width, color=palette[k % len(palette)], label=f"pool {pool_label(p)}")
+    ax.set_xticks(buckets, [bucket_label(i) for i in buckets])
+    ax.set_xlabel("calls submitted per io_uring_enter")
+    ax.set_ylabel("enters")
+    ax.spines[["top", "right"]].set_visible(False)
+    if len(pools) > 1:
+        ax.legend(frameon=False, fontsize=8)
+    ax.set_title("batch sizes", loc="left")
     return _png(fig)
 
 

@@ -140,6 +140,21 @@ _SCHEMA = {
 }
 
 
+_INTS = (lambda v: isinstance(v, list) and all(_is_int(n) for n in v), "a list of integers")
+_BATCHES = (lambda v: isinstance(v, list) and len(v) == 12 and all(_is_int(n) and n >= 0 for n in v),
+            "a list of 12 counts")
+_AGGREGATION = {name: _need(_COUNT) for name in (
+    "aggregated", "native", "worker", "calls", "crossings", "fibers", "switches", "carriers",
+    "groups", "processes")}
+_AGGREGATION["crossings_saved"] = _null((_is_num, "a number"))
+_POOL = {name: _need(_COUNT) for name in (
+    "index", "entries", "concurrency", "wait_limit", "wait_timeout_ns", "submitted", "completed",
+    "enters", "max_depth", "wait_ns")}
+_POOL.update({"name": _may(_TEXT), "wait": _need(_TEXT), "cpus": _need(_INTS),
+              "sqpoll_cpu": _need(_INT), "priority": _need(_INT),
+              "mean_depth": _null(_AMOUNT), "batches": _need(_BATCHES)})
+
+
 def _short(v):
     text = json.dumps(v)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -161,6 +176,33 @@ def _check_entries(model, key, path):
                                        f"{field.wants()}, not {_short(entry[name])}")
 
 
+def _check_fields(entry, fields, where, path):
+    for name, field in fields.items():
+        if name not in entry:
+            if field.needed:
+                raise FerryError(path, f"not a valid run model: {where} has no {name!r}")
+        elif not field.ok(entry[name]):
+            raise FerryError(path, f"not a valid run model: {where}.{name} should be "
+                                   f"{field.wants()}, not {_short(entry[name])}")
+
+
+def _check_aggregation(model, path):
+    agg = model.get("aggregation")
+    if agg is None:
+        return
+    if not isinstance(agg, dict):
+        raise FerryError(path, "not a valid run model: aggregation should be an object or null")
+    _check_fields(agg, _AGGREGATION, "aggregation", path)
+    pools = agg.get("pools")
+    if not isinstance(pools, list):
+        raise FerryError(path, "not a valid run model: aggregation.pools should be a list")
+    for i, p in enumerate(pools):
+        if not isinstance(p, dict):
+            raise FerryError(path, f"not a valid run model: aggregation.pools[{i}] should be "
+                                   "an object")
+        _check_fields(p, _POOL, f"aggregation.pools[{i}]", path)
+
+
 def check(model, path):
     """Raise FerryError(path, ...) unless `model` is a run model the renderers can use."""
     if not isinstance(model, dict):
@@ -180,3 +222,4 @@ def check(model, path):
             raise FerryError(path, f"not a valid run model: {key} should be an object")
     for key in _SCHEMA:
         _check_entries(model, key, path)
+    _check_aggregation(model, path)

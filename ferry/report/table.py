@@ -6,6 +6,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from . import aggregation
 from . import rows as R
 
 HOT_SITES = 10
@@ -138,6 +139,25 @@ def site_table(model, key="time", limit=None):
     return t
 
 
+def caught_section(model):
+    """The sites whose calls only the catch-all saw (code no rewrite patched): they are in
+    the tables above too; here is where they are, for the next rewrite."""
+    c = model.get("catch_all") or {}
+    if not c.get("sites"):
+        return []
+    n = len(c["sites"])
+    t = _table(f"caught by the catch-all: {c['caught']} calls at {n} unpatched site{'s' * (n != 1)}",
+               [("calls", "right"), ("syscalls", "left"), ("module", "left"), ("offset", "right")])
+    for s in c["sites"]:
+        where = hex(s["offset"]) if s["offset"] is not None else hex(s["address"])
+        names = ", ".join(f"{n} {k}" if len(s["syscalls"]) > 1 else n for n, k in s["syscalls"].items())
+        t.add_row(str(s["calls"]), names, s["path"] or "(anonymous memory)", where)
+    out = [t]
+    if c.get("overflow"):
+        out.append(Text(f"{c['overflow']} more calls at sites beyond the catch-all's table", style="dim"))
+    return out
+
+
 def counts(p):
     """calls, errors, syscall seconds of a process; '-' for one that ran without the shim."""
     if p.get("calls") is None:
@@ -160,8 +180,12 @@ def process_table(model, key="time"):
 
 
 def render(model, by="syscall", key="time"):
-    """Everything the text report prints, in order."""
+    """Everything the text report prints, in order; the aggregation section last when the
+    run aggregated calls (`by` "pool": only that section)."""
     out = summary(model)
+    if by == "pool":
+        return out + (aggregation.text(model, _table)
+                      or [Text("no aggregation data: no process of this run created a group")])
     if by == "process":
         out.append(process_table(model, key))
     elif not model["syscalls"] and not model["sites"]:
@@ -178,4 +202,4 @@ def render(model, by="syscall", key="time"):
             out.append(errs)
         if model["sites"]:
             out.append(site_table(model, key, HOT_SITES))
-    return out
+    return out + caught_section(model) + aggregation.text(model, _table)

@@ -1,0 +1,117 @@
+"""The aggregation area of a process file (docs/aggregate.md, "Process file"), and the
+run model's "aggregation" entry built from the areas of every process.
+
+The layout is the contract with the shim's engine: offsets here are those of the
+document. An area that is all zero belongs to a process that never created a group.
+"""
+import struct
+
+OFFSET = 57344           # in the process file's header
+SIZE = 8192
+MAGIC = b"FERRYAGG"
+VERSION = 1
+MAX_POOLS = 8
+POOLS_AT, POOL_STRIDE = 80, 256
+ROUTE_AT = 2128
+BATCH_BUCKETS = 12
+WAITS = ("none", "any", "some", "all", "adaptive")     # enum ferry_wait
+
+COUNTERS = ("aggregated", "native", "worker", "crossings", "fibers", "switches", "carriers",
+            "groups")
+POOL_COUNTERS = ("submitted", "completed", "enters", "max_depth", "wait_ns", "depth_sum")
+POOL_SETTINGS = ("entries", "concurrency", "cpus", "sqpoll_cpu", "priority", "wait",
+                 "wait_limit", "wait_timeout_ns")
+
+
+class AggAreaError(ValueError):
+    """The area is neither empty nor a valid aggregation area: what is wrong."""
+
+
+def _cpus(mask):
+    return [i for i in range(64) if mask >> i & 1]
+
+
+def _pool(area, i):
+    off = POOLS_AT + i * POOL_STRIDE
+    counters = struct.unpack_from("<6Q", area, off)
+    batches = list(struct.unpack_from(f"<{BATCH_BUCKETS}Q", area, off + 64))
+    entries, concurrency, cpus, sqpoll, priority, wait, limit, timeout = \
+        struct.unpack_from("<IIQiiIIQ", area, off + 160)
+    pool = {"index": i, "name": None, "entries": entries, "concurrency": concurrency,
+            "cpus": _cpus(cpus), "sqpoll_cpu": sqpoll, "priority": priority,
+            "wait": WAITS[wait] if wait < len(WAITS) else f"?{wait}", "wait_limit": limit,
+            "wait_timeout_ns": timeout, "mixed": False}
+    pool.update(zip(POOL_COUNTERS, counters))
+    pool["batches"] = batches
+    return pool
+
+
+def parse(header):
+    """The aggregation record of one process from its file's header bytes, or None when the
+    process never created a group; AggAreaError when the area is damaged."""
+    area = header[OFFSET:OFFSET + SIZE]
+    if len(area) < SIZE:
+        raise AggAreaError("truncated aggregation area")
+    if area[:8] != MAGIC:
+        if any(area[:16]):
+            raise AggAreaError("corrupt aggregation area (bad magic)")
+        return None
+    version, npools = struct.unpack_from("<II", area, 8)
+    if version != VERSION:
+        raise AggAreaError(f"unsupported aggregation area version {version}")
+    if npools > MAX_POOLS:
+        raise AggAreaError(f"corrupt aggregation area ({npools} pools, at most {MAX_POOLS})")
+    record = dict(zip(COUNTERS, struct.unpack_from("<8Q", area, 16)))
+    record["pools"] = [_pool(area, i) for i in range(npools)]
+    return derive(record)
+
+
+def derive(record):
+    """Add the numbers the reports show: calls, crossings saved, mean queue depth."""
+    calls = record["aggregated"] + record["native"] + record["worker"]
+    record["calls"] = calls
+    record["crossings_saved"] = 1 - record["crossings"] / calls if calls else None
+    for p in record["pools"]:
+        p["mean_depth"] = p["depth_sum"] / p["enters"] if p["enters"] else None
+    return record
+
+
+def _settings(pool):
+    return tuple(tuple(pool[k]) if isinstance(pool[k], list) else pool[k] for k in POOL_SETTINGS)
+
+
+def summarize(records, profile_pools=()):
+    """The run's "aggregation" entry from the records of its processes (None entries are
+    processes without a group), or None if no process aggregated. Pools are matched by
+    index; `profile_pools` [(name, settings tuple)] names a pool whose settings are the
+    profile's (a group made by the C API with settings of its own stays unnamed)."""
+    records = [r for r in records if r]
+    if not records:
+        return None
+    total = {k: sum(r[k] for r in records) for k in COUNTERS}
+    pools = {}
+    for r in records:
+        for p in r["pools"]:
+            mine = pools.get(p["index"])
+            if mine is None:
+                pools[p["index"]] = dict(p, batches=list(p["batches"]))
+                continue
+            for k in POOL_COUNTERS:
+                mine[k] = max(mine[k], p[k]) if k == "max_depth" else mine[k] + p[k]
+            mine["batches"] = [a + b for a, b in zip(mine["batches"], p["batches"])]
+            mine["mixed"] = mine["mixed"] or _settings(mine) != _settings(p)
+    for i, p in pools.items():
+        if i < len(profile_pools) and not p["mixed"] and profile_pools[i][1] == _settings(p):
+            p["name"] = profile_pools[i][0]
+    total["processes"] = len(records)
+    total["pools"] = [pools[i] for i in sorted(pools)]
+    return derive(total)
+
+
+def profile_pools(profile):
+    """[(name, settings tuple as _settings gives it)] of a Profile in mode aggregate."""
+    if profile is None or profile.mode != "aggregate":
+        return []
+    return [(p.name, (p.entries, p.concurrency, p.cpus, -1 if p.sqpoll is None else p.sqpoll,
+                      p.priority, p.wait, p.wait_limit, p.wait_timeout_ns))
+            for p in profile.agg_pools]

@@ -1,0 +1,147 @@
+"""The Aggregation part of a report: calls of fibers aggregated, run natively or by
+workers, kernel crossings saved, and per pool its settings, traffic, queue depth, wait
+time and batch sizes; as text (rich), CSV rows (`--by pool`) and HTML. The numbers come
+from the model's "aggregation" entry (ferry.aggdata)."""
+from rich.text import Text
+
+from ..profiles.aggregate import write_duration
+
+BATCH_BUCKETS = 12
+
+
+def of(model):
+    """The model's aggregation entry, or None when no process aggregated calls."""
+    return model.get("aggregation")
+
+
+def bucket_label(i):
+    """Batch sizes of histogram bucket i: 2^i .. 2^(i+1)-1, the last one open."""
+    lo = 1 << i
+    if i == BATCH_BUCKETS - 1:
+        return f">={lo}"
+    return str(lo) if i == 0 else f"{lo}-{2 * lo - 1}"
+
+
+def percent(fraction):
+    return "-" if fraction is None else f"{100 * fraction:.2f}%"
+
+
+def _cpus(cpus):
+    return ",".join(map(str, cpus)) if cpus else "any"
+
+
+def settings_text(p):
+    """A pool's settings in a few words: 'entries 256, wait some(16, 100us), cpus 1, ...'."""
+    wait = p["wait"]
+    if wait == "some":
+        wait = f"some({p['wait_limit']}, {write_duration(p['wait_timeout_ns'])})"
+    parts = [f"entries {p['entries']}", f"wait {wait}",
+             f"concurrency {p['concurrency'] or 'default'}", f"cpus {_cpus(p['cpus'])}"]
+    if p["sqpoll_cpu"] >= 0:
+        parts.append(f"sqpoll cpu {p['sqpoll_cpu']}")
+    if p["priority"]:
+        parts.append(f"priority {p['priority']}")
+    if p.get("mixed"):
+        parts.append("(differs between processes; first shown)")
+    return ", ".join(parts)
+
+
+def pool_label(p):
+    return f"{p['index']} {p['name']}" if p.get("name") else str(p["index"])
+
+
+def depth(p):
+    return "-" if p.get("mean_depth") is None else f"{p['mean_depth']:.1f}"
+
+
+def summary(agg):
+    """One paragraph: where the fibers' calls went, and the crossings they cost."""
+    n = agg["processes"]
+    return (f"{agg['calls']} calls of fibers ({n} process{'es' if n != 1 else ''}, "
+            f"{agg['groups']} group{'s' if agg['groups'] != 1 else ''}): "
+            f"{agg['aggregated']} aggregated, {agg['native']} native, {agg['worker']} by workers; "
+            f"{agg['crossings']} kernel crossings, {percent(agg['crossings_saved'])} saved; "
+            f"{_n(agg['fibers'], 'fiber')}, {_n(agg['switches'], 'switch', 'switches')}, "
+            f"{_n(agg['carriers'], 'carrier')}")
+
+
+def _n(count, one, many=None):
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
+def used_buckets(agg):
+    """Buckets up to the largest batch size seen (at least one)."""
+    last = max((i for p in agg["pools"] for i, n in enumerate(p["batches"]) if n), default=0)
+    return range(last + 1)
+
+
+# --- text -------------------------------------------------------------------------------
+
+def text(model, make_table):
+    """Rich renderables of the section, or [] without aggregation; `make_table(title,
+    columns)` draws tables in the look of the rest of the report."""
+    agg = of(model)
+    if not agg:
+        return []
+    out = [Text("aggregation", style="bold"), Text(summary(agg))]
+    if not agg["pools"]:
+        return out
+    t = make_table("pools", [("pool", "left"), ("submitted", "right"), ("completed", "right"),
+                             ("enters", "right"), ("mean depth", "right"),
+                             ("max depth", "right"), ("wait s", "right"), ("settings", "left")])
+    for p in agg["pools"]:
+        t.add_row(pool_label(p), str(p["submitted"]), str(p["completed"]), str(p["enters"]),
+                  depth(p), str(p["max_depth"]), f"{p['wait_ns'] / 1e9:.6f}", settings_text(p))
+    out.append(t)
+    buckets = used_buckets(agg)
+    h = make_table("batch sizes", [("pool \\ calls per enter", "left")]
+                   + [(bucket_label(i), "right") for i in buckets])
+    for p in agg["pools"]:
+        h.add_row(pool_label(p), *(str(p["batches"][i]) for i in buckets))
+    out.append(h)
+    return out
+
+
+# --- CSV (--by pool) ----------------------------------------------------------------------
+
+RUN_COLUMNS = ("aggregated", "native", "worker", "calls", "crossings", "crossings_saved",
+               "fibers", "switches", "carriers", "groups", "processes")
+POOL_COLUMNS = ("entries", "concurrency", "cpus", "sqpoll_cpu", "priority", "wait",
+                "wait_limit", "wait_timeout_ns", "mixed", "submitted", "completed", "enters",
+                "mean_depth", "max_depth", "wait_ns")
+
+
+def csv_header():
+    return (["pool", "name", *POOL_COLUMNS, *(f"batch_{i}" for i in range(BATCH_BUCKETS)),
+             *RUN_COLUMNS])
+
+
+def _pool_value(p, k):
+    if k == "cpus":
+        return ";".join(map(str, p["cpus"]))
+    if k == "mean_depth":
+        return None if p["mean_depth"] is None else round(p["mean_depth"], 2)
+    return p[k]
+
+
+def csv_rows(model):
+    """A row "all" with the run's totals (pool counters summed), then a row per pool."""
+    agg = of(model)
+    if not agg:
+        return []
+    pools = agg["pools"]
+    summed = {k: sum(p[k] for p in pools)
+              for k in ("submitted", "completed", "enters", "wait_ns", "depth_sum")}
+    if summed["enters"]:
+        summed["mean_depth"] = round(summed["depth_sum"] / summed["enters"], 2)
+    first = ["all", None] + [summed.get(k) for k in POOL_COLUMNS]
+    first[POOL_COLUMNS.index("max_depth") + 2] = max((p["max_depth"] for p in pools), default=0)
+    first += [sum(p["batches"][i] for p in pools) for i in range(BATCH_BUCKETS)]
+    saved = agg["crossings_saved"]
+    first += [round(saved, 6) if k == "crossings_saved" and saved is not None else agg[k]
+              for k in RUN_COLUMNS]
+    rows = [first]
+    for p in pools:
+        rows.append([p["index"], p.get("name")] + [_pool_value(p, k) for k in POOL_COLUMNS]
+                    + list(p["batches"]) + [None] * len(RUN_COLUMNS))
+    return rows

@@ -1,0 +1,81 @@
+"""The catch-all (Syscall User Dispatch): calls from code no rewrite patched are
+counted, their sites recorded, and `ferry run` plans the modules they came from so
+that the next run patches them; the program never sees the machinery (SIGSYS, its
+mask and its handler stay what the program made them)."""
+import subprocess
+
+from conftest import ROOT, run_ferry
+
+from ferry.rundata import load_run
+
+PROGRAMS = ROOT / "tests" / "programs" / "build"
+
+
+def calls(model, name):
+    return sum(s["calls"] for s in model["syscalls"] if s["name"] == name)
+
+
+def test_call_from_code_written_at_run_time_is_counted_and_its_site_recorded(tmp_path, test_programs):
+    r = run_ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "jit_syscall", 7)
+    assert "7 of 7 calls returned the parent's pid" in r.stdout
+    model = load_run(tmp_path / "run")
+    # the program's own getppid() through libc, plus the seven from its code page
+    assert calls(model, "getppid") == 8
+    caught = model["catch_all"]
+    assert caught["enabled"] and caught["caught"] == 7
+    [site] = caught["sites"]
+    assert (site["path"], site["offset"], site["calls"], site["syscalls"]) == ("", None, 7, {"getppid": 7})
+    assert site["address"] % 4096 == 0  # `syscall` is the first instruction of its page
+    text = run_ferry("report", tmp_path / "run").stdout
+    assert "caught by the catch-all" in text and "(anonymous memory)" in text
+
+
+def test_every_thread_is_caught(tmp_path, test_programs):
+    run_ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "jit_syscall", 50, 6)
+    model = load_run(tmp_path / "run")
+    assert model["catch_all"]["caught"] == 300
+    assert calls(model, "getppid") == 301
+
+
+def test_library_without_a_plan_is_caught_then_patched_on_the_next_run(tmp_path, test_programs, monkeypatch):
+    # FX!32: a first run finds the module by its caught calls, `ferry run` plans
+    # it afterwards, and the next run patches it as it loads.
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    lib = PROGRAMS / "libsite.so"
+    argv = [PROGRAMS / "dlopen_main", lib, 77]
+    r = run_ferry("run", "-o", tmp_path / "first", "--", *argv)
+    assert "77 of 77" in r.stdout
+    first = load_run(tmp_path / "first")
+    site = next(s for s in first["catch_all"]["sites"] if s["path"] == str(lib))
+    assert (site["calls"], site["syscalls"]) == (77, {"getppid": 77})
+    symbols = subprocess.run(["nm", str(lib)], capture_output=True, text=True, check=True).stdout
+    fn = int(next(line.split()[0] for line in symbols.splitlines() if line.endswith(" site_getppid")), 16)
+    assert 0 < site["offset"] - fn < 16  # inside site_getppid, after its `mov`
+    assert calls(first, "getppid") == 77
+
+    run_ferry("run", "-o", tmp_path / "second", "--", *argv)
+    second = load_run(tmp_path / "second")
+    assert not [s for s in second["catch_all"]["sites"] if s["path"] == str(lib)]
+    patched = next(s for s in second["sites"] if s["module"] == "libsite.so")
+    assert (patched["calls"], patched["name"]) == (77, "getppid")
+
+
+def test_program_sees_its_own_sigsys_and_mask(tmp_path, test_programs):
+    # The catch-all keeps SIGSYS unblocked and handled by the shim; the program
+    # blocks everything, installs its own SIGSYS handler and reads both back.
+    native = subprocess.run([str(PROGRAMS / "sigsys_view")], capture_output=True, text=True, timeout=60)
+    r = run_ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "sigsys_view")
+    assert r.stdout == native.stdout
+    assert "jit getppid with all blocked: 1" in r.stdout
+    assert "reached the program's handler: 1" in r.stdout
+    assert load_run(tmp_path / "run")["catch_all"]["caught"] == 1
+
+
+def test_profile_can_turn_the_catch_all_off(tmp_path, test_programs):
+    profile = tmp_path / "nocatch.toml"
+    profile.write_text('mode = "trace"\ncatch_all = false\n')
+    run_ferry("run", "--no-learn", "--profile", profile, "-o", tmp_path / "run", "--",
+              PROGRAMS / "jit_syscall", 7)
+    model = load_run(tmp_path / "run")
+    assert not model["catch_all"]["enabled"]
+    assert calls(model, "getppid") == 1

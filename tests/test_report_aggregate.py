@@ -1,0 +1,273 @@
+"""The Aggregation part of `ferry report`: the aggregation area of process files (layout:
+docs/aggregate.md) read into the run model, and shown as text, JSON, CSV (--by pool)
+and HTML. The process files come from real `ferry run`s; their aggregation areas are
+filled here byte by byte per the documented layout (the layout is the contract with the
+engine), so the reader is tested whether or not the engine is built."""
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+from conftest import FERRY
+from ferry import aggdata
+from ferry.rundata import load_run
+
+AREA = 57344
+MODE_AT = 52          # the header's u32 mode (procfile.h)
+BUCKETS = 12
+
+
+def ferry(*args, cwd=None):
+    env = dict(os.environ)
+    env.pop("COLUMNS", None)      # the text report is 160 columns wide when redirected
+    return subprocess.run([*FERRY, *map(str, args)], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env=env)
+
+
+def area(pools, aggregated=1000, native=30, worker=20, crossings=25, fibers=40, switches=2100,
+         carriers=1, groups=1, magic=b"FERRYAGG", version=1, npools=None):
+    """An aggregation area; pools: dicts of counters, batches and settings."""
+    a = bytearray(8192)
+    a[:8] = magic
+    struct.pack_into("<II", a, 8, version, len(pools) if npools is None else npools)
+    struct.pack_into("<8Q", a, 16, aggregated, native, worker, crossings, fibers, switches,
+                     carriers, groups)
+    for i, p in enumerate(pools):
+        off = 80 + 256 * i
+        struct.pack_into("<6Q", a, off, p["submitted"], p["completed"], p["enters"],
+                         p["max_depth"], p["wait_ns"], p["depth_sum"])
+        struct.pack_into(f"<{BUCKETS}Q", a, off + 64, *p["batches"])
+        struct.pack_into("<IIQiiIIQ", a, off + 160, p.get("entries", 256), p.get("concurrency", 0),
+                         p.get("cpus", 0), p.get("sqpoll", -1), p.get("priority", 0),
+                         p.get("wait", 4), p.get("limit", 0), p.get("timeout", 0))
+    a[2128:2128 + 512] = b"\xff" * 512
+    return bytes(a)
+
+
+def batches(**at):
+    b = [0] * BUCKETS
+    for k, v in at.items():
+        b[int(k[1:])] = v
+    return b
+
+
+POOL0 = {"submitted": 900, "completed": 900, "enters": 10, "max_depth": 120,
+         "wait_ns": 2_500_000, "depth_sum": 640, "batches": batches(b4=2, b6=8),
+         "entries": 256, "concurrency": 4, "wait": 4}
+POOL1 = {"submitted": 100, "completed": 99, "enters": 15, "max_depth": 9, "wait_ns": 1_000_000,
+         "depth_sum": 45, "batches": batches(b0=5, b2=10), "entries": 64, "cpus": 0b1,
+         "sqpoll": 0, "priority": 5, "wait": 2, "limit": 16, "timeout": 100_000}
+
+
+def fill(proc_file, data, mode=None):
+    raw = bytearray(proc_file.read_bytes())
+    raw[AREA:AREA + len(data)] = data
+    if mode is not None:
+        struct.pack_into("<i", raw, MODE_AT, mode)
+    proc_file.write_bytes(raw)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """Run directories of real runs: one process (count profile), several processes
+    (aggregate profile, a shell running two children)."""
+    tmp = tmp_path_factory.mktemp("aggreport")
+    one = tmp / "one"
+    r = ferry("run", "--profile", "count", "-o", one, "--", "/bin/true", cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    many = tmp / "many"
+    r = ferry("run", "--profile", "aggregate", "-o", many, "--", "/bin/sh", "-c",
+              "/bin/true; /bin/true; exit 0", cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    return one, many
+
+
+@pytest.fixture
+def run(recorded, tmp_path):
+    """A copy of the one-process run with both pools filled in."""
+    d = tmp_path / "run"
+    shutil.copytree(recorded[0], d)
+    (proc,) = (d / "proc").glob("*.ferry")
+    fill(proc, area([POOL0, POOL1]), mode=3)
+    return d
+
+
+def test_the_reader_gives_the_areas_numbers(run):
+    (proc,) = (run / "proc").glob("*.ferry")
+    rec = aggdata.parse(proc.read_bytes())
+    assert {k: rec[k] for k in aggdata.COUNTERS} == {
+        "aggregated": 1000, "native": 30, "worker": 20, "crossings": 25, "fibers": 40,
+        "switches": 2100, "carriers": 1, "groups": 1}
+    assert rec["calls"] == 1050
+    assert rec["crossings_saved"] == pytest.approx(1 - 25 / 1050)
+    p0, p1 = rec["pools"]
+    assert (p0["submitted"], p0["completed"], p0["enters"], p0["max_depth"], p0["wait_ns"],
+            p0["depth_sum"]) == (900, 900, 10, 120, 2_500_000, 640)
+    assert p0["mean_depth"] == 64.0
+    assert p0["batches"] == batches(b4=2, b6=8)
+    assert (p0["entries"], p0["concurrency"], p0["cpus"], p0["sqpoll_cpu"], p0["priority"],
+            p0["wait"]) == (256, 4, [], -1, 0, "adaptive")
+    assert (p1["entries"], p1["cpus"], p1["sqpoll_cpu"], p1["priority"], p1["wait"],
+            p1["wait_limit"], p1["wait_timeout_ns"]) == (64, [0], 0, 5, "some", 16, 100_000)
+    assert p1["mean_depth"] == 3.0
+
+
+def test_the_run_model_has_the_aggregation_and_names_mode_3(run):
+    model = load_run(run)
+    agg = model["aggregation"]
+    assert agg["processes"] == 1 and agg["calls"] == 1050 and len(agg["pools"]) == 2
+    assert [p["mode"] for p in model["processes"]] == ["aggregate"]
+    assert model["processes"][0]["aggregation"]["aggregated"] == 1000
+
+
+def test_a_run_without_aggregation_has_none(recorded):
+    model = load_run(recorded[0])
+    assert model["aggregation"] is None
+    assert model["processes"][0]["aggregation"] is None
+    r = ferry("report", recorded[0])
+    assert r.returncode == 0 and "aggregation" not in r.stdout
+    r = ferry("report", "--by", "pool", recorded[0])
+    assert r.returncode == 0 and "no aggregation data" in r.stdout
+    r = ferry("report", "--by", "pool", "--csv", recorded[0])
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1     # the header only
+
+
+def test_processes_add_up_and_pools_take_the_profiles_names(recorded, tmp_path):
+    d = tmp_path / "many"
+    shutil.copytree(recorded[1], d)
+    procs = sorted((d / "proc").glob("*.ferry"))
+    assert len(procs) >= 3
+    main = {"submitted": 10, "completed": 10, "enters": 2, "max_depth": 7, "wait_ns": 5,
+            "depth_sum": 9, "batches": batches(b2=2)}          # the aggregate profile's pool
+    for i, proc in enumerate(procs[:2]):
+        fill(proc, area([dict(main, max_depth=7 + i)], aggregated=10, native=1, worker=0,
+                        crossings=3))
+    model = load_run(d)
+    agg = model["aggregation"]
+    assert agg["processes"] == 2
+    assert (agg["aggregated"], agg["native"], agg["crossings"], agg["calls"]) == (20, 2, 6, 22)
+    (p,) = agg["pools"]
+    assert p["name"] == "main" and not p["mixed"]
+    assert (p["submitted"], p["enters"], p["depth_sum"], p["max_depth"]) == (20, 4, 18, 8)
+    assert p["batches"] == batches(b2=4) and p["mean_depth"] == 4.5
+    # a group of the C API with settings of its own: unnamed, and marked when they differ
+    fill(procs[2], area([dict(main, entries=64)]))
+    p = load_run(d)["aggregation"]["pools"][0]
+    assert p["mixed"] and p["name"] is None
+    assert "differs between processes" in " ".join(ferry("report", d).stdout.split())
+
+
+def test_text_report_has_an_aggregation_section(run):
+    r = ferry("report", run)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.index("system calls") < out.index("aggregation")
+    assert ("1050 calls of fibers (1 process, 1 group): 1000 aggregated, 30 native, 20 by "
+            "workers; 25 kernel crossings, 97.62% saved; 40 fibers, 2100 switches, 1 carrier") \
+        in " ".join(out.split())
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if re.match(r"^[01]\s+\d", line) and "entries" in line}
+    assert rows["0"][:7] == ["0", "900", "900", "10", "64.0", "120", "0.002500"]
+    assert "entries 256, wait adaptive, concurrency 4, cpus any" in out
+    assert "entries 64, wait some(16, 100us), concurrency default, cpus 0, sqpoll cpu 0, " \
+           "priority 5" in out
+    head = next(line for line in out.splitlines() if "calls per enter" in line).split()
+    assert head[-7:] == ["1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127"]
+    batch_rows = [line.split() for line in out.splitlines()
+                  if re.match(r"^[01]\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+\s*$", line)]
+    assert batch_rows == [["0", "0", "0", "0", "0", "2", "0", "8"],
+                          ["1", "5", "0", "10", "0", "0", "0", "0"]]
+    pools_only = ferry("report", "--by", "pool", run).stdout
+    assert "aggregation" in pools_only and "system calls" not in pools_only.split("aggregation")[1]
+
+
+def test_json_has_the_aggregation(run, tmp_path):
+    model = json.loads(ferry("report", "--json", run).stdout)
+    agg = model["aggregation"]
+    assert agg["crossings_saved"] == pytest.approx(1 - 25 / 1050)
+    assert [p["mean_depth"] for p in agg["pools"]] == [64.0, 3.0]
+    # ... and a model file renders the same report as the directory
+    saved = tmp_path / "model.json"
+    saved.write_text(json.dumps(model))
+    assert ferry("report", saved).stdout == ferry("report", run).stdout
+
+
+def test_csv_by_pool_has_the_totals_then_a_row_per_pool(run):
+    r = ferry("report", "--csv", "--by", "pool", run)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [row["pool"] for row in rows] == ["all", "0", "1"]
+    total, p0, p1 = rows
+    assert (total["aggregated"], total["native"], total["worker"], total["calls"],
+            total["crossings"]) == ("1000", "30", "20", "1050", "25")
+    assert float(total["crossings_saved"]) == pytest.approx(1 - 25 / 1050, abs=1e-6)
+    assert (total["submitted"], total["enters"], total["max_depth"]) == ("1000", "25", "120")
+    assert float(total["mean_depth"]) == pytest.approx(685 / 25, abs=0.01)
+    assert [total[f"batch_{i}"] for i in range(BUCKETS)] == \
+        [str(a + b) for a, b in zip(POOL0["batches"], POOL1["batches"])]
+    assert (p0["entries"], p0["wait"], p0["cpus"], p0["mean_depth"], p0["wait_ns"]) == \
+        ("256", "adaptive", "", "64.0", "2500000")
+    assert (p1["cpus"], p1["sqpoll_cpu"], p1["priority"], p1["wait"], p1["wait_limit"],
+            p1["wait_timeout_ns"], p1["mixed"]) == ("0", "0", "5", "some", "16", "100000", "false")
+    assert p1["aggregated"] == "" and [p1[f"batch_{i}"] for i in (0, 2)] == ["5", "10"]
+
+
+def test_html_has_the_section_and_a_batch_size_plot(run):
+    plain = ferry("report", "--html", "-o", run.parent / "plain.html", run)
+    assert plain.returncode == 0, plain.stderr
+    page = (run.parent / "plain.html").read_text()
+    assert "<h2>Aggregation</h2>" in page and "97.62% saved" in page
+    assert 'alt="batch sizes"' in page
+    section = page.split("<h2>Aggregation</h2>")[1]
+    assert section.count("data:image/png;base64,") == 1
+    assert "some(16, 100us)" in section
+
+
+def test_diff_by_pool_is_a_usage_error(run):
+    r = ferry("report", "--diff", run, "--by", "pool", run)
+    assert r.returncode == 2 and "not by pool" in r.stderr
+
+
+@pytest.mark.parametrize("data, problem", [
+    (area([POOL0], magic=b"FERRYAGX"), "corrupt aggregation area (bad magic)"),
+    (area([POOL0], version=2), "unsupported aggregation area version 2"),
+    (area([POOL0], npools=9), "corrupt aggregation area (9 pools, at most 8)"),
+])
+def test_a_damaged_area_is_one_line_naming_the_file(run, data, problem):
+    (proc,) = (run / "proc").glob("*.ferry")
+    fill(proc, data)
+    r = ferry("report", run)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == f"ferry: {proc}: {problem}\n"
+
+
+def test_a_model_file_with_a_bad_aggregation_is_rejected(run, tmp_path):
+    model = json.loads(ferry("report", "--json", run).stdout)
+    model["aggregation"]["pools"][1]["batches"] = [1, 2]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(model))
+    r = ferry("report", bad)
+    assert r.returncode == 2
+    assert r.stderr == (f"ferry: {bad}: not a valid run model: aggregation.pools[1].batches "
+                        "should be a list of 12 counts, not [1, 2]\n")
+
+
+def test_a_real_aggregate_run_reports_without_error(tmp_path):
+    # With the engine built the process runs in mode aggregate; without it, in count
+    # mode; the report works either way (and shows the section when a group was made).
+    r = ferry("run", "--profile", "aggregate", "-o", tmp_path / "run", "--", "/bin/true",
+              cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    model = json.loads(ferry("report", "--json", tmp_path / "run").stdout)
+    assert model["processes"][0]["mode"] in ("aggregate", "count")
+    agg = model["aggregation"]
+    if agg is not None:
+        assert agg["calls"] == agg["aggregated"] + agg["native"] + agg["worker"]
+    r = ferry("report", "--csv", "--by", "pool", tmp_path / "run")
+    assert r.returncode == 0, r.stderr
