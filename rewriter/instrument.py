@@ -70,6 +70,12 @@ def module_record(image, mod, sites, cmap, rewritten_name):
     }
 
 
+def _is_shim(path):
+    """libferry.so, under whatever directory (a program linked with the shim's
+    API finds it through its own rpath)."""
+    return Path(path).name == "libferry.so"
+
+
 def _library(mod, progress):
     """The cache record of library `mod`, rewriting it on a miss."""
     from . import elfload, patcher
@@ -171,6 +177,8 @@ def _instrument(path, out_dir, progress):
     import lief
     from . import elfload, patcher
     from .modules import MissingLibrary, closure
+    if _is_shim(path):
+        raise InputError(path, "this is Ferry's shim, which is never rewritten")
     image = elfload.load(path)
     if elfload.ferry_control_block(image):
         raise AlreadyRewritten(path)
@@ -198,7 +206,14 @@ def _instrument(path, out_dir, progress):
     for i, mod in enumerate(mods):
         if i == 0:
             continue
-        if mod.role == "interpreter":
+        if _is_shim(mod.path):
+            # a program linked with libferry (the aggregation API): the shim
+            # must never patch its own calls
+            records[i] = {"name": mod.name, "role": "shim", "original": str(mod.path),
+                          "realpath": os.path.realpath(mod.path), "sha256": shas[i],
+                          "rewritten": None, "sites_total": None, "sites_patched": None,
+                          "sites": [], "note": "Ferry's shim: never rewritten"}
+        elif mod.role == "interpreter":
             records[i] = {"name": mod.name, "role": mod.role, "original": str(mod.path),
                           "realpath": os.path.realpath(mod.path), "sha256": shas[i],
                           "rewritten": None, "sites_total": None, "sites_patched": None,
@@ -234,7 +249,8 @@ def _instrument(path, out_dir, progress):
             # are mapped (from $ORIGIN) before anything looks them up by name.
             direct = {str(n) for n in image.binary.libraries}
             changes = patcher.DynamicChanges(
-                add_needed=[n for n in rewritten_libs if n not in direct] + ["libferry.so"],
+                add_needed=[n for n in rewritten_libs if n not in direct]
+                + ([] if "libferry.so" in direct else ["libferry.so"]),
                 search_first="$ORIGIN",
                 origin_dir=str(Path(os.path.realpath(path)).parent))
             progress("rewrite", mods[0].name)

@@ -99,12 +99,16 @@ static int has_ctl(struct dl_phdr_info *info)
     return 0;
 }
 
+extern char __ehdr_start[] __attribute__((visibility("hidden")));
+
 static int collect(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     struct target *t = data;
-    /* The dynamic loader itself and the vDSO have no file of their own here. */
-    if (!info->dlpi_name || !info->dlpi_name[0] || has_ctl(info))
+    /* The dynamic loader itself and the vDSO have no file of their own here;
+     * the shim never patches itself (a program may link it for its API). */
+    if (!info->dlpi_name || !info->dlpi_name[0] || has_ctl(info) ||
+        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start)
         return 0;
     for (int i = 0; i < MAX_TARGETS; i++) {
         if (!t[i].path[0]) {
