@@ -1,0 +1,476 @@
+"""bench/net: the thesis's web server benchmark (seed 000, section 6.3.2).
+
+examples/net serves its 4,729-byte page in four thread models: a dedicated
+thread per connection, a thread pool, an io_uring event loop, and cluster
+calls (fibers on a carrier, their blocking calls aggregated onto io_uring by
+the shim under `ferry run -p profiles/net.toml`).  wrk drives each model with
+keep-alive connections at concurrency 1, 10, 100, 400, 1000 and 2000; the
+server is pinned to CPU 0 and wrk to CPU 1.
+
+Every server is started once and stays up; at each concurrency the models
+are measured in interleaved rounds (rotating order), so that a drifting
+machine moves all of them alike.  Per model: requests/s, mean and p99
+latency (wrk --latency), server CPU time (utime+stime of /proc/PID/stat
+around each wrk run), system calls per request and kernel crossings.
+
+The native models' throughput is measured without Ferry.  Their call counts
+come from a second copy of each server running under `ferry run -p count`,
+read from its live process file before and after a wrk run at each level.
+The cluster model only exists under Ferry: its throughput run is also its
+counting run, and its crossings come from the process file's aggregation
+area (docs/aggregate.md).  Crossings saved = 1 - crossings / calls of the
+fibers, the thesis's measure (99.89% there); the RESULT line gives it in
+percent, the throughput ratios as cluster / other (higher is better) and the
+p99 ratio as cluster / pool (lower is better).
+
+Figures: Figure 6.3 (throughput vs concurrency) and latency vs concurrency
+(the thesis's Table 6.5 as a plot; the brief calls it Figure 6.4), plus the
+thesis's actual Figure 6.4 subject, CPU time, as a third plot; all in
+bench/out/.  The last line is the RESULT line.
+"""
+import argparse
+import math
+import os
+import re
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+FERRY = str(Path(sys.executable).parent / "ferry")
+SERVER = ROOT / "examples" / "build" / "net_server"
+PROFILE = ROOT / "profiles" / "net.toml"
+OUT = ROOT / "bench" / "out"
+MODELS = ["thread", "pool", "async", "cluster"]
+NATIVE = ["thread", "pool", "async"]
+LEVELS = [1, 10, 100, 400, 1000, 2000]
+QUICK_LEVELS = [1, 100, 400]
+SERVER_CPU, CLIENT_CPU = "0", "1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# The first `ferry run` of a fresh cache rewrites libc and the server.
+START_TIMEOUT = 180
+NAN = float("nan")
+
+
+class BenchError(Exception):
+    def __init__(self, message, model=None):
+        super().__init__(message)
+        self.model = model
+
+
+# ---------------------------------------------------------------- servers
+
+class Server:
+    """A net_server, natively or under `ferry run`, pinned to SERVER_CPU."""
+
+    def __init__(self, model, profile=None, run_dir=None, threads=64, env=None):
+        self.model, self.profile, self.run_dir = model, profile, run_dir
+        cmd = [str(SERVER), "--model", model, "--port", "0", "--threads", str(threads)]
+        if profile:
+            cmd = [FERRY, "run", "--no-learn", "-p", str(profile), "-o", str(run_dir), "--", *cmd]
+        self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, *cmd], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
+        self.port = self._read_port()
+        self.pid = self._server_pid()
+
+    def _read_port(self):
+        deadline = time.monotonic() + START_TIMEOUT
+        line = b""
+        while time.monotonic() < deadline and not line.endswith(b"\n"):
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                ch = os.read(self.proc.stdout.fileno(), 1)
+                if not ch:
+                    break
+                line += ch
+            elif self.proc.poll() is not None:
+                break
+        if not line.startswith(b"listening on "):
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=20)
+            err = self.proc.stderr.read().decode(errors="replace").strip()
+            self.stop()
+            if self.proc.returncode < 0:
+                err = f"killed by {signal.Signals(-self.proc.returncode).name}. {err}"
+            how = "under `ferry run -p " + Path(self.profile).stem + "`" if self.profile else "natively"
+            raise BenchError(f"the {self.model} model did not start {how} "
+                             f"(exit {self.proc.returncode}): {err or line!r}", self.model)
+        return int(line.split()[2])
+
+    def _server_pid(self):
+        """The net_server process: our child natively, ferry run's child under it
+        (taskset execs in place, so the Popen pid is taskset's = the program's)."""
+        if not self.profile:
+            return self.proc.pid
+        for _ in range(100):
+            kids = []
+            for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+                try:
+                    kids += (task / "children").read_text().split()
+                except OSError:
+                    pass
+            for k in kids:
+                try:
+                    if Path(f"/proc/{k}/comm").read_text().strip().startswith("net_server"):
+                        return int(k)
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise BenchError(f"cannot find the {self.model} server under ferry run (pid {self.proc.pid})")
+
+    def cpu_s(self):
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK   # utime, stime
+
+    def proc_file(self):
+        files = sorted((Path(self.run_dir) / "proc").glob(f"{self.pid}-*.ferry"))
+        if not files:
+            raise BenchError(f"no process file of pid {self.pid} in {self.run_dir}")
+        return files[-1]
+
+    def counts(self):
+        """(calls, overflow, aggregation record or None) from the live process file."""
+        from ferry import procfile
+        f = procfile.read(self.proc_file())
+        calls = sum(sum(b.calls) + b.invalid for b in f.blocks)
+        agg = getattr(f, "aggregation", None)
+        if agg is None and f.mode not in ("count", "trace", "off"):
+            from ferry import aggdata
+            agg = aggdata.parse(Path(self.proc_file()).read_bytes()[:65536])
+        return calls, f.overflow, agg
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f:
+                f.close()
+        return self.proc.returncode
+
+
+# ---------------------------------------------------------------- wrk
+
+UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+def _ms(text):
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
+    if not m:
+        raise BenchError(f"cannot read wrk's time {text!r}")
+    return float(m.group(1)) * UNIT[m.group(2)]
+
+
+def parse_wrk(out):
+    r = {"errors": 0, "non2xx": 0}
+    m = re.search(r"^\s*Latency\s+(\S+)\s", out, re.M)
+    p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
+    n = re.search(r"^\s*(\d+) requests in ([\d.]+)(\w+)", out, re.M)
+    rps = re.search(r"^Requests/sec:\s*([\d.]+)", out, re.M)
+    if not (m and p99 and n and rps):
+        raise BenchError(f"cannot read wrk's output:\n{out}")
+    r["mean_ms"], r["p99_ms"] = _ms(m.group(1)), _ms(p99.group(1))
+    r["requests"], r["rps"] = int(n.group(1)), float(rps.group(1))
+    e = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if e:
+        r["errors"] = sum(int(x) for x in e.groups())
+    x = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if x:
+        r["non2xx"] = int(x.group(1))
+    return r
+
+
+def wrk(port, conns, seconds):
+    cmd = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s",
+           "--latency", f"http://127.0.0.1:{port}/"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    if p.returncode != 0:
+        raise BenchError(f"wrk failed ({p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
+    return parse_wrk(p.stdout)
+
+
+def measure(server, conns, seconds, counting=False):
+    """One wrk run against `server`: wrk's figures, CPU seconds, and with
+    `counting` the process file's deltas."""
+    if not server.alive():
+        raise BenchError(f"the {server.model} server died (exit {server.proc.returncode})")
+    before = server.counts() if counting else None
+    cpu0 = server.cpu_s()
+    r = wrk(server.port, conns, seconds)
+    r["cpu_s"] = server.cpu_s() - cpu0
+    if counting:
+        after = server.counts()
+        r["calls"] = after[0] - before[0]
+        r["overflow"] = after[1]
+        a0, a1 = before[2], after[2]
+        if a1:
+            z = {"aggregated": 0, "native": 0, "worker": 0, "crossings": 0}
+            a0 = a0 or z
+            r["agg"] = {k: a1[k] - a0[k] for k in z}
+    return r
+
+
+# ---------------------------------------------------------------- reporting
+
+def med(xs):
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    return statistics.median(xs) if xs else NAN
+
+
+def fmt(x, spec, none="-"):
+    return none if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def ratio(a, b):
+    return a / b if a and b and not math.isnan(a) and not math.isnan(b) else NAN
+
+
+def summarize(runs, counts):
+    """{model: {level: figures}} from the raw wrk runs and counting runs."""
+    table = {}
+    for (model, level), rs in runs.items():
+        reqs = sum(r["requests"] for r in rs)
+        row = {
+            "rps": med([r["rps"] for r in rs]),
+            "mean_ms": med([r["mean_ms"] for r in rs]),
+            "p99_ms": med([r["p99_ms"] for r in rs]),
+            "cpu_us_req": 1e6 * sum(r["cpu_s"] for r in rs) / reqs if reqs else NAN,
+            "cpu_util": med([r["cpu_s"] / r["seconds"] for r in rs]),
+            "errors": sum(r["errors"] + r["non2xx"] for r in rs),
+            "rounds": [r["rps"] for r in rs],
+            "calls_req": NAN, "cross_req": NAN, "saved": NAN, "batch": NAN, "incomplete": False,
+        }
+        crs = counts.get((model, level), [])
+        creq = sum(c["requests"] for c in crs)
+        if creq:
+            calls = sum(c["calls"] for c in crs)
+            row["calls_req"] = calls / creq
+            row["incomplete"] = any(c["overflow"] for c in crs)
+            aggs = [c["agg"] for c in crs if c.get("agg")]
+            if aggs:
+                tot = {k: sum(a[k] for a in aggs) for k in aggs[0]}
+                fiber_calls = tot["aggregated"] + tot["native"] + tot["worker"]
+                # Calls of threads that are not fibers go straight to the kernel.
+                other = calls - fiber_calls
+                row["cross_req"] = (tot["crossings"] + max(other, 0)) / creq
+                row["saved"] = 1 - tot["crossings"] / fiber_calls if fiber_calls else NAN
+                row["fiber_calls_req"] = fiber_calls / creq
+            else:
+                row["cross_req"] = row["calls_req"]
+        table.setdefault(model, {})[level] = row
+    return table
+
+
+def print_tables(table, levels):
+    for model in MODELS:
+        if model not in table:
+            continue
+        print(f"\n{model}" + ("  (under ferry run -p net: aggregation)" if model == "cluster" else
+                              "  (native; calls counted in a second copy under ferry run -p count)"))
+        print(f"  {'conc':>5} {'req/s':>9} {'mean ms':>8} {'p99 ms':>8} {'cpu us/req':>10} {'cpu %':>6} "
+              f"{'calls/req':>9} {'cross/req':>9} {'saved':>8} {'err':>5}  rounds req/s")
+        for level in levels:
+            r = table[model].get(level)
+            if not r:
+                continue
+            star = "*" if r["incomplete"] else " "
+            print(f"  {level:>5} {fmt(r['rps'], '9.0f')} {fmt(r['mean_ms'], '8.2f')} {fmt(r['p99_ms'], '8.2f')} "
+                  f"{fmt(r['cpu_us_req'], '10.1f')} {fmt(100 * r['cpu_util'], '6.0f')} "
+                  f"{fmt(r['calls_req'], '8.2f')}{star} {fmt(r['cross_req'], '9.3f')} "
+                  f"{fmt(100 * r['saved'], '7.2f') + '%' if not math.isnan(r['saved']) else '       -'} "
+                  f"{r['errors']:>5}  {' '.join(f'{x:.0f}' for x in r['rounds'])}")
+    if any(r["incomplete"] for t in table.values() for r in t.values()):
+        print("  * more threads alive at once than the shim's 1024 per-thread count blocks: "
+              "calls of the threads beyond were not counted (a lower bound)")
+
+
+def plot(table, levels, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is missing: no figures (pip install matplotlib into .venv)")
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    labels = {"thread": "dedicated thread", "pool": "thread pool", "async": "async (io_uring)",
+              "cluster": "cluster calls (Ferry)"}
+    models = [m for m in MODELS if m in table]
+    files = []
+
+    def series(model, key):
+        return [table[model][lv][key] if lv in table[model] else NAN for lv in levels]
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m in models:
+        ax.plot(levels, series(m, "rps"), marker="o", label=labels[m])
+    ax.set_xscale("log")
+    ax.set_xticks(levels, [str(lv) for lv in levels])
+    ax.set_xlabel("concurrent connections")
+    ax.set_ylabel("requests / s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Figure 6.3: throughput vs concurrency (4,729-byte page, loopback)")
+    ax.grid(alpha=.3)
+    ax.legend()
+    fig.tight_layout()
+    files.append(out / "fig6_3_throughput.png")
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for m in models:
+        a1.plot(levels, series(m, "mean_ms"), marker="o", label=labels[m])
+        a2.plot(levels, series(m, "p99_ms"), marker="o", label=labels[m])
+    for a, what in ((a1, "mean"), (a2, "p99")):
+        a.set_xscale("log")
+        a.set_yscale("log")
+        a.set_xticks(levels, [str(lv) for lv in levels])
+        a.set_xlabel("concurrent connections")
+        a.set_ylabel(f"{what} latency (ms)")
+        a.grid(alpha=.3, which="both")
+    a1.legend()
+    fig.suptitle("Figure 6.4: latency vs concurrency (the thesis's Table 6.5 as a plot)")
+    fig.tight_layout()
+    files.append(out / "fig6_4_latency.png")
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m in models:
+        ax.plot(levels, series(m, "cpu_us_req"), marker="o", label=labels[m])
+    ax.set_xscale("log")
+    ax.set_xticks(levels, [str(lv) for lv in levels])
+    ax.set_xlabel("concurrent connections")
+    ax.set_ylabel("server CPU time per request (µs)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Server CPU time (the thesis's Figure 6.4 subject)")
+    ax.grid(alpha=.3)
+    ax.legend()
+    fig.tight_layout()
+    files.append(out / "fig_cpu_time.png")
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+    return files
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="concurrency 1, 100, 400 only; 1 round of 2 s")
+    ap.add_argument("--duration", type=int, help="seconds per wrk run (default 3; quick 2)")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds per level (default 2; quick 1)")
+    ap.add_argument("--threads", type=int, default=64, help="pool model's threads (default 64)")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="comma-separated subset (the RESULT line needs all four)")
+    args = ap.parse_args()
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    bad = [m for m in models if m not in MODELS]
+    if bad or not models:
+        ap.error(f"--models: unknown model {bad[0] if bad else '(none)'!r}; known: {', '.join(MODELS)}")
+    if args.duration is not None and not 1 <= args.duration <= 600:
+        ap.error("--duration: expected 1..600 seconds")
+    if args.rounds is not None and not 1 <= args.rounds <= 20:
+        ap.error("--rounds: expected 1..20")
+    if args.threads < 1:
+        ap.error("--threads: expected at least 1")
+    levels = QUICK_LEVELS if args.quick else LEVELS
+    seconds = args.duration or (2 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 2)
+    count_seconds = max(1, min(seconds, 2))
+    if os.cpu_count() < 2:
+        print("bench/net: needs 2 CPUs (server on CPU 0, wrk on CPU 1)", file=sys.stderr)
+        return 1
+
+    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples")], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"bench/net: make -C examples failed:\n{r.stdout}{r.stderr}", file=sys.stderr)
+        return 1
+    if "cluster" in models and not PROFILE.is_file():
+        print(f"bench/net: the cluster model cannot run: {PROFILE.relative_to(ROOT)} is missing", file=sys.stderr)
+        return 1
+
+    servers, counters = {}, {}
+    runs, counts = {}, {}
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ferry-bench-net-") as tmp:
+        tmp = Path(tmp)
+        # Benchmark runs stay out of the user's run index.
+        env = dict(os.environ, FERRY_DATA=str(tmp / "data"))
+        try:
+            for m in models:
+                if m == "cluster":
+                    servers[m] = Server(m, PROFILE, tmp / "run-cluster", args.threads, env)
+                    counters[m] = servers[m]
+                else:
+                    servers[m] = Server(m, threads=args.threads, env=env)
+                    counters[m] = Server(m, "count", tmp / f"run-{m}", args.threads, env)
+            print(f"servers on CPU {SERVER_CPU}, wrk -t1 on CPU {CLIENT_CPU}; {rounds} interleaved round(s) "
+                  f"of {seconds} s per level, counting runs of {count_seconds} s; pool: {args.threads} threads")
+            for s in list(servers.values()) + [c for m, c in counters.items() if m != "cluster"]:
+                wrk(s.port, 10, 1)   # warm up: first connections, page faults, lazy binding
+            for li, level in enumerate(levels):
+                for rnd in range(rounds):
+                    k = (li + rnd) % len(models)
+                    for m in models[k:] + models[:k]:
+                        res = measure(servers[m], level, seconds, counting=(m == "cluster"))
+                        res["seconds"] = seconds
+                        runs.setdefault((m, level), []).append(res)
+                        if m == "cluster":
+                            counts.setdefault((m, level), []).append(res)
+                for m in models:
+                    if m != "cluster":
+                        counts.setdefault((m, level), []).append(
+                            measure(counters[m], level, count_seconds, counting=True))
+                line = "  ".join(f"{m} {med([x['rps'] for x in runs[(m, level)]]):.0f}" for m in models)
+                print(f"  c={level:<5} req/s: {line}   ({time.monotonic() - t_start:.0f} s)", flush=True)
+        except BenchError as e:
+            print(f"bench/net: {e}", file=sys.stderr)
+            if e.model == "cluster":
+                print("bench/net: the cluster model cannot run (the aggregation engine is missing or "
+                      "failing); no figures are reported", file=sys.stderr)
+            return 1
+        finally:
+            stops = {}
+            for m, s in list(servers.items()) + [(m + " (count)", c) for m, c in counters.items()
+                                                  if m != "cluster"]:
+                stops[m] = s.stop()
+            bad = {m: rc for m, rc in stops.items() if rc not in (0, None)}
+            if bad:
+                print(f"bench/net: servers that did not stop cleanly on SIGTERM: {bad}", file=sys.stderr)
+
+    table = summarize(runs, counts)
+    print_tables(table, levels)
+    files = plot(table, levels, OUT)
+    for f in files:
+        print(f"figure: {f.relative_to(ROOT)}")
+    print(f"total time {time.monotonic() - t_start:.0f} s")
+    if "cluster" not in table or "pool" not in table or "async" not in table or 400 not in levels:
+        print("bench/net: no RESULT line: it needs the cluster, pool and async models at concurrency 400",
+              file=sys.stderr)
+        return 1
+    cc, pool, asy = table["cluster"], table["pool"], table["async"]
+    print(f"RESULT crossings_saved_c400={fmt(100 * cc[400]['saved'], '.2f')} "
+          f"cc_vs_pool_c400={fmt(ratio(cc[400]['rps'], pool[400]['rps']), '.3f')} "
+          f"cc_vs_async_c400={fmt(ratio(cc[400]['rps'], asy[400]['rps']), '.3f')} "
+          f"cc_vs_pool_c1={fmt(ratio(cc[1]['rps'], pool[1]['rps']), '.3f')} "
+          f"p99_cc_vs_pool_c400={fmt(ratio(cc[400]['p99_ms'], pool[400]['p99_ms']), '.3f')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

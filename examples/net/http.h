@@ -1,0 +1,43 @@
+/* The HTTP side of the evaluation server, shared by every thread model so that
+ * the models differ only in how they wait, never in the work per request. */
+#ifndef NET_HTTP_H
+#define NET_HTTP_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+/* A request larger than this (request line plus headers) is refused with 400:
+ * the benchmark's requests are ~40 bytes, browsers' well under 8 KiB. */
+#define CONN_BUF 8192
+/* Pipelined requests answered per round: bounds the iovec, not the client. */
+#define HTTP_MAX_REPLIES 16
+
+struct conn {
+    int fd;
+    size_t len;                 /* bytes of buf holding unanswered input */
+    struct conn *next;          /* pool model: the queue link */
+    /* async model: the reply in flight, as an iovec advanced on short sends */
+    struct iovec iov[HTTP_MAX_REPLIES];
+    int niov;
+    struct msghdr mh;
+    int close_after;
+    char buf[CONN_BUF];
+};
+
+struct replies {
+    struct iovec iov[HTTP_MAX_REPLIES];
+    int n;
+    int close;     /* close the connection once the replies are sent */
+    int more;      /* stopped at HTTP_MAX_REPLIES: buf may hold further requests */
+};
+
+/* Builds the canned replies; call once before serving. */
+void http_init(void);
+size_t http_page_size(void);
+
+/* Answers every complete request at the start of c->buf (the replies are
+ * static buffers, shared by all connections) and drops them from buf. */
+void http_take(struct conn *c, struct replies *r);
+
+#endif

@@ -1,0 +1,245 @@
+"""examples/net: the evaluation web server answers correctly in every thread model.
+
+Each model is started on a free loopback port and driven by concurrent
+keep-alive clients; every response is checked (status, headers, the exact
+4729-byte page).  The cluster model runs rewritten under `ferry run` with the
+evaluation server's aggregate profile (profiles/net.toml), as the benchmark
+runs it, and must show in its process file that its calls went through the
+aggregation engine.  No timing is asserted.
+"""
+import http.client
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FERRY, ROOT
+
+SERVER = ROOT / "examples" / "build" / "net_server"
+PAGE = (ROOT / "examples" / "net" / "index.html").read_bytes()
+NET_PROFILE = ROOT / "profiles" / "net.toml"
+MODELS = ["thread", "pool", "async", "cluster"]
+CONNECTIONS, REQUESTS = 20, 50
+# Generous: the first `ferry run` of a session rewrites libc into a fresh cache.
+START_TIMEOUT = 180
+AGG_OFFSET = 57344  # docs/aggregate.md: the process file's aggregation area
+
+
+@pytest.fixture(scope="session")
+def net_server():
+    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples")], capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"make -C examples failed:\n{r.stdout}\n{r.stderr}")
+    return SERVER
+
+
+class Server:
+    def __init__(self, cmd, run_dir=None):
+        self.run_dir = run_dir
+        self.proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        self.port = self._read_port()
+
+    def _read_port(self):
+        deadline = time.monotonic() + START_TIMEOUT
+        line = b""
+        while time.monotonic() < deadline and not line.endswith(b"\n"):
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                ch = os.read(self.proc.stdout.fileno(), 1)
+                if not ch:
+                    break
+                line += ch
+            elif self.proc.poll() is not None:
+                break
+        if not line.startswith(b"listening on "):
+            self.stop()
+            err = self.proc.stderr.read().decode(errors="replace").strip()
+            raise AssertionError(f"server did not start (exit {self.proc.returncode}); "
+                                 f"stdout {line!r}; stderr:\n{err}")
+        return int(line.split()[2])
+
+    def stop(self):
+        """SIGTERM, and the exit status; kills it if it does not stop in time."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+                return None
+        return self.proc.returncode
+
+
+@pytest.fixture(params=MODELS)
+def server(request, net_server, tmp_path):
+    model = request.param
+    cmd = [net_server, "--model", model, "--port", "0"]
+    run_dir = None
+    if model == "cluster":
+        run_dir = tmp_path / "run"
+        cmd = [*FERRY, "run", "--no-learn", "-p", NET_PROFILE, "-o", run_dir, "--", *cmd]
+    s = Server(cmd, run_dir)
+    s.model = model
+    yield s
+    s.stop()
+    s.proc.stdout.close()
+    s.proc.stderr.close()
+
+
+def check_page(resp, body):
+    assert resp.status == 200
+    assert resp.getheader("Content-Length") == str(len(PAGE)) == "4729"
+    assert resp.getheader("Content-Type", "").startswith("text/html")
+    assert body == PAGE
+
+
+def client(port, errors):
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.connect()
+        sock = conn.sock
+        for _ in range(REQUESTS):
+            conn.request("GET", "/")
+            resp = conn.getresponse()
+            check_page(resp, resp.read())
+            # The same socket for every request: the server kept it alive.
+            assert conn.sock is sock
+        conn.close()
+    except BaseException as e:  # reported by the test thread
+        errors.append(repr(e))
+
+
+def raw_exchange(port, data, expect_close=True):
+    """Send `data` on a fresh connection, read until the server closes it (or
+    until nothing more arrives when `expect_close` is false)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        if not expect_close:
+            s.settimeout(1.0)
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except socket.timeout:
+            if expect_close:
+                raise
+        return out
+
+
+def split_responses(data):
+    """[(status line, headers dict, body)] of a stream of responses."""
+    out = []
+    while data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+        n = int(headers["content-length"])
+        out.append((lines[0], headers, rest[:n]))
+        data = rest[n:]
+    return out
+
+
+def aggregation_area(run_dir):
+    """(aggregated, crossings) summed over the process files, or None when no
+    process ever created a group."""
+    found, aggregated, crossings = False, 0, 0
+    for p in (Path(run_dir) / "proc").glob("*.ferry"):
+        with open(p, "rb") as f:
+            f.seek(AGG_OFFSET)
+            raw = f.read(48)
+        if raw[:8] == b"FERRYAGG":
+            found = True
+            aggregated += struct.unpack_from("<Q", raw, 16)[0]
+            crossings += struct.unpack_from("<Q", raw, 40)[0]
+    return (aggregated, crossings) if found else None
+
+
+def test_serves_concurrent_keepalive_clients(server):
+    errors = []
+    threads = [threading.Thread(target=client, args=(server.port, errors)) for _ in range(CONNECTIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "clients still waiting for the server"
+    assert errors == []
+
+    # Other paths are 404 and the connection stays usable.
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("GET", "/no/such/page")
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == 404
+    assert int(resp.getheader("Content-Length")) == len(body) > 0
+    conn.request("GET", "/index.html?x=1")
+    resp = conn.getresponse()
+    check_page(resp, resp.read())
+    conn.request("POST", "/", body=b"")
+    resp = conn.getresponse()
+    resp.read()
+    assert resp.status == 405
+    conn.close()
+
+    # A malformed request is a 400, and the server closes the connection.
+    out = raw_exchange(server.port, b"THIS IS NOT HTTP\r\n\r\n")
+    [(status, headers, body)] = split_responses(out)
+    assert status.startswith("HTTP/1.1 400 ")
+    assert headers["connection"] == "close"
+    out = raw_exchange(server.port, b"GET / HTTP/1.1\r\n\r\n")  # HTTP/1.1 without Host
+    assert out.startswith(b"HTTP/1.1 400 ")
+
+    # Pipelined requests in one segment are all answered, in order.
+    req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    out = raw_exchange(server.port, req + b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n" + req[:-2] +
+                       b"Connection: close\r\n\r\n")
+    got = split_responses(out)
+    assert [s.split()[1] for s, _, _ in got] == ["200", "404", "200"]
+    assert got[0][2] == PAGE and got[2][2] == PAGE
+
+    if server.model == "cluster":
+        area = aggregation_area(server.run_dir)
+        assert area is not None, "the cluster server never created a Ferry group"
+        aggregated, crossings = area
+        # 20 x 50 page requests alone make 1000 reads and 1000 writes; how
+        # many crossings they saved depends on load, which bench/net measures.
+        assert aggregated >= 2 * CONNECTIONS * REQUESTS
+        assert crossings > 0
+
+    assert server.stop() == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "pool", "--port", "http"], "--port"),
+    (["--model", "fibers"], "unknown model"),
+    (["--port", "0"], "--model is required"),
+    (["--model", "pool", "--threads", "0"], "--threads"),
+    (["--model", "thread", "--verbose"], "unknown argument"),
+])
+def test_bad_arguments_one_line(net_server, args, words):
+    r = subprocess.run([net_server, *args], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert r.stderr.count("\n") == 1 and words in r.stderr
+
+
+def test_cluster_without_ferry_refuses(net_server):
+    # Run natively, the fibers' blocking calls would block their carrier:
+    # the server must say so, not hang.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FERRY_")}
+    r = subprocess.run([net_server, "--model", "cluster", "--port", "0"], capture_output=True, text=True,
+                       timeout=10, env=env)
+    assert r.returncode == 3
+    assert r.stderr.count("\n") == 1 and "cluster" in r.stderr
