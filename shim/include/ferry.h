@@ -113,6 +113,7 @@ struct ferry_fiber *ferry_fiber_self(void);
  * Results land in calls[i].result as the synchronous call would return them
  * (-errno on failure) once complete; calls[i].done says which are.  Returns
  * how many completed, or -errno when the batch could not be submitted. */
+#define FERRY_NR_NOP (-1L)  /* an io_uring no-op (IORING_OP_NOP): result 0 */
 struct ferry_call {
     long nr;
     long args[6];
@@ -124,7 +125,7 @@ int ferry_submit(struct ferry_group *g, unsigned pool, struct ferry_call *calls,
 /* Reap completions of earlier FERRY_WAIT_NONE / SOME batches on `pool`. */
 int ferry_reap(struct ferry_group *g, unsigned pool, unsigned min_complete);
 
-#define FERRY_BATCH_BUCKETS 12  /* batch sizes 1, 2-3, 4-7, ..., >= 1024 */
+#define FERRY_BATCH_BUCKETS 12  /* batch sizes 1, 2-3, 4-7, ..., 1024-2047, >= 2048 */
 
 struct ferry_pool_stats {
     uint64_t submitted;        /* calls written to the ring */

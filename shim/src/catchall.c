@@ -446,7 +446,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
         return;
     }
     record_site(next - 2, nr);
-    struct ferry_regs r = {nr, g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9], 0};
+    struct ferry_regs r = {.rax = nr, .rdi = g[REG_RDI], .rsi = g[REG_RSI], .rdx = g[REG_RDX],
+                           .r10 = g[REG_R10], .r8 = g[REG_R8], .r9 = g[REG_R9]};
     switch (nr) {
     case SYS_rt_sigreturn:
         /* Return from the program's handler: run it from the shim's text

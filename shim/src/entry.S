@@ -115,6 +115,12 @@ ferry_slow_entry:
     mov qword ptr [rsp + FERRY_REGS_R8], r8
     mov qword ptr [rsp + FERRY_REGS_R9], r9
     mov qword ptr [rsp + FERRY_REGS_SITE], r11
+    mov qword ptr [rsp + FERRY_REGS_RBP], rbp
+    mov qword ptr [rsp + FERRY_REGS_R12], r12
+    mov qword ptr [rsp + FERRY_REGS_R13], r13
+    mov qword ptr [rsp + FERRY_REGS_R14], r14
+    mov qword ptr [rsp + FERRY_REGS_R15], r15
+    mov qword ptr [rsp + FERRY_REGS_FRAME], rbx
     cld                       /* C code assumes DF=0; popfq restores the program's */
     mov rdi, rsp
     call ferry_slow

@@ -21,7 +21,15 @@
 #define FERRY_REGS_R8 40
 #define FERRY_REGS_R9 48
 #define FERRY_REGS_SITE 56
-#define FERRY_REGS_SIZE 64
+/* the callee-saved registers the program had, and where the entry keeps the
+ * rest: the saved rbx, then the flags, then the return address (label A) */
+#define FERRY_REGS_RBP 64
+#define FERRY_REGS_R12 72
+#define FERRY_REGS_R13 80
+#define FERRY_REGS_R14 88
+#define FERRY_REGS_R15 96
+#define FERRY_REGS_FRAME 104
+#define FERRY_REGS_SIZE 112
 
 /* What ferry_slow() tells the entry. */
 #define FERRY_DONE 0

@@ -31,6 +31,7 @@
 #include "store.h"
 #include "trace.h"
 #include "util.h"
+#include "agg.h"  /* ferry-agg */
 
 #define MAX_MODULES FERRY_MAX_MODULES
 
@@ -179,6 +180,11 @@ static void configure(char **envp)
         mode = FERRY_MODE_OFF;
     else if (m && ferry_memeq(m, "trace", 6))
         mode = FERRY_MODE_TRACE;
+    /* ferry-agg begin: aggregate mode counts as count mode does; fibers'
+     * calls are routed (agg_config.c); a bad FERRY_AGG falls back to count */
+    else if (m && ferry_memeq(m, "aggregate", 10))
+        mode = ferry_agg_configure(envp) == 0 ? FERRY_MODE_AGGREGATE : FERRY_MODE_COUNT;
+    /* ferry-agg end */
     const char *list = ferry_env_lookup(envp, "FERRY_TRACE_SYSCALLS");
     for (int i = 0; i < FERRY_NR_MAX; i++)
         traced[i] = list == 0;
@@ -407,6 +413,10 @@ long ferry_slow(struct ferry_regs *r)
         ferry_store_exec_failed();
         return FERRY_DONE;
     }
+    /* ferry-agg begin: a fiber's call goes to the aggregation engine */
+    if (agg_self && ferry_agg_route(r))
+        return FERRY_DONE;
+    /* ferry-agg end */
     int timed = mode == FERRY_MODE_TRACE && (unsigned long)nr < FERRY_NR_MAX && traced[nr];
     uint64_t t0 = timed ? ferry_rdtsc() : 0;
     if (!(ferry_catchall_on && ferry_catchall_masked_call(r)))

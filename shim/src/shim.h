@@ -10,9 +10,16 @@ struct ferry_regs {
     long rax;   /* number on entry; result, or the number again for FERRY_RAW */
     long rdi, rsi, rdx, r10, r8, r9;
     const void *site;
+    /* The whole register state of the call, for a thread created as a fiber
+     * (it resumes from the same registers on its own stack); frame is NULL
+     * when the call did not come through a trampoline (the catch-all). */
+    long rbp, r12, r13, r14, r15;
+    long *frame;                /* [0] rbx, [1] flags, [2] return address */
 };
 
 _Static_assert(__builtin_offsetof(struct ferry_regs, site) == FERRY_REGS_SITE, "regs layout");
+_Static_assert(__builtin_offsetof(struct ferry_regs, rbp) == FERRY_REGS_RBP, "regs layout");
+_Static_assert(__builtin_offsetof(struct ferry_regs, frame) == FERRY_REGS_FRAME, "regs layout");
 _Static_assert(sizeof(struct ferry_regs) == FERRY_REGS_SIZE, "regs layout");
 
 /* Per syscall number: 0 for the entry's fast path, else go to ferry_slow(). */

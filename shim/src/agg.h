@@ -1,0 +1,248 @@
+/* The aggregation engine (Cluster Calls on io_uring): internal interfaces.
+ *
+ * Files: agg_alloc.c (calloc/free for liburing), agg_config.c (FERRY_AGG,
+ * validation, the default routing table), agg_group.c (groups and pools,
+ * probing), agg_fiber.c + agg_switch.S (fibers, stacks, TLS, switching),
+ * agg_sched.c (carriers, scheduler, wait policies), agg_route.c (routing and
+ * translation of calls to io_uring operations), agg_worker.c (helper threads
+ * for the calls io_uring cannot run), agg_futex.c (private futexes between
+ * fibers), agg_stats.c (figures), agg_api.c (the raw batch and the public
+ * entry points).
+ */
+#ifndef FERRY_AGG_H
+#define FERRY_AGG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <liburing.h>
+
+#include "ferry.h"
+#include "shim.h"
+
+#define AGG_EINVAL 22
+#define AGG_ENOMEM 12
+#define AGG_EBUSY 16
+#define AGG_EAGAIN 11
+#define AGG_ENOSYS 38
+
+/* Opcodes newer than liburing 2.3's headers (kernel ABI, include/uapi/linux/io_uring.h). */
+#define AGG_OP_WAITID 50
+#define AGG_OP_FUTEX_WAIT 51
+#define AGG_OP_FUTEX_WAKE 52
+#define AGG_OP_FTRUNCATE 55
+#define AGG_OP_BIND 56
+#define AGG_OP_LISTEN 57
+#define AGG_OP_MAX 64
+
+/* user_data tags (low 3 bits; every tagged object is 8-aligned). */
+#define AGG_TAG_REQ 0      /* struct agg_req of a parked fiber */
+#define AGG_TAG_RAW 1      /* struct ferry_call of a raw batch */
+#define AGG_TAG_WAKE 2     /* the carrier's eventfd read */
+#define AGG_TAG_TIMER 3    /* struct agg_timer of a timed futex wait */
+#define AGG_TAG_IGNORE 4   /* nothing to do (timeout removal) */
+#define AGG_TAG_MASK 7UL
+
+struct agg_ctx {
+    void *rsp;
+    unsigned long fsbase;  /* 0: leave fs alone */
+};
+
+/* A call on its way: on the parked fiber's stack. */
+struct agg_req {
+    long nr;
+    long args[6];
+    long result;
+    struct agg_fiber *fiber;
+    struct agg_carrier *carrier;
+    struct agg_req *next;         /* worker queue, then the carrier's done list */
+    int done;
+    /* room for translations that need a kernel structure */
+    struct {
+        void *name;
+        uint32_t namelen;
+        void *iov;
+        size_t iovlen;
+        void *control;
+        size_t controllen;
+        int flags;
+    } msg;                        /* layout of struct msghdr */
+    struct {
+        void *base;
+        size_t len;
+    } iov;
+    struct __kernel_timespec ts;
+};
+
+enum agg_fiber_state { AGG_READY = 1, AGG_RUNNING, AGG_PARKED, AGG_DONE };
+
+struct agg_fiber {
+    struct agg_ctx ctx;
+    struct agg_carrier *carrier;
+    void (*fn)(void *);
+    void *arg;
+    char *stack;                  /* mapping: guard page, then the stack */
+    size_t stack_size;            /* mapping size */
+    void *tcb;                    /* this fiber's glibc thread control block (its fs base) */
+    int state;
+    int busy;                     /* inside the engine: its calls run natively */
+    int joined;                   /* a joiner exists or ran */
+    struct agg_fiber *next, *prev;   /* run queue or futex wait list */
+    struct agg_fiber *joiner;     /* a fiber parked in ferry_fiber_join on this one */
+    /* futex emulation */
+    uint32_t *futex_addr;
+    uint32_t futex_val;
+    uint32_t futex_mask;
+    long futex_result;
+    struct agg_timer *timer;
+};
+
+struct agg_timer {
+    struct agg_fiber *fiber;      /* NULL once the wait ended another way */
+    struct __kernel_timespec ts;
+};
+
+/* The scheduler of a carrier, replaceable (the thesis's future work): it
+ * only decides which ready fiber runs next. */
+struct agg_sched_ops {
+    const char *name;
+    void (*push)(struct agg_carrier *c, struct agg_fiber *f);   /* f became ready */
+    struct agg_fiber *(*pick)(struct agg_carrier *c);           /* next to run, or NULL */
+};
+extern const struct agg_sched_ops agg_sched_round_robin;
+
+struct agg_pool_run {              /* a carrier's view of one pool */
+    struct io_uring ring;
+    int up;
+    unsigned inflight;            /* calls submitted or written, not completed */
+    unsigned misc;                /* other operations in flight (timers, the wake read) */
+    unsigned queued;              /* calls written since the last enter */
+    uint64_t rate;                /* adaptive: completions per ms (EWMA) */
+};
+
+struct agg_carrier {
+    struct ferry_group *g;
+    struct agg_ctx sched;         /* the scheduler's own context */
+    unsigned long tp;             /* the carrier thread's own thread pointer */
+    struct agg_fiber *current;
+    struct agg_fiber *finished;   /* switched to the scheduler for the last time */
+    const struct agg_sched_ops *ops;
+    struct agg_fiber *rq_head, *rq_tail;
+    unsigned alive;               /* fibers not finished */
+    unsigned nready;              /* fibers in the run queue */
+    unsigned round_left;          /* fibers left to run in this round */
+    struct agg_pool_run pools[FERRY_MAX_POOLS];
+    int efd;                      /* workers and the other rings signal here */
+    uint64_t efd_buf;
+    int efd_armed;
+    struct agg_req *done_list;    /* pushed by workers */
+    unsigned worker_pending;
+    struct agg_fiber *fwait;      /* fibers parked on a private futex */
+    unsigned nfwait;
+    struct agg_fiber *dead;       /* finished, joined or not yet */
+    char *stack_cache[16];
+    size_t stack_cache_size[16];
+    unsigned nstack_cache;
+    /* hot counters, added to the group's (shared, atomic) once per wait */
+    uint64_t acc_switches, acc_aggregated, acc_completed[FERRY_MAX_POOLS];
+};
+
+struct agg_counters {
+    uint64_t aggregated, native, worker, crossings, fibers, switches, carriers;
+    struct {
+        uint64_t submitted, completed, enters, max_depth, wait_ns, depth_sum;
+        uint64_t batches[FERRY_BATCH_BUCKETS];
+    } pools[FERRY_MAX_POOLS];
+};
+
+struct agg_pool {
+    struct ferry_pool_config cfg;
+    struct io_uring ring;         /* the pool's own ring: raw batches; carriers attach to it */
+    int up;
+    int lock;                     /* raw batches from several threads */
+    unsigned inflight;
+};
+
+struct agg_worker_set;
+
+struct ferry_group {
+    struct ferry_group_config cfg;
+    struct agg_pool pools[FERRY_MAX_POOLS];
+    unsigned char op_ok[AGG_OP_MAX];   /* probe: opcode supported */
+    int ext_arg;                  /* IORING_FEAT_EXT_ARG */
+    int carriers;                 /* running now */
+    struct agg_counters st;
+    struct agg_worker_set *workers;
+};
+
+/* agg_alloc.c */
+void *agg_calloc(size_t n, size_t size);
+void agg_free(void *p);
+
+/* agg_config.c */
+int agg_config_validate(const struct ferry_group_config *cfg);
+void agg_config_defaults(struct ferry_group_config *cfg);
+int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char **why);
+int agg_must_native(long nr);
+int ferry_agg_configure(char **envp);
+extern struct ferry_group_config agg_profile;
+extern int agg_profile_set;
+unsigned agg_online_cpus(void);
+
+/* agg_group.c */
+int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd);
+
+/* agg_fiber.c + agg_switch.S */
+void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);
+void ferry_agg_fiber_entry(void);
+extern int ferry_agg_fsgsbase;
+extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
+extern __thread struct agg_carrier *agg_carrier __attribute__((tls_model("initial-exec")));
+int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg);
+void agg_fiber_free(struct agg_carrier *c, struct agg_fiber *f);
+unsigned long agg_tp(void);
+
+/* agg_sched.c */
+void agg_park(struct agg_fiber *f);
+void agg_wake(struct agg_fiber *f);
+struct io_uring_sqe *agg_sqe(struct agg_carrier *c, unsigned pool);
+void agg_fiber_finish(struct agg_fiber *f) __attribute__((noreturn));
+
+/* agg_route.c */
+enum agg_tr { AGG_TR_RING, AGG_TR_NATIVE, AGG_TR_WORKER };
+enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, const long *a,
+                          struct agg_req *req, struct io_uring_sqe *sqe);
+int agg_translatable(const struct ferry_group *g, long nr, const long *a, int with_storage);
+long agg_fixup(long nr, const long *a, struct agg_req *req, long res);
+int ferry_agg_route(struct ferry_regs *r);
+void agg_route_watch(void);
+
+/* agg_worker.c */
+int agg_workers_start(struct ferry_group *g);
+void agg_workers_stop(struct ferry_group *g);
+void agg_worker_queue(struct ferry_group *g, struct agg_req *req);
+void agg_carrier_drain(struct agg_carrier *c);
+
+/* agg_futex.c */
+int agg_futex(struct agg_fiber *f, struct ferry_regs *r);
+void agg_futex_timer_done(struct agg_carrier *c, struct agg_timer *t, long res);
+void agg_futex_idle(struct agg_carrier *c);
+void agg_futex_recheck(struct agg_carrier *c);
+
+/* agg_stats.c */
+void agg_stats_group(struct ferry_group *g);
+void agg_stat(struct ferry_group *g, size_t field, uint64_t n);
+void agg_stat_pool(struct ferry_group *g, unsigned pool, size_t field, uint64_t n);
+void agg_stat_max_depth(struct ferry_group *g, unsigned pool, uint64_t depth);
+void agg_stat_batch(struct ferry_group *g, unsigned pool, unsigned n);
+#define AGG_ST(name) __builtin_offsetof(struct agg_counters, name)
+#define AGG_PST(name) __builtin_offsetof(struct agg_counters, pools[0].name)
+
+/* small helpers */
+static inline void agg_lock(int *l)
+{
+    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+        __asm__ volatile("pause");
+}
+static inline void agg_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+
+#endif

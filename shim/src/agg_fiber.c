@@ -1,0 +1,198 @@
+/* Fibers: a stack with a guard page, a glibc thread control block of its
+ * own (errno, malloc's per-thread cache, stdio locks' owner state... stay
+ * per fiber), and the context the scheduler switches to.
+ *
+ * The thread control block comes from ld.so's own allocator (the one
+ * pthread_create uses), so every module's static TLS is laid out and
+ * initialized as for a new thread.  Its header (struct pthread) is then a
+ * copy of the carrier's, with the pointers into the carrier's header moved
+ * to the fiber's: the stack guard and pointer guard (fs:0x28, fs:0x30) and
+ * the tid stay those of the carrier thread the fiber runs on, which is
+ * what mangled pointers (setjmp, atexit) and lock owners compare against.
+ */
+#define _GNU_SOURCE
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include "agg.h"
+#include "raw.h"
+#include "store.h"
+#include "util.h"
+
+/* GLIBC_PRIVATE, resolved at load time when ld.so and libc have them. */
+extern void *_dl_allocate_tls(void *mem) __attribute__((weak));
+extern void _dl_deallocate_tls(void *tcb, int dealloc_tcb) __attribute__((weak));
+extern const uint32_t _thread_db_sizeof_pthread __attribute__((weak));
+extern void __call_tls_dtors(void) __attribute__((weak));
+extern void _dl_get_tls_static_info(size_t *size, size_t *align) __attribute__((weak));
+
+__thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
+__thread struct agg_carrier *agg_carrier __attribute__((tls_model("initial-exec")));
+int ferry_agg_fsgsbase = -1;
+
+#define PAGE 4096UL
+#define AT_HWCAP2 26
+#define HWCAP2_FSGSBASE (1UL << 1)
+
+unsigned long agg_tp(void)
+{
+    unsigned long tp;
+    __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+    return tp;
+}
+
+static void detect_fsgsbase(void)
+{
+    if (ferry_agg_fsgsbase >= 0)
+        return;
+    unsigned long aux[2 * 64];
+    int yes = 0;
+    long fd = ferry_raw4(SYS_openat, -100, "/proc/self/auxv", 0 /* O_RDONLY */, 0);
+    if (fd >= 0) {
+        long n = ferry_raw3(SYS_read, fd, aux, sizeof(aux));
+        ferry_raw1(SYS_close, fd);
+        for (long i = 0; i + 1 < n / 8; i += 2)
+            if (aux[i] == AT_HWCAP2)
+                yes = !!(aux[i + 1] & HWCAP2_FSGSBASE);
+    }
+    __atomic_store_n(&ferry_agg_fsgsbase, yes, __ATOMIC_RELEASE);
+}
+
+static size_t pthread_size(void)
+{
+    /* sizeof(struct pthread) of glibc 2.36 on x86-64, should libc not say */
+    return &_thread_db_sizeof_pthread ? _thread_db_sizeof_pthread : 2304;
+}
+
+/* Where the carrier's initial-exec variable `v` lives in the block of tp. */
+#define TLS_IN(tp, v) ((__typeof__(&(v)))((tp) + ((unsigned long)&(v) - agg_tp())))
+
+/* The thread block sits at the top of the fiber's mapping, as glibc puts a
+ * thread's at the top of its stack: the TCB at `tcb`, static TLS below it.
+ * The fiber's hot state (stack top, its struct, its TLS) then shares a few
+ * pages, which matters with a thousand fibers in one batch. */
+static void *new_tcb(struct agg_fiber *f, void *tcb)
+{
+    if (!_dl_allocate_tls(tcb))
+        return 0;
+    unsigned long old = agg_tp(), nw = (unsigned long)tcb;
+    size_t size = pthread_size();
+    void *dtv = ((void **)tcb)[1];
+    ferry_memcpy(tcb, (void *)old, size);
+    ((void **)tcb)[1] = dtv;
+    unsigned long *w = tcb;
+    for (size_t i = 0; i < size / 8; i++)
+        if (w[i] >= old && w[i] < old + size)
+            w[i] = w[i] - old + nw;
+    /* the shim's own per-thread state: the fiber counts into its carrier's
+     * block and knows itself */
+    *TLS_IN(nw, ferry_tls_block) = ferry_tls_block;
+    *TLS_IN(nw, agg_carrier) = agg_carrier;
+    *TLS_IN(nw, agg_self) = f;
+    return tcb;
+}
+
+static char *stack_get(struct agg_carrier *c, size_t size)
+{
+    for (unsigned i = 0; i < c->nstack_cache; i++)
+        if (c->stack_cache_size[i] == size) {
+            char *s = c->stack_cache[i];
+            c->nstack_cache--;
+            c->stack_cache[i] = c->stack_cache[c->nstack_cache];
+            c->stack_cache_size[i] = c->stack_cache_size[c->nstack_cache];
+            return s;
+        }
+    long p = ferry_raw6(SYS_mmap, 0, (long)size, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if ((unsigned long)p > -4096UL)
+        return 0;
+    ferry_raw3(SYS_mprotect, p, PAGE, PROT_NONE);  /* the guard page: overflow faults */
+    return (char *)p;
+}
+
+static void stack_put(struct agg_carrier *c, char *s, size_t size)
+{
+    if (c && c->nstack_cache < 16) {
+        c->stack_cache[c->nstack_cache] = s;
+        c->stack_cache_size[c->nstack_cache++] = size;
+        return;
+    }
+    ferry_raw2(SYS_munmap, s, size);
+}
+
+static void fiber_main(struct agg_fiber *f)
+{
+    f->fn(f->arg);
+    /* C++ thread_local destructors registered by this fiber */
+    f->busy = 1;
+    if (__call_tls_dtors)
+        __call_tls_dtors();
+    agg_fiber_finish(f);
+}
+
+int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg)
+{
+    detect_fsgsbase();
+    if (!_dl_allocate_tls || !_dl_deallocate_tls || !_dl_get_tls_static_info)
+        return -AGG_ENOSYS;
+    size_t tls_size, tls_align;
+    _dl_get_tls_static_info(&tls_size, &tls_align);
+    if (tls_align < 64)
+        tls_align = 64;
+    size_t tcb_size = pthread_size();
+    size_t extra = tls_size + tls_align + sizeof(struct agg_fiber) + 64;
+    size_t size = (c->g->cfg.fiber_stack + extra + PAGE - 1) & ~(PAGE - 1);
+    size += PAGE;
+    char *map = stack_get(c, size);
+    if (!map)
+        return -AGG_ENOMEM;
+    uintptr_t top = (uintptr_t)map + size;
+    uintptr_t tcb = (top - tcb_size) & ~(uintptr_t)(tls_align - 1);
+    uintptr_t tls_low = tcb + tcb_size - tls_size;
+    struct agg_fiber *f = (struct agg_fiber *)((tls_low - sizeof(struct agg_fiber)) & ~(uintptr_t)63);
+    ferry_memset(f, 0, sizeof(*f));
+    f->stack = map;
+    f->stack_size = size;
+    f->tcb = new_tcb(f, (void *)tcb);
+    if (!f->tcb) {
+        stack_put(c, map, size);
+        return -AGG_ENOMEM;
+    }
+    f->carrier = c;
+    f->fn = fn;
+    f->arg = arg;
+    unsigned long *stop = (unsigned long *)((uintptr_t)f & ~(uintptr_t)15);
+    /* what ferry_agg_switch pops: control words, r15..r12, rbx, rbp, return */
+    stop[-1] = (unsigned long)ferry_agg_fiber_entry;
+    stop[-2] = 0;                               /* rbp */
+    stop[-3] = 0;                               /* rbx */
+    stop[-4] = (unsigned long)f;                /* r12 */
+    stop[-5] = (unsigned long)fiber_main;       /* r13 */
+    stop[-6] = 0;                               /* r14 */
+    stop[-7] = 0;                               /* r15 */
+    stop[-8] = 0x1f80UL | (0x37fUL << 32);      /* default MXCSR, x87 control word */
+    f->ctx.rsp = &stop[-8];
+    f->ctx.fsbase = (unsigned long)f->tcb;
+    c->alive++;
+    agg_stat(c->g, AGG_ST(fibers), 1);
+    if (out)
+        *out = f;
+    return 0;
+}
+
+/* On the carrier's scheduler context, once nobody will look at f again. */
+void agg_fiber_free(struct agg_carrier *c, struct agg_fiber *f)
+{
+    char *map = f->stack;
+    size_t size = f->stack_size;
+    _dl_deallocate_tls(f->tcb, 0);  /* its dtv; the block is the mapping's */
+    stack_put(c, map, size);
+}
+
+void agg_stacks_release(struct agg_carrier *c)
+{
+    while (c->nstack_cache) {
+        c->nstack_cache--;
+        ferry_raw2(SYS_munmap, c->stack_cache[c->nstack_cache], c->stack_cache_size[c->nstack_cache]);
+    }
+}

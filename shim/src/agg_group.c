@@ -1,0 +1,139 @@
+/* Groups and their pools: each pool is an io_uring instance with its
+ * settings (io-wq worker limits and affinity, an optional SQPOLL thread
+ * pinned to a core); what the kernel supports is probed once per group. */
+#define _GNU_SOURCE
+#include <sys/syscall.h>
+
+#include "agg.h"
+#include "raw.h"
+#include "util.h"
+
+/* Kernel ABI values liburing 2.3's headers may lack. */
+#ifndef IORING_SETUP_COOP_TASKRUN
+#define IORING_SETUP_COOP_TASKRUN (1U << 8)
+#endif
+
+static void probe(struct ferry_group *g, struct io_uring *ring)
+{
+    /* The probe answer has one entry per opcode the kernel knows; ask for
+     * room beyond liburing's own list so newer opcodes are seen too. */
+    struct {
+        struct io_uring_probe p;
+        struct io_uring_probe_op ops[256];
+    } buf;
+    ferry_memset(&buf, 0, sizeof(buf));
+    int r = io_uring_register_probe(ring, &buf.p, 256);
+    if (r < 0)
+        return;
+    for (unsigned i = 0; i < buf.p.ops_len && i < AGG_OP_MAX; i++)
+        if (buf.ops[i].flags & IO_URING_OP_SUPPORTED)
+            g->op_ok[buf.ops[i].op < AGG_OP_MAX ? buf.ops[i].op : 0] = 1;
+}
+
+int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd)
+{
+    const struct ferry_pool_config *pc = &g->cfg.pools[pool];
+    unsigned entries = pc->entries ? pc->entries : 256;
+    struct io_uring_params p;
+    ferry_memset(&p, 0, sizeof(p));
+    p.flags = IORING_SETUP_CQSIZE;
+    p.cq_entries = entries * 4;
+    if (pc->sqpoll_cpu >= 0) {
+        p.flags |= IORING_SETUP_SQPOLL | IORING_SETUP_SQ_AFF;
+        p.sq_thread_cpu = (unsigned)pc->sqpoll_cpu;
+        p.sq_thread_idle = 50;  /* ms: the thread sleeps after this much idleness */
+    } else {
+        p.flags |= IORING_SETUP_COOP_TASKRUN;
+    }
+    if (attach_fd >= 0) {
+        /* carriers share the pool's SQPOLL thread */
+        p.flags |= IORING_SETUP_ATTACH_WQ;
+        p.wq_fd = (unsigned)attach_fd;
+    }
+    int r = io_uring_queue_init_params(entries, ring, &p);
+    if (r == -AGG_EINVAL && (p.flags & IORING_SETUP_COOP_TASKRUN)) {
+        unsigned flags = p.flags & ~IORING_SETUP_COOP_TASKRUN;
+        ferry_memset(&p, 0, sizeof(p));
+        p.flags = flags;
+        p.cq_entries = entries * 4;
+        p.wq_fd = attach_fd >= 0 ? (unsigned)attach_fd : 0;
+        r = io_uring_queue_init_params(entries, ring, &p);
+    }
+    if (r < 0)
+        return r;
+    g->ext_arg = !!(p.features & IORING_FEAT_EXT_ARG);
+    if (pc->concurrency) {
+        unsigned v[2] = {pc->concurrency, pc->concurrency};  /* bounded, unbounded */
+        io_uring_register_iowq_max_workers(ring, v);
+    }
+    if (pc->cpus) {
+        uint64_t mask[16];
+        ferry_memset(mask, 0, sizeof(mask));
+        mask[0] = pc->cpus;
+        r = io_uring_register_iowq_aff(ring, sizeof(mask), (void *)mask);
+        if (r < 0) {
+            io_uring_queue_exit(ring);
+            return r;
+        }
+    }
+    return 0;
+}
+
+__attribute__((visibility("default"))) int ferry_group_create(struct ferry_group **out,
+                                                              const struct ferry_group_config *cfg)
+{
+    if (!out)
+        return -AGG_EINVAL;
+    int r = agg_config_validate(cfg);
+    if (r)
+        return r;
+    struct ferry_group *g = agg_calloc(1, sizeof(*g));
+    if (!g)
+        return -AGG_ENOMEM;
+    ferry_memcpy(&g->cfg, cfg, sizeof(*cfg));
+    if (!g->cfg.workers)
+        g->cfg.workers = 4;
+    if (!g->cfg.fiber_stack)
+        g->cfg.fiber_stack = 256 * 1024;
+    for (unsigned i = 0; i < cfg->npools; i++) {
+        r = agg_ring_init(g, i, &g->pools[i].ring, -1);
+        if (r < 0)
+            goto fail;
+        g->pools[i].up = 1;
+        g->pools[i].cfg = cfg->pools[i];
+        if (i == 0)
+            probe(g, &g->pools[i].ring);
+    }
+    r = agg_workers_start(g);
+    if (r < 0)
+        goto fail;
+    /* Calls a fiber may route must reach ferry_slow; setsockopt too, so the
+     * engine sees sockets given a receive or send timeout. */
+    for (int nr = 0; nr < FERRY_NR_MAX; nr++)
+        if (g->cfg.route[nr] != FERRY_ROUTE_NATIVE)
+            __atomic_store_n(&ferry_action[nr], 1, __ATOMIC_RELAXED);
+    agg_route_watch();
+    agg_stats_group(g);
+    *out = g;
+    return 0;
+fail:
+    for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
+        if (g->pools[i].up)
+            io_uring_queue_exit(&g->pools[i].ring);
+    agg_free(g);
+    return r;
+}
+
+__attribute__((visibility("default"))) int ferry_group_destroy(struct ferry_group *g)
+{
+    if (!g)
+        return -AGG_EINVAL;
+    if (__atomic_load_n(&g->carriers, __ATOMIC_ACQUIRE))
+        return -AGG_EBUSY;
+    agg_workers_stop(g);
+    for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
+        if (g->pools[i].up)
+            io_uring_queue_exit(&g->pools[i].ring);
+    agg_free(g);
+    return 0;
+}

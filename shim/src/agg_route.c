@@ -1,0 +1,582 @@
+/* Routing a fiber's call, and translating it to the io_uring operation
+ * that has the synchronous call's semantics.
+ *
+ * A call goes to a pool only when the operation returns exactly what the
+ * system call would; when the arguments ask for something the operation
+ * does differently (pread at a negative offset is EINVAL, not "the file
+ * position"; poll with a timeout; a socket with SO_RCVTIMEO, which
+ * io_uring ignores), the call goes to a worker thread or runs natively.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include "agg.h"
+#include "raw.h"
+#include "util.h"
+
+#define ETIME 62
+#define EBADF 9
+#define MAX_RW 0x7ffff000L          /* the kernel's MAX_RW_COUNT */
+#define POLLERR 0x008
+#define POLLHUP 0x010
+#define POLLNVAL 0x020
+#define TIMER_ABSTIME 1
+#define SOL_SOCKET 1
+
+/* What the engine knows of a descriptor: a socket given a receive (1) or
+ * send (2) timeout by a fiber (io_uring ignores SO_RCVTIMEO/SO_SNDTIMEO),
+ * and whether it is non-blocking (io_uring waits on an O_NONBLOCK pipe or
+ * socket where read(2) says EAGAIN, so such calls run natively: they cannot
+ * block anyway).  The blocking mode is read once with F_GETFL and kept
+ * until a fiber's call may have changed it. */
+#define FD_TIMEO_R 1
+#define FD_TIMEO_W 2
+#define FD_KNOWN 4
+#define FD_NONBLOCK 8
+#define FD_MAX 65536
+static unsigned char fd_state[FD_MAX];
+
+/* SQEs are written and copied a word at a time */
+typedef uint64_t __attribute__((may_alias)) sqe_word;
+
+static void rw(struct io_uring_sqe *sqe, int op, long fd, const void *addr, unsigned len, uint64_t off);
+static void rw(struct io_uring_sqe *sqe, int op, long fd, const void *addr, unsigned len, uint64_t off)
+{
+    /* every word written once: a byte-wise memset would cost more than the rest */
+    sqe_word *w = (sqe_word *)sqe;
+    w[0] = (uint64_t)(uint8_t)op | ((uint64_t)(uint32_t)(int)fd << 32);
+    w[1] = off;
+    w[2] = (uint64_t)(uintptr_t)addr;
+    w[3] = len;
+    w[4] = w[5] = w[6] = w[7] = 0;
+}
+static unsigned clamp_len(long n) { return (unsigned long)n > MAX_RW ? (unsigned)MAX_RW : (unsigned)n; }
+
+static int read_ts(struct __kernel_timespec *out, long p)
+{
+    if (ferry_safe_read(out, (const void *)p, sizeof(*out)) != sizeof(*out))
+        return -1;
+    return (out->tv_sec < 0 || out->tv_nsec < 0 || out->tv_nsec >= 1000000000L) ? -1 : 0;
+}
+
+static uint16_t rw_prio(const struct ferry_group *g, unsigned pool)
+{
+    int p = g->cfg.pools[pool].priority;
+    if (!p)
+        return 0;
+    return (uint16_t)((2 << 13) | ((p + 20) / 5));  /* IOPRIO_CLASS_BE, level 0..7 */
+}
+
+static int timeo(long fd, int dir)
+{
+    return fd >= 0 && fd < FD_MAX && (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & dir);
+}
+
+static int nonblocking(long fd)
+{
+    if (fd < 0 || fd >= FD_MAX)
+        return 0;
+    unsigned char st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
+    if (!(st & FD_KNOWN)) {
+        long fl = ferry_pass6(SYS_fcntl, fd, F_GETFL, 0, 0, 0, 0);
+        if (fl < 0)
+            return 0;  /* EBADF and the like: the operation says it too */
+        st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0);
+        __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
+    }
+    return !!(st & FD_NONBLOCK);
+}
+
+/* The call may wait on fd: io_uring must wait as the call would. */
+static enum agg_tr blocking_io(long fd, int dir)
+{
+    if (timeo(fd, dir))
+        return AGG_TR_WORKER;
+    if (nonblocking(fd))
+        return AGG_TR_NATIVE;
+    return AGG_TR_RING;
+}
+
+#define CHECK_IO(fd, dir)                         \
+    do {                                          \
+        enum agg_tr t_ = blocking_io((fd), (dir)); \
+        if (t_ != AGG_TR_RING)                    \
+            return t_;                            \
+    } while (0)
+
+/* Decide (sqe NULL) or fill (sqe given).  `req` NULL: a raw batch, which has
+ * no room for the structures some translations need. */
+enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, const long *a,
+                          struct agg_req *req, struct io_uring_sqe *sqe)
+{
+    struct io_uring_sqe dummy;
+    struct io_uring_sqe *s = sqe ? sqe : &dummy;
+    const unsigned char *ok = g->op_ok;
+    int prio = 0;
+    switch (nr) {
+    case SYS_read:
+        CHECK_IO(a[0], FD_TIMEO_R);
+        rw(s, IORING_OP_READ, a[0], (void *)a[1], clamp_len(a[2]), (uint64_t)-1);
+        prio = 1;
+        break;
+    case SYS_write:
+        CHECK_IO(a[0], FD_TIMEO_W);
+        rw(s, IORING_OP_WRITE, a[0], (void *)a[1], clamp_len(a[2]), (uint64_t)-1);
+        prio = 1;
+        break;
+    case SYS_pread64:
+    case SYS_pwrite64:
+        if (a[3] < 0)
+            return AGG_TR_NATIVE;  /* EINVAL; -1 would mean "file position" to io_uring */
+        CHECK_IO(a[0], nr == SYS_pread64 ? FD_TIMEO_R : FD_TIMEO_W);
+        rw(s, nr == SYS_pread64 ? IORING_OP_READ : IORING_OP_WRITE, a[0], (void *)a[1],
+           clamp_len(a[2]), (uint64_t)a[3]);
+        prio = 1;
+        break;
+    case SYS_readv:
+    case SYS_writev:
+        if (a[2] < 0 || a[2] > 1024)
+            return AGG_TR_NATIVE;
+        CHECK_IO(a[0], nr == SYS_readv ? FD_TIMEO_R : FD_TIMEO_W);
+        rw(s, nr == SYS_readv ? IORING_OP_READV : IORING_OP_WRITEV, a[0], (void *)a[1],
+           (unsigned)a[2], (uint64_t)-1);
+        prio = 1;
+        break;
+    case SYS_preadv:
+    case SYS_pwritev:
+    case SYS_preadv2:
+    case SYS_pwritev2: {
+        int v2 = nr == SYS_preadv2 || nr == SYS_pwritev2;
+        if (a[2] < 0 || a[2] > 1024 || a[3] < (v2 ? -1 : 0))
+            return AGG_TR_NATIVE;
+        int rd = nr == SYS_preadv || nr == SYS_preadv2;
+        CHECK_IO(a[0], rd ? FD_TIMEO_R : FD_TIMEO_W);
+        rw(s, rd ? IORING_OP_READV : IORING_OP_WRITEV, a[0], (void *)a[1], (unsigned)a[2],
+           (uint64_t)a[3]);
+        if (v2)
+            s->rw_flags = (int)a[5];
+        prio = 1;
+        break;
+    }
+    case SYS_open:
+        rw(s, IORING_OP_OPENAT, AT_FDCWD, (void *)a[0], (unsigned)a[2], 0);
+        s->open_flags = (uint32_t)a[1];
+        break;
+    case SYS_creat:
+        rw(s, IORING_OP_OPENAT, AT_FDCWD, (void *)a[0], (unsigned)a[1], 0);
+        s->open_flags = O_CREAT | O_WRONLY | O_TRUNC;
+        break;
+    case SYS_openat:
+        rw(s, IORING_OP_OPENAT, a[0], (void *)a[1], (unsigned)a[3], 0);
+        s->open_flags = (uint32_t)a[2];
+        break;
+    case SYS_close:
+        rw(s, IORING_OP_CLOSE, a[0], 0, 0, 0);
+        break;
+    case SYS_statx:
+        rw(s, IORING_OP_STATX, a[0], (void *)a[1], (unsigned)a[3], (uint64_t)a[4]);
+        s->statx_flags = (uint32_t)a[2];
+        break;
+    case SYS_fsync:
+    case SYS_fdatasync:
+        rw(s, IORING_OP_FSYNC, a[0], 0, 0, 0);
+        s->fsync_flags = nr == SYS_fdatasync ? IORING_FSYNC_DATASYNC : 0;
+        break;
+    case SYS_accept:
+    case SYS_accept4:
+        CHECK_IO(a[0], FD_TIMEO_R);
+        rw(s, IORING_OP_ACCEPT, a[0], (void *)a[1], 0, (uint64_t)a[2]);
+        s->accept_flags = nr == SYS_accept4 ? (uint32_t)a[3] : 0;
+        break;
+    case SYS_connect:
+        CHECK_IO(a[0], FD_TIMEO_W);
+        rw(s, IORING_OP_CONNECT, a[0], (void *)a[1], 0, (uint64_t)a[2]);
+        break;
+    case SYS_recvfrom:
+        CHECK_IO(a[0], FD_TIMEO_R);
+        if (!a[4]) {
+            rw(s, IORING_OP_RECV, a[0], (void *)a[1], clamp_len(a[2]), 0);
+            s->msg_flags = (uint32_t)a[3];
+            break;
+        }
+        if (!req || !a[5])
+            return AGG_TR_WORKER;
+        if (sqe) {
+            uint32_t len;
+            if (ferry_safe_read(&len, (void *)a[5], 4) != 4)
+                return AGG_TR_WORKER;
+            req->iov.base = (void *)a[1];
+            req->iov.len = (size_t)a[2];
+            ferry_memset(&req->msg, 0, sizeof(req->msg));
+            req->msg.name = (void *)a[4];
+            req->msg.namelen = len;
+            req->msg.iov = &req->iov;
+            req->msg.iovlen = 1;
+        }
+        rw(s, IORING_OP_RECVMSG, a[0], req ? &req->msg : 0, 1, 0);
+        s->msg_flags = (uint32_t)a[3];
+        break;
+    case SYS_sendto:
+        CHECK_IO(a[0], FD_TIMEO_W);
+        if (!a[4]) {
+            rw(s, IORING_OP_SEND, a[0], (void *)a[1], clamp_len(a[2]), 0);
+            s->msg_flags = (uint32_t)a[3];
+            break;
+        }
+        if (!req)
+            return AGG_TR_WORKER;
+        if (sqe) {
+            req->iov.base = (void *)a[1];
+            req->iov.len = (size_t)a[2];
+            ferry_memset(&req->msg, 0, sizeof(req->msg));
+            req->msg.name = (void *)a[4];
+            req->msg.namelen = (uint32_t)a[5];
+            req->msg.iov = &req->iov;
+            req->msg.iovlen = 1;
+        }
+        rw(s, IORING_OP_SENDMSG, a[0], req ? &req->msg : 0, 1, 0);
+        s->msg_flags = (uint32_t)a[3];
+        break;
+    case SYS_recvmsg:
+    case SYS_sendmsg:
+        CHECK_IO(a[0], nr == SYS_recvmsg ? FD_TIMEO_R : FD_TIMEO_W);
+        rw(s, nr == SYS_recvmsg ? IORING_OP_RECVMSG : IORING_OP_SENDMSG, a[0], (void *)a[1], 1, 0);
+        s->msg_flags = (uint32_t)a[2];
+        break;
+    case SYS_shutdown:
+        if (!ok[IORING_OP_SHUTDOWN])
+            return AGG_TR_NATIVE;
+        rw(s, IORING_OP_SHUTDOWN, a[0], 0, (unsigned)a[1], 0);
+        break;
+    case SYS_socket:
+        if (!ok[IORING_OP_SOCKET])
+            return AGG_TR_NATIVE;
+        rw(s, IORING_OP_SOCKET, a[0], 0, (unsigned)a[2], (uint64_t)a[1]);
+        break;
+    case SYS_unlinkat:
+    case SYS_unlink:
+    case SYS_rmdir:
+        if (nr == SYS_unlinkat)
+            rw(s, IORING_OP_UNLINKAT, a[0], (void *)a[1], 0, 0);
+        else
+            rw(s, IORING_OP_UNLINKAT, AT_FDCWD, (void *)a[0], 0, 0);
+        s->unlink_flags = nr == SYS_unlinkat ? (uint32_t)a[2] : nr == SYS_rmdir ? AT_REMOVEDIR : 0;
+        break;
+    case SYS_renameat:
+    case SYS_renameat2:
+        rw(s, IORING_OP_RENAMEAT, a[0], (void *)a[1], (unsigned)a[2], (uint64_t)a[3]);
+        s->rename_flags = nr == SYS_renameat2 ? (uint32_t)a[4] : 0;
+        break;
+    case SYS_rename:
+        rw(s, IORING_OP_RENAMEAT, AT_FDCWD, (void *)a[0], (unsigned)AT_FDCWD, (uint64_t)a[1]);
+        break;
+    case SYS_mkdirat:
+        rw(s, IORING_OP_MKDIRAT, a[0], (void *)a[1], (unsigned)a[2], 0);
+        break;
+    case SYS_mkdir:
+        rw(s, IORING_OP_MKDIRAT, AT_FDCWD, (void *)a[0], (unsigned)a[1], 0);
+        break;
+    case SYS_symlinkat:
+        rw(s, IORING_OP_SYMLINKAT, a[1], (void *)a[0], 0, (uint64_t)a[2]);
+        break;
+    case SYS_symlink:
+        rw(s, IORING_OP_SYMLINKAT, AT_FDCWD, (void *)a[0], 0, (uint64_t)a[1]);
+        break;
+    case SYS_linkat:
+        rw(s, IORING_OP_LINKAT, a[0], (void *)a[1], (unsigned)a[2], (uint64_t)a[3]);
+        s->hardlink_flags = (uint32_t)a[4];
+        break;
+    case SYS_link:
+        rw(s, IORING_OP_LINKAT, AT_FDCWD, (void *)a[0], (unsigned)AT_FDCWD, (uint64_t)a[1]);
+        break;
+    case SYS_nanosleep:
+    case SYS_clock_nanosleep: {
+        long tsp = nr == SYS_nanosleep ? a[0] : a[2];
+        unsigned flags = 0;
+        if (nr == SYS_clock_nanosleep) {
+            if (a[0] == CLOCK_REALTIME)
+                flags = IORING_TIMEOUT_REALTIME;
+            else if (a[0] == CLOCK_BOOTTIME)
+                flags = IORING_TIMEOUT_BOOTTIME;
+            else if (a[0] != CLOCK_MONOTONIC)
+                return AGG_TR_WORKER;
+            if (a[1] & ~TIMER_ABSTIME)
+                return AGG_TR_NATIVE;
+            if (a[1] & TIMER_ABSTIME)
+                flags |= IORING_TIMEOUT_ABS;
+        }
+        if (!req)
+            return AGG_TR_WORKER;
+        struct __kernel_timespec ts;
+        if (read_ts(&ts, tsp))
+            return AGG_TR_NATIVE;  /* EFAULT or EINVAL, at once */
+        if (sqe)
+            req->ts = ts;
+        rw(s, IORING_OP_TIMEOUT, -1, &req->ts, 1, 0);
+        s->timeout_flags = flags;
+        break;
+    }
+    case SYS_poll: {
+        if (a[1] != 1)
+            return a[1] == 0 && a[2] == 0 ? AGG_TR_NATIVE : AGG_TR_WORKER;
+        if (a[2] == 0)
+            return AGG_TR_NATIVE;
+        if (a[2] > 0)
+            return AGG_TR_WORKER;
+        struct {
+            int fd;
+            short events, revents;
+        } pfd;
+        if (ferry_safe_read(&pfd, (void *)a[0], sizeof(pfd)) != sizeof(pfd) || pfd.fd < 0)
+            return AGG_TR_WORKER;
+        rw(s, IORING_OP_POLL_ADD, pfd.fd, 0, 0, 0);
+        s->poll32_events = (uint16_t)pfd.events | POLLERR | POLLHUP;
+        break;
+    }
+    case SYS_sched_yield:
+        rw(s, IORING_OP_NOP, -1, 0, 0, 0);
+        break;
+    case SYS_fallocate:
+        rw(s, IORING_OP_FALLOCATE, a[0], (void *)a[3], (unsigned)a[1], (uint64_t)a[2]);
+        break;
+    case SYS_sync_file_range:
+        if (a[1] < 0 || a[2] < 0 || a[2] > 0xffffffffL)
+            return AGG_TR_NATIVE;
+        rw(s, IORING_OP_SYNC_FILE_RANGE, a[0], 0, (unsigned)a[2], (uint64_t)a[1]);
+        s->sync_range_flags = (uint32_t)a[3];
+        break;
+    case SYS_ftruncate:
+        if (!ok[AGG_OP_FTRUNCATE] || a[1] < 0)
+            return AGG_TR_NATIVE;
+        rw(s, AGG_OP_FTRUNCATE, a[0], 0, 0, (uint64_t)a[1]);
+        break;
+    case SYS_bind:
+        if (!ok[AGG_OP_BIND])
+            return AGG_TR_NATIVE;
+        rw(s, AGG_OP_BIND, a[0], (void *)a[1], 0, (uint64_t)a[2]);
+        break;
+    case SYS_listen:
+        if (!ok[AGG_OP_LISTEN])
+            return AGG_TR_NATIVE;
+        rw(s, AGG_OP_LISTEN, a[0], 0, (unsigned)a[1], 0);
+        break;
+    default:
+        return AGG_TR_WORKER;
+    }
+    if (prio)
+        s->ioprio = rw_prio(g, pool);
+    if (!ok[s->opcode < AGG_OP_MAX ? s->opcode : 0])
+        return AGG_TR_WORKER;
+    return AGG_TR_RING;
+}
+
+/* The synchronous call's result, from the operation's. */
+long agg_fixup(long nr, const long *a, struct agg_req *req, long res)
+{
+    switch (nr) {
+    case SYS_nanosleep:
+    case SYS_clock_nanosleep:
+        return res == -ETIME ? 0 : res;
+    case SYS_sched_yield:
+        return 0;
+    case SYS_poll: {
+        short *revents = (short *)((char *)a[0] + 6);
+        short events = *(short *)((char *)a[0] + 4);
+        if (res == -EBADF) {
+            *revents = POLLNVAL;
+            return 1;
+        }
+        if (res < 0)
+            return res;
+        *revents = (short)(res & ((uint16_t)events | POLLERR | POLLHUP | POLLNVAL));
+        return 1;
+    }
+    case SYS_recvfrom:
+        if (req && a[4] && res >= 0)
+            *(uint32_t *)a[5] = req->msg.namelen;
+        return res;
+    default:
+        return res;
+    }
+}
+
+static void note_setsockopt(const long *a, long res)
+{
+    if (res != 0 || a[1] != SOL_SOCKET || a[0] < 0 || a[0] >= FD_MAX)
+        return;
+    int dir = 0;
+    if (a[2] == 20 || a[2] == 66)  /* SO_RCVTIMEO_OLD, SO_RCVTIMEO_NEW */
+        dir = 1;
+    else if (a[2] == 21 || a[2] == 67)  /* SO_SNDTIMEO */
+        dir = 2;
+    if (!dir)
+        return;
+    long tv[2] = {0, 0};
+    ferry_safe_read(tv, (void *)a[3], sizeof(tv));
+    if (tv[0] || tv[1])
+        __atomic_or_fetch(&fd_state[a[0]], dir, __ATOMIC_RELAXED);
+    else
+        __atomic_and_fetch(&fd_state[a[0]], ~dir, __ATOMIC_RELAXED);
+}
+
+static long native(struct ferry_group *g, struct ferry_regs *r)
+{
+    agg_stat(g, AGG_ST(native), 1);
+    agg_stat(g, AGG_ST(crossings), 1);
+    return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
+}
+
+static void forget_fd(long fd)
+{
+    if (fd >= 0 && fd < FD_MAX)
+        __atomic_store_n(&fd_state[fd], 0, __ATOMIC_RELAXED);
+}
+
+/* Calls of a fiber that make or change descriptors: run here, natively,
+ * so that what the engine knows of the descriptors stays true. */
+static int fd_call(struct ferry_group *g, struct ferry_regs *r)
+{
+    long nr = r->rax, res;
+    switch (nr) {
+    case SYS_fcntl:
+    case SYS_ioctl:
+    case SYS_dup:
+    case SYS_dup2:
+    case SYS_dup3:
+    case SYS_pipe:
+    case SYS_pipe2:
+    case SYS_socketpair:
+    case SYS_eventfd:
+    case SYS_eventfd2:
+    case SYS_timerfd_create:
+    case SYS_signalfd4:
+    case SYS_memfd_create:
+    case SYS_epoll_create1:
+    case SYS_inotify_init1:
+        break;
+    default:
+        return 0;
+    }
+    res = native(g, r);
+    r->rax = res;
+    if (res < 0)
+        return 1;
+    if (nr == SYS_fcntl || nr == SYS_ioctl) {
+        forget_fd(r->rdi);
+        if (nr == SYS_fcntl && (r->rsi == F_DUPFD || r->rsi == F_DUPFD_CLOEXEC))
+            forget_fd(res);
+    } else if (nr == SYS_dup2 || nr == SYS_dup3) {
+        forget_fd(r->rsi);
+    } else if (nr == SYS_pipe || nr == SYS_pipe2 || nr == SYS_socketpair) {
+        int fds[2];
+        if (ferry_safe_read(fds, (void *)(nr == SYS_socketpair ? r->r10 : r->rdi), sizeof(fds)) ==
+            sizeof(fds)) {
+            forget_fd(fds[0]);
+            forget_fd(fds[1]);
+        }
+    } else {
+        forget_fd(res);
+    }
+    return 1;
+}
+
+static const unsigned short fd_calls[] = {
+    SYS_fcntl, SYS_ioctl, SYS_dup, SYS_dup2, SYS_dup3, SYS_pipe, SYS_pipe2, SYS_socketpair,
+    SYS_eventfd, SYS_eventfd2, SYS_timerfd_create, SYS_signalfd4, SYS_memfd_create,
+    SYS_epoll_create1, SYS_inotify_init1, SYS_setsockopt,
+};
+
+/* At group creation: these reach ferry_slow so the engine sees fibers' calls. */
+void agg_route_watch(void)
+{
+    for (unsigned i = 0; i < sizeof(fd_calls) / sizeof(fd_calls[0]); i++)
+        __atomic_store_n(&ferry_action[fd_calls[i]], 1, __ATOMIC_RELAXED);
+}
+
+
+/* From ferry_slow: 1 if the engine ran the call (result in r->rax), 0 to
+ * let the shim run it natively as usual. */
+int ferry_agg_route(struct ferry_regs *r)
+{
+    struct agg_fiber *f = agg_self;
+    /* not RUNNING: a signal handler on the carrier's scheduler, which keeps
+     * the last fiber's thread pointer (see agg_sched.c); never routed */
+    if (!f || f->busy || f->state != AGG_RUNNING)
+        return 0;
+    struct agg_carrier *c = f->carrier;
+    struct ferry_group *g = c->g;
+    long nr = r->rax;
+    if ((unsigned long)nr >= FERRY_NR_MAX)
+        return 0;
+    unsigned t = g->cfg.route[nr];
+    if (nr == SYS_setsockopt) {
+        long res = native(g, r);
+        long a[4] = {r->rdi, r->rsi, r->rdx, r->r10};
+        note_setsockopt(a, res);
+        r->rax = res;
+        return 1;
+    }
+    if (fd_call(g, r))
+        return 1;
+    if (t == FERRY_ROUTE_NATIVE) {
+        agg_stat(g, AGG_ST(native), 1);
+        agg_stat(g, AGG_ST(crossings), 1);
+        return 0;
+    }
+    f->busy = 1;
+    if (nr == SYS_futex) {
+        int done = agg_futex(f, r);
+        f->busy = 0;
+        return done;
+    }
+    struct agg_req req;
+    req.nr = nr;
+    req.args[0] = r->rdi;
+    req.args[1] = r->rsi;
+    req.args[2] = r->rdx;
+    req.args[3] = r->r10;
+    req.args[4] = r->r8;
+    req.args[5] = r->r9;
+    req.fiber = f;
+    req.carrier = c;
+    req.done = 0;
+    req.next = 0;
+    enum agg_tr tr = AGG_TR_WORKER;
+    struct io_uring_sqe local;
+    if (t != FERRY_ROUTE_WORKER)
+        tr = agg_translate(g, t, nr, req.args, &req, &local);
+    if (tr == AGG_TR_NATIVE) {
+        f->busy = 0;
+        agg_stat(g, AGG_ST(native), 1);
+        agg_stat(g, AGG_ST(crossings), 1);
+        return 0;
+    }
+    if (tr == AGG_TR_RING) {
+        struct io_uring_sqe *sqe = agg_sqe(c, t);
+        local.user_data = (uint64_t)(uintptr_t)&req | AGG_TAG_REQ;
+        const sqe_word *src = (const sqe_word *)&local;
+        sqe_word *dst = (sqe_word *)sqe;
+        for (int i = 0; i < 8; i++)
+            dst[i] = src[i];
+        c->pools[t].inflight++;
+        c->pools[t].queued++;
+    } else {
+        c->worker_pending++;
+        agg_worker_queue(g, &req);
+    }
+    agg_park(f);
+    f->busy = 0;
+    long res = req.result;
+    /* io_uring refuses to close an io_uring descriptor; close(2) does not */
+    if (nr == SYS_close && res == -EBADF && tr == AGG_TR_RING)
+        res = native(g, r);
+    if (nr == SYS_close)
+        forget_fd(r->rdi);
+    else if (res >= 0 && (nr == SYS_socket || nr == SYS_accept || nr == SYS_accept4 ||
+                          nr == SYS_open || nr == SYS_openat || nr == SYS_creat))
+        forget_fd(res);
+    r->rax = res;
+    return 1;
+}

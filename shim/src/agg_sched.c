@@ -1,0 +1,548 @@
+/* Carriers: a thread that runs fibers.  The scheduler runs ready fibers in
+ * rounds; a fiber that makes a routed call writes it to a ring (or a
+ * worker's queue) and parks.  Only when no fiber is ready do the stored
+ * calls leave, all in one io_uring_enter, and the carrier waits as the
+ * pool's wait policy says.
+ */
+#define _GNU_SOURCE
+#include <sys/syscall.h>
+
+#include "agg.h"
+#include "raw.h"
+#include "store.h"
+#include "util.h"
+
+#define ETIME 62
+#define ADAPT_WINDOW_NS 20000ULL    /* adaptive: the longest a completion may be held back */
+#define FUTEX_RECHECK_NS 1000000ULL /* with fibers on futexes: look for outside wakers this often */
+#define NONE_SPIN 4000              /* wait=none: polls of the CQ before waiting for one */
+
+void agg_stacks_release(struct agg_carrier *c);
+
+/* ---- the replaceable part: which ready fiber runs next ------------------ */
+
+static void rr_push(struct agg_carrier *c, struct agg_fiber *f)
+{
+    f->next = 0;
+    if (c->rq_tail)
+        c->rq_tail->next = f;
+    else
+        c->rq_head = f;
+    c->rq_tail = f;
+}
+
+static struct agg_fiber *rr_pick(struct agg_carrier *c)
+{
+    struct agg_fiber *f = c->rq_head;
+    if (f) {
+        c->rq_head = f->next;
+        if (!c->rq_head)
+            c->rq_tail = 0;
+        f->next = 0;
+    }
+    return f;
+}
+
+const struct agg_sched_ops agg_sched_round_robin = {"round-robin", rr_push, rr_pick};
+
+/* ---- time ---------------------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+    /* ns = tsc * mult >> 32, mult from the store's calibration: no division */
+    static uint64_t mult;
+    struct ferry_proc_header *h = ferry_hdr;
+    if (!mult && h && h->cal_tsc && h->cal_ns)
+        mult = (uint64_t)(((unsigned __int128)h->cal_ns << 32) / h->cal_tsc);
+    if (mult)
+        return (uint64_t)(((unsigned __int128)ferry_rdtsc() * mult) >> 32);
+    return ferry_mono_ns();
+}
+
+/* ---- parking ------------------------------------------------------------- */
+
+void agg_wake(struct agg_fiber *f)
+{
+    f->state = AGG_READY;
+    f->carrier->nready++;
+    f->carrier->ops->push(f->carrier, f);
+}
+
+/* Straight to the next fiber of this round when there is one (one switch
+ * instead of two through the scheduler); the scheduler runs when the round
+ * is over, to submit what the round wrote and to wait. */
+void agg_park(struct agg_fiber *f)
+{
+    struct agg_carrier *c = f->carrier;
+    f->state = AGG_PARKED;
+    struct agg_fiber *n;
+    if (c->round_left && (n = c->ops->pick(c))) {
+        c->nready--;
+        c->round_left--;
+        c->current = n;
+        n->state = AGG_RUNNING;
+        c->acc_switches++;
+        ferry_agg_switch(&f->ctx, &n->ctx);
+        return;
+    }
+    c->current = 0;
+    ferry_agg_switch(&f->ctx, &c->sched);
+}
+
+void agg_fiber_finish(struct agg_fiber *f)
+{
+    struct agg_carrier *c = f->carrier;
+    f->state = AGG_DONE;
+    c->alive--;
+    if (f->joiner)
+        agg_wake(f->joiner);
+    c->finished = f;  /* the scheduler releases it, off its stack */
+    c->current = 0;
+    ferry_agg_switch(&f->ctx, &c->sched);
+    __builtin_unreachable();
+}
+
+/* ---- rings ----------------------------------------------------------------- */
+
+/* `submitted` counts calls only, not the engine's own operations. */
+static void note_enter(struct agg_carrier *c, unsigned pool)
+{
+    struct ferry_group *g = c->g;
+    unsigned submitted = c->pools[pool].queued;
+    c->pools[pool].queued = 0;
+    agg_stat_pool(g, pool, AGG_PST(enters), 1);
+    agg_stat(g, AGG_ST(crossings), 1);
+    if (submitted) {
+        agg_stat_pool(g, pool, AGG_PST(submitted), submitted);
+        agg_stat_batch(g, pool, submitted);
+    }
+    agg_stat_pool(g, pool, AGG_PST(depth_sum), c->pools[pool].inflight);
+    agg_stat_max_depth(g, pool, c->pools[pool].inflight);
+}
+
+static void submit_nowait(struct agg_carrier *c, unsigned pool)
+{
+    struct io_uring *ring = &c->pools[pool].ring;
+    unsigned n = io_uring_sq_ready(ring);
+    if (!n)
+        return;
+    io_uring_submit(ring);
+    note_enter(c, pool);
+}
+
+struct io_uring_sqe *agg_sqe(struct agg_carrier *c, unsigned pool)
+{
+    struct io_uring_sqe *sqe;
+    while (!(sqe = io_uring_get_sqe(&c->pools[pool].ring)))
+        submit_nowait(c, pool);
+    return sqe;
+}
+
+static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *cqe)
+{
+    uint64_t ud = cqe->user_data;
+    void *p = (void *)(uintptr_t)(ud & ~AGG_TAG_MASK);
+    switch (ud & AGG_TAG_MASK) {
+    case AGG_TAG_REQ: {
+        struct agg_req *req = p;
+        req->result = agg_fixup(req->nr, req->args, req, cqe->res);
+        req->done = 1;
+        c->pools[pool].inflight--;
+        c->acc_completed[pool]++;
+        c->acc_aggregated++;
+        agg_wake(req->fiber);
+        break;
+    }
+    case AGG_TAG_WAKE:
+        c->pools[pool].misc--;
+        c->efd_armed = 0;
+        agg_carrier_drain(c);
+        break;
+    case AGG_TAG_TIMER:
+        c->pools[pool].misc--;
+        agg_futex_timer_done(c, p, cqe->res);
+        break;
+    default:
+        c->pools[pool].misc--;
+        break;
+    }
+}
+
+/* Completions already in the CQ rings: no kernel crossing. */
+static unsigned reap(struct agg_carrier *c, unsigned pool)
+{
+    struct io_uring *ring = &c->pools[pool].ring;
+    struct io_uring_cqe *cqe;
+    unsigned head, n = 0;
+    io_uring_for_each_cqe(ring, head, cqe)
+    {
+        complete(c, pool, cqe);
+        n++;
+    }
+    if (n)
+        io_uring_cq_advance(ring, n);
+    return n;
+}
+
+static void reap_all(struct agg_carrier *c)
+{
+    for (unsigned i = 0; i < c->g->cfg.npools; i++)
+        reap(c, i);
+}
+
+static void arm_wake(struct agg_carrier *c)
+{
+    if (c->efd_armed)
+        return;
+    struct io_uring_sqe *sqe = agg_sqe(c, 0);
+    io_uring_prep_read(sqe, c->efd, &c->efd_buf, sizeof(c->efd_buf), (uint64_t)-1);
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | AGG_TAG_WAKE);
+    c->efd_armed = 1;
+    c->pools[0].misc++;
+}
+
+/* How many completions to wait for on `pool`, and for how long at most
+ * (0: no limit), as its policy says. */
+static unsigned policy(struct agg_carrier *c, unsigned pool, uint64_t *timeout_ns)
+{
+    const struct ferry_pool_config *pc = &c->g->cfg.pools[pool];
+    struct agg_pool_run *pr = &c->pools[pool];
+    unsigned inflight = pr->inflight ? pr->inflight : 1;
+    *timeout_ns = 0;
+    switch (pc->wait) {
+    case FERRY_WAIT_SOME: {
+        unsigned want = pc->wait_limit < inflight ? pc->wait_limit : inflight;
+        *timeout_ns = pc->wait_timeout_ns;
+        return want;
+    }
+    case FERRY_WAIT_ALL:
+        return inflight;
+    case FERRY_WAIT_ADAPTIVE: {
+        /* Hold completions back only when the measured rate says more of
+         * them will come within a short window: at low load (one call in
+         * flight, or a slow trickle) this is WaitAny, never a wait for a
+         * batch that will not fill. */
+        if (inflight <= 1)
+            return 1;
+        uint64_t expected = pr->rate * ADAPT_WINDOW_NS / 1000000ULL;
+        if (expected < 2)
+            return 1;
+        *timeout_ns = ADAPT_WINDOW_NS;
+        return expected < inflight ? (unsigned)expected : inflight;
+    }
+    default:
+        return 1;
+    }
+}
+
+static void wait_ring(struct agg_carrier *c, unsigned pool, unsigned min, uint64_t timeout_ns)
+{
+    struct agg_pool_run *pr = &c->pools[pool];
+    struct io_uring *ring = &pr->ring;
+    uint64_t t0 = now_ns();
+    struct io_uring_cqe *cqe;
+    if (timeout_ns && c->g->ext_arg) {
+        struct __kernel_timespec ts = {(long long)(timeout_ns / 1000000000ULL),
+                                       (long long)(timeout_ns % 1000000000ULL)};
+        io_uring_submit_and_wait_timeout(ring, &cqe, min, &ts, 0);
+    } else {
+        io_uring_submit_and_wait(ring, min);
+    }
+    uint64_t dt = now_ns() - t0;
+    note_enter(c, pool);
+    agg_stat_pool(c->g, pool, AGG_PST(wait_ns), dt);
+    unsigned got = reap(c, pool);
+    if (got) {
+        uint64_t sample = (uint64_t)got * 1000000ULL / (dt ? dt : 1);  /* per ms */
+        pr->rate = pr->rate ? (pr->rate * 3 + sample) / 4 : sample;
+    } else if (timeout_ns) {
+        pr->rate /= 2;
+    }
+}
+
+static int anything_ready(struct agg_carrier *c) { return c->rq_head != 0; }
+
+static void flush_stats(struct agg_carrier *c)
+{
+    struct ferry_group *g = c->g;
+    if (c->acc_switches)
+        agg_stat(g, AGG_ST(switches), c->acc_switches);
+    if (c->acc_aggregated)
+        agg_stat(g, AGG_ST(aggregated), c->acc_aggregated);
+    for (unsigned i = 0; i < g->cfg.npools; i++)
+        if (c->acc_completed[i]) {
+            agg_stat_pool(g, i, AGG_PST(completed), c->acc_completed[i]);
+            c->acc_completed[i] = 0;
+        }
+    c->acc_switches = c->acc_aggregated = 0;
+}
+
+/* No fiber is ready: every stored call leaves now, and the carrier waits. */
+static void wait_for_events(struct agg_carrier *c)
+{
+    flush_stats(c);
+    unsigned np = c->g->cfg.npools;
+    int others = 0;
+    for (unsigned i = 1; i < np; i++)
+        others |= c->pools[i].inflight || c->pools[i].misc || io_uring_sq_ready(&c->pools[i].ring);
+    if (c->worker_pending || others)
+        arm_wake(c);
+    int busy0 = c->pools[0].inflight || c->pools[0].misc || io_uring_sq_ready(&c->pools[0].ring);
+    if (!busy0 && !others && !c->worker_pending) {
+        agg_futex_idle(c);
+        return;
+    }
+    /* One pool at work: wait on it by its policy.  Several (or workers):
+     * submit them all and wait on pool 0, where the wake read sits. */
+    unsigned wp = 0;
+    unsigned min = 1;
+    uint64_t timeout = 0;
+    int by_policy = 0;
+    if (!others && !c->worker_pending) {
+        min = policy(c, 0, &timeout);
+        by_policy = 1;
+    } else if (!busy0 && !c->worker_pending) {
+        unsigned active = 0, which = 0;
+        for (unsigned i = 1; i < np; i++)
+            if (c->pools[i].inflight || c->pools[i].misc || io_uring_sq_ready(&c->pools[i].ring))
+                active++, which = i;
+        if (active == 1) {
+            wp = which;
+            min = policy(c, wp, &timeout);
+            by_policy = 1;
+        }
+    }
+    for (unsigned i = 0; i < np; i++)
+        if (i != wp)
+            submit_nowait(c, i);
+    if (by_policy && c->g->cfg.pools[wp].wait == FERRY_WAIT_NONE) {
+        /* NoWait: submit, then poll the CQ for a while before blocking. */
+        submit_nowait(c, wp);
+        for (int i = 0; i < NONE_SPIN; i++) {
+            if (reap(c, wp))
+                break;
+            __asm__ volatile("pause");
+        }
+        if (anything_ready(c))
+            goto done;
+        min = 1;
+    }
+    if (c->nfwait && (!timeout || timeout > FUTEX_RECHECK_NS))
+        timeout = FUTEX_RECHECK_NS;
+    wait_ring(c, wp, min, timeout);
+done:
+    if (wp != 0)
+        reap(c, 0);
+    for (unsigned i = 1; i < np; i++)
+        if (i != wp)
+            reap(c, i);
+    if (c->nfwait)
+        agg_futex_recheck(c);
+}
+
+/* The scheduler runs on whatever thread pointer the last fiber left (one
+ * wrfsbase per fiber switch instead of two; its own code touches no TLS).
+ * The carrier's own block is restored before anything that may use TLS
+ * (freeing a fiber's block, leaving). */
+static void carrier_tls(struct agg_carrier *c)
+{
+    if (agg_tp() == c->tp)
+        return;
+    if (ferry_agg_fsgsbase > 0)
+        __asm__ volatile("wrfsbase %0" ::"r"(c->tp) : "memory");
+    else
+        ferry_raw2(SYS_arch_prctl, 0x1002 /* ARCH_SET_FS */, c->tp);
+}
+
+static void run(struct agg_carrier *c, struct agg_fiber *f)
+{
+    c->current = f;
+    f->state = AGG_RUNNING;
+    c->acc_switches++;
+    ferry_agg_switch(&c->sched, &f->ctx);
+    /* back here from whichever fiber of the round parked last or finished */
+    f = c->finished;
+    c->finished = 0;
+    c->current = 0;
+    if (f) {
+        if (f->joined < 0) {
+            carrier_tls(c);
+            agg_fiber_free(c, f);
+        } else {
+            f->next = c->dead;
+            f->prev = 0;
+            if (c->dead)
+                c->dead->prev = f;
+            c->dead = f;
+        }
+    }
+}
+
+static void loop(struct agg_carrier *c)
+{
+    for (;;) {
+        if (!c->round_left) {
+            /* A new round: calls stored by fibers that keep running (they
+             * yield) must not wait for the ready queue to run dry. */
+            for (unsigned i = 0; i < c->g->cfg.npools; i++)
+                submit_nowait(c, i);
+            reap_all(c);
+            c->round_left = c->nready;
+        }
+        struct agg_fiber *f = c->ops->pick(c);
+        if (f) {
+            c->nready--;
+            c->round_left--;
+            run(c, f);
+            continue;
+        }
+        c->round_left = 0;
+        if (!c->alive)
+            break;
+        wait_for_events(c);
+    }
+}
+
+static void teardown(struct agg_carrier *c)
+{
+    flush_stats(c);
+    /* the wake read and any timers still in the rings must come back first */
+    if (c->efd_armed) {
+        uint64_t one = 1;
+        ferry_raw3(SYS_write, c->efd, &one, sizeof(one));
+    }
+    for (unsigned i = 0; i < c->g->cfg.npools; i++)
+        while (c->pools[i].misc || c->pools[i].inflight) {
+            io_uring_submit_and_wait(&c->pools[i].ring, 1);
+            reap(c, i);
+        }
+    flush_stats(c);
+    while (c->dead) {
+        struct agg_fiber *f = c->dead;
+        c->dead = f->next;
+        agg_fiber_free(c, f);
+    }
+    for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
+        if (c->pools[i].up)
+            io_uring_queue_exit(&c->pools[i].ring);
+    if (c->efd >= 0)
+        ferry_raw1(SYS_close, c->efd);
+    agg_stacks_release(c);
+}
+
+__attribute__((visibility("default"))) int ferry_carrier_run(struct ferry_group *g,
+                                                             void (*main)(void *), void *arg)
+{
+    if (!g || !main)
+        return -AGG_EINVAL;
+    if (agg_carrier || agg_self)
+        return -AGG_EBUSY;
+    struct agg_carrier *c = agg_calloc(1, sizeof(*c));
+    if (!c)
+        return -AGG_ENOMEM;
+    c->g = g;
+    c->ops = &agg_sched_round_robin;
+    c->tp = agg_tp();
+    c->sched.fsbase = 0;  /* switching to the scheduler leaves fs alone */
+    c->efd = -1;
+    int r = 0;
+    for (unsigned i = 0; i < g->cfg.npools; i++) {
+        int attach = g->cfg.pools[i].sqpoll_cpu >= 0 ? g->pools[i].ring.ring_fd : -1;
+        r = agg_ring_init(g, i, &c->pools[i].ring, attach);
+        if (r < 0)
+            goto out;
+        c->pools[i].up = 1;
+    }
+    r = (int)ferry_raw2(SYS_eventfd2, 0, 02000000 /* EFD_CLOEXEC */);
+    if (r < 0)
+        goto out;
+    c->efd = r;
+    for (unsigned i = 1; i < g->cfg.npools; i++) {
+        r = io_uring_register_eventfd(&c->pools[i].ring, c->efd);
+        if (r < 0)
+            goto out;
+    }
+    agg_carrier = c;
+    __atomic_add_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
+    agg_stat(g, AGG_ST(carriers), 1);
+    struct agg_fiber *f;
+    r = agg_fiber_new(c, &f, main, arg);
+    if (r == 0) {
+        f->joined = -1;
+        agg_wake(f);
+        loop(c);
+        carrier_tls(c);
+    }
+    agg_carrier = 0;
+    __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
+out:
+    teardown(c);
+    agg_free(c);
+    return r < 0 ? r : 0;
+}
+
+/* ---- fibers' side ---------------------------------------------------------- */
+
+__attribute__((visibility("default"))) int ferry_fiber_spawn(struct ferry_fiber **out,
+                                                             void (*fn)(void *), void *arg)
+{
+    struct agg_fiber *self = agg_self;
+    if (!self || !fn)
+        return -AGG_EINVAL;
+    int busy = self->busy;
+    self->busy = 1;  /* ld.so's allocator may lock and map: natively */
+    struct agg_fiber *f;
+    int r = agg_fiber_new(self->carrier, &f, fn, arg);
+    self->busy = busy;
+    if (r)
+        return r;
+    f->joined = out ? 0 : -1;
+    if (out)
+        *out = (struct ferry_fiber *)f;
+    agg_wake(f);
+    return 0;
+}
+
+__attribute__((visibility("default"))) int ferry_fiber_yield(void)
+{
+    struct agg_fiber *self = agg_self;
+    if (!self)
+        return -AGG_EINVAL;
+    agg_wake(self);
+    agg_park(self);
+    self->state = AGG_RUNNING;
+    return 0;
+}
+
+__attribute__((visibility("default"))) int ferry_fiber_join(struct ferry_fiber *ff)
+{
+    struct agg_fiber *self = agg_self, *f = (struct agg_fiber *)ff;
+    if (!self || !f || f->carrier != self->carrier)
+        return -AGG_EINVAL;
+    if (f == self)
+        return -35; /* EDEADLK */
+    if (f->joined)
+        return -AGG_EINVAL;
+    f->joined = 1;
+    if (f->state != AGG_DONE) {
+        f->joiner = self;
+        agg_park(self);
+    }
+    struct agg_carrier *c = self->carrier;
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        c->dead = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    int busy = self->busy;
+    self->busy = 1;
+    agg_fiber_free(c, f);
+    self->busy = busy;
+    return 0;
+}
+
+__attribute__((visibility("default"))) struct ferry_fiber *ferry_fiber_self(void)
+{
+    return (struct ferry_fiber *)agg_self;
+}

@@ -1,0 +1,167 @@
+/* The engine's figures: in the group (ferry_group_stats) and in the process
+ * file's aggregation area (docs/aggregate.md; ferry's Python side reads it),
+ * where every group of the process adds into the same counters. */
+#define _GNU_SOURCE
+#include "agg.h"
+#include "store.h"
+#include "util.h"
+
+struct agg_file_pool {
+    uint64_t submitted, completed, enters, max_depth, wait_ns, depth_sum, reserved[2];
+    uint64_t batches[12];
+    uint32_t entries, concurrency;
+    uint64_t cpus;
+    int32_t sqpoll_cpu, priority;
+    uint32_t wait, wait_limit;
+    uint64_t wait_timeout_ns;
+    char pad[256 - 200];
+};
+
+struct agg_file {
+    char magic[8];
+    uint32_t version, npools;
+    uint64_t aggregated, native, worker, crossings, fibers, switches, carriers, groups;
+    struct agg_file_pool pools[8];
+    uint8_t route[512];
+};
+
+_Static_assert(sizeof(struct agg_file_pool) == 256, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file_pool, batches) == 64, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file_pool, entries) == 160, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file_pool, wait_timeout_ns) == 192, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file, aggregated) == 16, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file, groups) == 72, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file, pools) == 80, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file, route) == 2128, "aggregation area layout");
+_Static_assert(sizeof(struct agg_file) <= 8192, "aggregation area layout");
+
+/* The group's counters and the file's share their order up to `carriers`;
+ * the pool counters differ in order, so they are mapped one by one. */
+static struct agg_file *area(void)
+{
+    return ferry_hdr ? (struct agg_file *)ferry_hdr->aggregate : 0;
+}
+
+static uint64_t *file_field(struct agg_file *a, size_t field)
+{
+    switch (field) {
+    case AGG_ST(aggregated): return &a->aggregated;
+    case AGG_ST(native): return &a->native;
+    case AGG_ST(worker): return &a->worker;
+    case AGG_ST(crossings): return &a->crossings;
+    case AGG_ST(fibers): return &a->fibers;
+    case AGG_ST(switches): return &a->switches;
+    case AGG_ST(carriers): return &a->carriers;
+    }
+    return 0;
+}
+
+static uint64_t *file_pool_field(struct agg_file *a, unsigned pool, size_t field)
+{
+    struct agg_file_pool *p = &a->pools[pool];
+    switch (field) {
+    case AGG_PST(submitted): return &p->submitted;
+    case AGG_PST(completed): return &p->completed;
+    case AGG_PST(enters): return &p->enters;
+    case AGG_PST(wait_ns): return &p->wait_ns;
+    case AGG_PST(depth_sum): return &p->depth_sum;
+    }
+    return 0;
+}
+
+#define POOL_STRIDE (sizeof(((struct agg_counters *)0)->pools[0]))
+
+void agg_stat(struct ferry_group *g, size_t field, uint64_t n)
+{
+    __atomic_add_fetch((uint64_t *)((char *)&g->st + field), n, __ATOMIC_RELAXED);
+    struct agg_file *a = area();
+    uint64_t *f = a ? file_field(a, field) : 0;
+    if (f)
+        __atomic_add_fetch(f, n, __ATOMIC_RELAXED);
+}
+
+void agg_stat_pool(struct ferry_group *g, unsigned pool, size_t field, uint64_t n)
+{
+    __atomic_add_fetch((uint64_t *)((char *)&g->st + field + pool * POOL_STRIDE), n, __ATOMIC_RELAXED);
+    struct agg_file *a = area();
+    uint64_t *f = a ? file_pool_field(a, pool, field) : 0;
+    if (f)
+        __atomic_add_fetch(f, n, __ATOMIC_RELAXED);
+}
+
+static void max_into(uint64_t *p, uint64_t v)
+{
+    uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > cur && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+void agg_stat_max_depth(struct ferry_group *g, unsigned pool, uint64_t depth)
+{
+    max_into(&g->st.pools[pool].max_depth, depth);
+    struct agg_file *a = area();
+    if (a)
+        max_into(&a->pools[pool].max_depth, depth);
+}
+
+void agg_stat_batch(struct ferry_group *g, unsigned pool, unsigned n)
+{
+    unsigned b = 0;
+    while (b < 11 && (n >> (b + 1)))
+        b++;
+    __atomic_add_fetch(&g->st.pools[pool].batches[b], 1, __ATOMIC_RELAXED);
+    struct agg_file *a = area();
+    if (a)
+        __atomic_add_fetch(&a->pools[pool].batches[b], 1, __ATOMIC_RELAXED);
+}
+
+/* A new group: its settings and routing table in the file. */
+void agg_stats_group(struct ferry_group *g)
+{
+    struct agg_file *a = area();
+    if (!a)
+        return;
+    a->version = 1;
+    if (a->npools < g->cfg.npools)
+        a->npools = g->cfg.npools;
+    for (unsigned i = 0; i < g->cfg.npools; i++) {
+        const struct ferry_pool_config *pc = &g->cfg.pools[i];
+        struct agg_file_pool *p = &a->pools[i];
+        p->entries = pc->entries ? pc->entries : 256;
+        p->concurrency = pc->concurrency;
+        p->cpus = pc->cpus;
+        p->sqpoll_cpu = pc->sqpoll_cpu;
+        p->priority = pc->priority;
+        p->wait = pc->wait;
+        p->wait_limit = pc->wait_limit;
+        p->wait_timeout_ns = pc->wait_timeout_ns;
+    }
+    ferry_memcpy(a->route, g->cfg.route, sizeof(a->route));
+    __atomic_add_fetch(&a->groups, 1, __ATOMIC_RELAXED);
+    __atomic_store_n((uint64_t *)a->magic, *(const uint64_t *)"FERRYAGG", __ATOMIC_RELEASE);
+}
+
+__attribute__((visibility("default"))) int ferry_group_stats(struct ferry_group *g,
+                                                             struct ferry_group_stats *out)
+{
+    if (!g || !out)
+        return -AGG_EINVAL;
+    ferry_memset(out, 0, sizeof(*out));
+    out->aggregated = __atomic_load_n(&g->st.aggregated, __ATOMIC_RELAXED);
+    out->native = __atomic_load_n(&g->st.native, __ATOMIC_RELAXED);
+    out->worker = __atomic_load_n(&g->st.worker, __ATOMIC_RELAXED);
+    out->crossings = __atomic_load_n(&g->st.crossings, __ATOMIC_RELAXED);
+    out->fibers = __atomic_load_n(&g->st.fibers, __ATOMIC_RELAXED);
+    out->switches = __atomic_load_n(&g->st.switches, __ATOMIC_RELAXED);
+    out->npools = g->cfg.npools;
+    for (unsigned i = 0; i < g->cfg.npools; i++) {
+        out->pools[i].submitted = g->st.pools[i].submitted;
+        out->pools[i].completed = g->st.pools[i].completed;
+        out->pools[i].enters = g->st.pools[i].enters;
+        out->pools[i].max_depth = g->st.pools[i].max_depth;
+        out->pools[i].wait_ns = g->st.pools[i].wait_ns;
+        for (unsigned b = 0; b < FERRY_BATCH_BUCKETS; b++)
+            out->pools[i].batches[b] = g->st.pools[i].batches[b];
+    }
+    return 0;
+}

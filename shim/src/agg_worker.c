@@ -1,0 +1,178 @@
+/* Worker threads: the calls io_uring cannot run with their synchronous
+ * semantics (flock, wait4, getdents64, epoll_wait, ...) run here, each on a
+ * helper thread that blocks in the call instead of the carrier.
+ *
+ * The threads are raw clones with their own stacks and a minimal thread
+ * block: they run only shim code (their calls leave from the shim's text,
+ * so they are never intercepted again) and block every signal, so that no
+ * handler of the program ever runs on a thread without a real glibc TLS.
+ * A finished call goes onto its carrier's done list; an eventfd write wakes
+ * the carrier, whose read of it sits in its ring with the other calls.
+ */
+#define _GNU_SOURCE
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include "agg.h"
+#include "raw.h"
+#include "util.h"
+
+#define FUTEX_WAIT_PRIVATE 128
+#define FUTEX_WAKE_PRIVATE 129
+#define FUTEX_WAIT 0
+#define STACK_SIZE (128 * 1024)
+#define TLS_SIZE 4096
+
+long ferry_agg_clone(unsigned long flags, void *stack_top, int *ptid, int *ctid, unsigned long tls,
+                     void (*fn)(void *), void *arg);
+
+struct agg_worker_set {
+    unsigned n;
+    int lock;
+    struct agg_req *head, *tail;
+    uint32_t seq;
+    int stop;
+    struct {
+        char *mem;      /* TLS page, then the stack */
+        int tid;        /* cleared by the kernel when the thread is gone */
+    } t[256];
+};
+
+static void push_done(struct agg_carrier *c, struct agg_req *req)
+{
+    struct agg_req *old = __atomic_load_n(&c->done_list, __ATOMIC_RELAXED);
+    do
+        req->next = old;
+    while (!__atomic_compare_exchange_n(&c->done_list, &old, req, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+}
+
+static void worker_main(void *arg)
+{
+    struct agg_worker_set *w = arg;
+    for (;;) {
+        uint32_t seq = __atomic_load_n(&w->seq, __ATOMIC_ACQUIRE);
+        agg_lock(&w->lock);
+        struct agg_req *req = w->head;
+        if (req) {
+            w->head = req->next;
+            if (!w->head)
+                w->tail = 0;
+        }
+        agg_unlock(&w->lock);
+        if (!req) {
+            if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
+                return;
+            ferry_pass6(SYS_futex, (long)&w->seq, FUTEX_WAIT_PRIVATE, seq, 0, 0, 0);
+            continue;
+        }
+        const long *a = req->args;
+        req->result = ferry_pass6(req->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+        struct agg_carrier *c = req->carrier;
+        int efd = c->efd;
+        push_done(c, req);  /* from here on req may be gone */
+        uint64_t one = 1;
+        ferry_pass6(SYS_write, efd, (long)&one, sizeof(one), 0, 0, 0);
+    }
+}
+
+int agg_workers_start(struct ferry_group *g)
+{
+    struct agg_worker_set *w = agg_calloc(1, sizeof(*w));
+    if (!w)
+        return -AGG_ENOMEM;
+    g->workers = w;
+    uint64_t all = ~0ULL, old;
+    ferry_raw4(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, &all, &old, 8);
+    int r = 0;
+    for (unsigned i = 0; i < g->cfg.workers; i++) {
+        long p = ferry_raw6(SYS_mmap, 0, TLS_SIZE + STACK_SIZE, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if ((unsigned long)p > -4096UL) {
+            r = (int)p;
+            break;
+        }
+        char *mem = (char *)p;
+        /* a thread pointer whose header points at itself, as the ABI wants */
+        unsigned long tp = (unsigned long)mem + TLS_SIZE / 2;
+        ((unsigned long *)tp)[0] = tp;
+        ((unsigned long *)tp)[2] = tp;
+        w->t[i].mem = mem;
+        long tid = ferry_agg_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+                                       CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID |
+                                       CLONE_CHILD_CLEARTID,
+                                   mem + TLS_SIZE + STACK_SIZE, &w->t[i].tid, &w->t[i].tid, tp,
+                                   worker_main, w);
+        if (tid < 0) {
+            ferry_raw2(SYS_munmap, mem, TLS_SIZE + STACK_SIZE);
+            w->t[i].mem = 0;
+            r = (int)tid;
+            break;
+        }
+        w->n++;
+    }
+    ferry_raw4(SYS_rt_sigprocmask, 2, &old, 0, 8);
+    if (r < 0 && w->n == 0 && g->cfg.workers) {
+        agg_free(w);
+        g->workers = 0;
+        return r;
+    }
+    return 0;
+}
+
+void agg_workers_stop(struct ferry_group *g)
+{
+    struct agg_worker_set *w = g->workers;
+    if (!w)
+        return;
+    __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&w->seq, 1, __ATOMIC_RELEASE);
+    ferry_raw6(SYS_futex, (long)&w->seq, FUTEX_WAKE_PRIVATE, 0x7fffffff, 0, 0, 0);
+    for (unsigned i = 0; i < w->n; i++) {
+        int tid;
+        while ((tid = __atomic_load_n(&w->t[i].tid, __ATOMIC_ACQUIRE)) != 0)
+            ferry_raw6(SYS_futex, (long)&w->t[i].tid, FUTEX_WAIT, tid, 0, 0, 0);
+        ferry_raw2(SYS_munmap, w->t[i].mem, TLS_SIZE + STACK_SIZE);
+    }
+    agg_free(w);
+    g->workers = 0;
+}
+
+void agg_worker_queue(struct ferry_group *g, struct agg_req *req)
+{
+    struct agg_worker_set *w = g->workers;
+    agg_stat(g, AGG_ST(worker), 1);
+    agg_stat(g, AGG_ST(crossings), 1);
+    if (!w || !w->n) {
+        /* no workers: run it here, still with its exact result */
+        const long *a = req->args;
+        req->result = ferry_pass6(req->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+        push_done(req->carrier, req);
+        uint64_t one = 1;
+        ferry_pass6(SYS_write, req->carrier->efd, (long)&one, sizeof(one), 0, 0, 0);
+        return;
+    }
+    req->next = 0;
+    agg_lock(&w->lock);
+    if (w->tail)
+        w->tail->next = req;
+    else
+        w->head = req;
+    w->tail = req;
+    agg_unlock(&w->lock);
+    __atomic_add_fetch(&w->seq, 1, __ATOMIC_RELEASE);
+    ferry_raw6(SYS_futex, (long)&w->seq, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+}
+
+/* The carrier's side: the calls its workers finished. */
+void agg_carrier_drain(struct agg_carrier *c)
+{
+    struct agg_req *req = __atomic_exchange_n(&c->done_list, 0, __ATOMIC_ACQUIRE);
+    while (req) {
+        struct agg_req *next = req->next;
+        req->done = 1;
+        c->worker_pending--;
+        agg_wake(req->fiber);
+        req = next;
+    }
+}
