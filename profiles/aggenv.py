@@ -27,6 +27,7 @@ class Config:
     workers: int
     stack: int
     carriers: int
+    threads: str = "native"                        # "fibers": the program's threads run as fibers
     pools: list = field(default_factory=list)      # PoolConfig, index = pool number
     route: dict = field(default_factory=dict)      # nr -> pool index, "n" or "w"
 
@@ -37,13 +38,15 @@ def config(profile):
                         -1 if p.sqpoll is None else p.sqpoll, p.priority, p.wait,
                         p.wait_limit, p.wait_timeout_ns) for p in profile.agg_pools]
     index = {p.name: i for i, p in enumerate(profile.agg_pools)}
-    return Config(profile.agg_workers, profile.agg_fiber_stack, profile.agg_carriers, pools,
-                  routing.expand(profile.agg_route, index))
+    return Config(profile.agg_workers, profile.agg_fiber_stack, profile.agg_carriers,
+                  profile.agg_threads, pools, routing.expand(profile.agg_route, index))
 
 
 def encode(profile):
     c = config(profile)
     items = [f"workers={c.workers}", f"stack={c.stack}", f"carriers={c.carriers}"]
+    if c.threads == "fibers":
+        items.append("threads=fibers")
     items += [f"pool={p.entries},{p.concurrency},{p.cpus:x},{p.sqpoll_cpu},{p.priority},"
               f"{p.wait},{p.limit},{p.timeout_ns}" for p in c.pools]
     if c.route:
@@ -102,6 +105,10 @@ def decode(text):
             raise ValueError(f"{item!r} is not key=value")
         if key in ("workers", "stack", "carriers"):
             setattr(c, key, _int(value, key, 0))
+        elif key == "threads":
+            if value not in ("fibers", "native"):
+                raise ValueError(f"threads: {value!r} is neither fibers nor native")
+            c.threads = value
         elif key == "pool":
             c.pools.append(_pool(value))
         elif key == "route":

@@ -68,6 +68,9 @@ SECTIONS = {
                        "worker threads for calls routed to \"worker\""),
         "fiber_stack": Key("agg_fiber_stack", 256 * 1024, agg.size, agg.write_size,
                            'bytes per fiber stack ("256KiB"), plus a guard page'),
+        "threads": Key("agg_threads", "native", choice("native", "fibers"), same,
+                       '"fibers": the program\'s own threads run as fibers on the carriers '
+                       '(transparent hybrid threading); "native": only the API makes fibers'),
         "carriers": Key("agg_carriers", 1, agg.carriers, same,
                         "carrier threads for transparent fiber mode (at most the online CPUs)"),
         "pools": Key("agg_pools", agg.DEFAULT_POOLS, agg.pools, agg.write_pools,

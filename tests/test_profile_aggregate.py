@@ -260,7 +260,7 @@ BAD = {
                        '"256KiB" or "1MiB", got string "256KB"'),
     "unknown-aggregate-key": ("[aggregate]\nworker = 4\n",
                               'aggregate.worker: unknown key (did you mean "workers"?); known: '
-                              "workers, fiber_stack, carriers, pools, route"),
+                              "workers, fiber_stack, threads, carriers, pools, route"),
     "aggregate-key-at-top": ("workers = 4\n",
                              'workers: unknown key here: "workers" belongs in [aggregate]'),
 }
@@ -281,6 +281,21 @@ def test_ferry_profile_check_rejects_it_in_one_line_exit_2(tmp_path, case):
     path = write(tmp_path, AGG + text)
     r = ferry("profile", "check", path)
     assert (r.returncode, r.stdout, r.stderr) == (2, "", f"ferry: {path}: {problem}\n")
+
+
+@pytest.mark.skipif(len(online_cpus()) < 2, reason="needs two online CPUs to ask for two carriers")
+def test_threads_as_fibers_on_more_than_one_carrier_is_refused(tmp_path):
+    path = write(tmp_path, AGG + '[aggregate]\nthreads = "fibers"\ncarriers = 2\n')
+    r = ferry("profile", "check", path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f'ferry: {path}: aggregate.carriers: 2 carriers with threads = "fibers": '
+                        "the program's threads run on one carrier so far; set carriers = 1\n")
+
+
+def test_fibers_profile_asks_the_shim_for_threads_as_fibers():
+    env = load("fibers").shim_env()
+    assert env["FERRY_MODE"] == "aggregate"
+    assert aggenv.decode(env["FERRY_AGG"]).threads == "fibers"
 
 
 def test_the_aggregate_section_is_checked_in_every_mode(tmp_path):

@@ -33,9 +33,9 @@ def write(tmp_path, text, name="p.toml"):
 
 def test_shipped_profiles_are_one_per_mode_plus_net_and_all_validate():
     profiles = {p.name: p for p in shipped()}
-    assert sorted(profiles) == ["aggregate", "count", "net", "off", "trace"]
+    assert sorted(profiles) == ["aggregate", "count", "fibers", "net", "off", "trace"]
     for name, p in profiles.items():
-        assert p.mode == ("aggregate" if name == "net" else name)
+        assert p.mode == ("aggregate" if name in ("net", "fibers") else name)
         assert p.path == SHIPPED_DIR / f"{name}.toml"
         assert p.description
         assert load(name) == p
@@ -216,7 +216,7 @@ def _unreadable(tmp_path):
             (str(directory), "not a file (a directory)"),
             (str(binary), "line 2: not UTF-8 text (byte 0xe9)"),
             ("tarce", 'no shipped profile of this name (did you mean "trace"?); '
-                      "shipped: aggregate, count, net, off, trace")]
+                      "shipped: aggregate, count, fibers, net, off, trace")]
 
 
 def test_a_profile_that_cannot_be_read_says_why(tmp_path):

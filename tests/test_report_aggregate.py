@@ -169,7 +169,8 @@ def test_text_report_has_an_aggregation_section(run):
     out = r.stdout
     assert out.index("system calls") < out.index("aggregation")
     assert ("1050 calls of fibers (1 process, 1 group): 1000 aggregated, 30 native, 20 by "
-            "workers; 25 kernel crossings, 97.62% saved; 40 fibers, 2100 switches, 1 carrier") \
+            "workers; 25 kernel crossings, 97.62% saved; 40 fibers on 1 carrier (40.0 per carrier), "
+            "2100 fiber switches (kernel context switches avoided)") \
         in " ".join(out.split())
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if re.match(r"^[01]\s+\d", line) and "entries" in line}

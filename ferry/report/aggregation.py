@@ -61,8 +61,15 @@ def summary(agg):
             f"{agg['groups']} group{'s' if agg['groups'] != 1 else ''}): "
             f"{agg['aggregated']} aggregated, {agg['native']} native, {agg['worker']} by workers; "
             f"{agg['crossings']} kernel crossings, {percent(agg['crossings_saved'])} saved; "
-            f"{_n(agg['fibers'], 'fiber')}, {_n(agg['switches'], 'switch', 'switches')}, "
-            f"{_n(agg['carriers'], 'carrier')}")
+            f"{_n(agg['fibers'], 'fiber')} on {_n(agg['carriers'], 'carrier')}"
+            f"{per_carrier(agg)}, {_n(agg['switches'], 'fiber switch', 'fiber switches')} "
+            f"(kernel context switches avoided)")
+
+
+def per_carrier(agg):
+    if not agg["carriers"]:
+        return ""
+    return f" ({agg['fibers'] / agg['carriers']:.1f} per carrier)"
 
 
 def _n(count, one, many=None):

@@ -94,6 +94,19 @@ struct agg_fiber {
     uint32_t futex_mask;
     long futex_result;
     struct agg_timer *timer;
+    /* a program's thread run as a fiber (agg_threads.c) */
+    int thread;
+    int vtid;                     /* what gettid says */
+    int *clear_tid;               /* CLONE_CHILD_CLEARTID */
+    int interrupted;              /* a signal cut its parked call short */
+    int suspended;                /* parked in rt_sigsuspend */
+    uint64_t waitset;             /* the signals it waits for in rt_sigtimedwait */
+    uint64_t sigmask;             /* its signal mask (the carrier's while it runs) */
+    uint64_t sigpending;          /* signals sent to it while it was not running */
+    uint64_t affinity;            /* what sched_setaffinity asked for it */
+    struct agg_thread_start *start;
+    struct agg_req *req;          /* the call it is parked in, if on a ring */
+    int req_pool;                 /* ... and that ring's pool */
 };
 
 struct agg_timer {
@@ -123,6 +136,8 @@ struct agg_carrier {
     struct ferry_group *g;
     struct agg_ctx sched;         /* the scheduler's own context */
     unsigned long tp;             /* the carrier thread's own thread pointer */
+    int tid;                      /* the carrier thread's real tid */
+    uint64_t kmask;               /* the signal mask the kernel has for it now */
     struct agg_fiber *current;
     struct agg_fiber *finished;   /* switched to the scheduler for the last time */
     const struct agg_sched_ops *ops;
@@ -206,6 +221,10 @@ void agg_park(struct agg_fiber *f);
 void agg_wake(struct agg_fiber *f);
 struct io_uring_sqe *agg_sqe(struct agg_carrier *c, unsigned pool);
 void agg_fiber_finish(struct agg_fiber *f) __attribute__((noreturn));
+int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out);
+void agg_carrier_loop(struct agg_carrier *c);
+void agg_carrier_forget(struct agg_carrier *c);
+void agg_group_forget(struct ferry_group *g);
 
 /* agg_route.c */
 enum agg_tr { AGG_TR_RING, AGG_TR_NATIVE, AGG_TR_WORKER };
@@ -227,6 +246,20 @@ int agg_futex(struct agg_fiber *f, struct ferry_regs *r);
 void agg_futex_timer_done(struct agg_carrier *c, struct agg_timer *t, long res);
 void agg_futex_idle(struct agg_carrier *c);
 void agg_futex_recheck(struct agg_carrier *c);
+void agg_futex_wake_all(struct agg_carrier *c, void *addr);
+int agg_futex_interrupt(struct agg_fiber *f);
+
+/* agg_threads.c */
+extern int agg_threads_on;
+int agg_threads_start(void);
+void agg_threads_after_fork(void);
+void agg_threads_watch(void);
+int ferry_agg_thread_call(struct ferry_regs *r);
+void agg_thread_resumed(struct agg_fiber *f);
+int agg_threads_deliver(long result);
+void agg_threads_idle(struct agg_carrier *c);
+void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f);
+void agg_interrupt(struct agg_fiber *f);
 
 /* agg_stats.c */
 void agg_stats_group(struct ferry_group *g);

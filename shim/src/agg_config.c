@@ -276,6 +276,14 @@ int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char *
             if (num(&p, &v, 10) || v < 0)
                 return -AGG_EINVAL;
             cfg->fiber_stack = (size_t)v;
+        } else if (word(&p, "threads=")) {
+            *why = "threads= is fibers or native";
+            if (word(&p, "fibers"))
+                agg_threads_on = 1;
+            else if (word(&p, "native"))
+                agg_threads_on = 0;
+            else
+                return -AGG_EINVAL;
         } else if (word(&p, "carriers=")) {
             *why = "carriers= needs a number";
             if (num(&p, &v, 10) || v < 0)

@@ -19,6 +19,7 @@
 #include "raw.h"
 #include "util.h"
 
+#define EINTR 4
 #define EFAULT 14
 #define ETIMEDOUT 110
 #define ECANCELED 125
@@ -194,6 +195,25 @@ int agg_futex(struct agg_fiber *f, struct ferry_regs *r)
         r->rax = wait(f, r, cmd);
     else
         r->rax = wake(f, r, cmd);
+    return 1;
+}
+
+/* A thread's exit clears its tid word: every fiber waiting on it goes. */
+void agg_futex_wake_all(struct agg_carrier *c, void *addr)
+{
+    for (struct agg_fiber *w = c->fwait, *next; w; w = next) {
+        next = w->next;
+        if (w->futex_addr == addr)
+            release(c, w, 0);
+    }
+}
+
+/* A signal for a fiber parked on a futex: the wait ends with EINTR. */
+int agg_futex_interrupt(struct agg_fiber *f)
+{
+    if (!f->futex_addr)
+        return 0;
+    release(f->carrier, f, -EINTR);
     return 1;
 }
 

@@ -137,3 +137,12 @@ __attribute__((visibility("default"))) int ferry_group_destroy(struct ferry_grou
     agg_free(g);
     return 0;
 }
+
+/* In a fork child: the pools' rings and SQPOLL threads are the parent's,
+ * and the worker threads did not come along; the child makes a new group. */
+void agg_group_forget(struct ferry_group *g)
+{
+    for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
+        if (g->pools[i].up)
+            io_uring_queue_exit(&g->pools[i].ring);
+}

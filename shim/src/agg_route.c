@@ -18,6 +18,8 @@
 
 #define ETIME 62
 #define EBADF 9
+#define EINTR 4
+#define ECANCELED 125
 #define MAX_RW 0x7ffff000L          /* the kernel's MAX_RW_COUNT */
 #define POLLERR 0x008
 #define POLLHUP 0x010
@@ -566,9 +568,15 @@ int ferry_agg_route(struct ferry_regs *r)
         c->worker_pending++;
         agg_worker_queue(g, &req);
     }
+    f->req = tr == AGG_TR_RING ? &req : 0;
+    f->req_pool = (int)t;
+    f->interrupted = 0;
     agg_park(f);
     f->busy = 0;
+    f->req = 0;
     long res = req.result;
+    if (f->interrupted && res == -ECANCELED)
+        res = -EINTR;  /* a signal for the thread cut the call short */
     /* io_uring refuses to close an io_uring descriptor; close(2) does not */
     if (nr == SYS_close && res == -EBADF && tr == AGG_TR_RING)
         res = native(g, r);

@@ -83,10 +83,12 @@ void agg_park(struct agg_fiber *f)
         n->state = AGG_RUNNING;
         c->acc_switches++;
         ferry_agg_switch(&f->ctx, &n->ctx);
-        return;
+    } else {
+        c->current = 0;
+        ferry_agg_switch(&f->ctx, &c->sched);
     }
-    c->current = 0;
-    ferry_agg_switch(&f->ctx, &c->sched);
+    if (f->thread)
+        agg_thread_resumed(f);
 }
 
 void agg_fiber_finish(struct agg_fiber *f)
@@ -281,6 +283,7 @@ static void flush_stats(struct agg_carrier *c)
 static void wait_for_events(struct agg_carrier *c)
 {
     flush_stats(c);
+    agg_threads_idle(c);
     unsigned np = c->g->cfg.npools;
     int others = 0;
     for (unsigned i = 1; i < np; i++)
@@ -365,7 +368,9 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
     c->finished = 0;
     c->current = 0;
     if (f) {
-        if (f->joined < 0) {
+        if (f->thread) {
+            agg_thread_finished(c, f);
+        } else if (f->joined < 0) {
             carrier_tls(c);
             agg_fiber_free(c, f);
         } else {
@@ -378,7 +383,7 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
     }
 }
 
-static void loop(struct agg_carrier *c)
+void agg_carrier_loop(struct agg_carrier *c)
 {
     for (;;) {
         if (!c->round_left) {
@@ -437,31 +442,10 @@ __attribute__((visibility("default"))) int ferry_carrier_run(struct ferry_group 
         return -AGG_EINVAL;
     if (agg_carrier || agg_self)
         return -AGG_EBUSY;
-    struct agg_carrier *c = agg_calloc(1, sizeof(*c));
-    if (!c)
-        return -AGG_ENOMEM;
-    c->g = g;
-    c->ops = &agg_sched_round_robin;
-    c->tp = agg_tp();
-    c->sched.fsbase = 0;  /* switching to the scheduler leaves fs alone */
-    c->efd = -1;
-    int r = 0;
-    for (unsigned i = 0; i < g->cfg.npools; i++) {
-        int attach = g->cfg.pools[i].sqpoll_cpu >= 0 ? g->pools[i].ring.ring_fd : -1;
-        r = agg_ring_init(g, i, &c->pools[i].ring, attach);
-        if (r < 0)
-            goto out;
-        c->pools[i].up = 1;
-    }
-    r = (int)ferry_raw2(SYS_eventfd2, 0, 02000000 /* EFD_CLOEXEC */);
+    struct agg_carrier *c;
+    int r = agg_carrier_new(g, &c);
     if (r < 0)
-        goto out;
-    c->efd = r;
-    for (unsigned i = 1; i < g->cfg.npools; i++) {
-        r = io_uring_register_eventfd(&c->pools[i].ring, c->efd);
-        if (r < 0)
-            goto out;
-    }
+        return r;
     agg_carrier = c;
     __atomic_add_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
     agg_stat(g, AGG_ST(carriers), 1);
@@ -470,15 +454,63 @@ __attribute__((visibility("default"))) int ferry_carrier_run(struct ferry_group 
     if (r == 0) {
         f->joined = -1;
         agg_wake(f);
-        loop(c);
+        agg_carrier_loop(c);
         carrier_tls(c);
     }
     agg_carrier = 0;
     __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
-out:
     teardown(c);
     agg_free(c);
     return r < 0 ? r : 0;
+}
+
+/* A carrier for the calling thread: its rings (attached to the pools'
+ * SQPOLL threads when they have one) and the eventfd others wake it with. */
+int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
+{
+    struct agg_carrier *c = agg_calloc(1, sizeof(*c));
+    if (!c)
+        return -AGG_ENOMEM;
+    c->g = g;
+    c->ops = &agg_sched_round_robin;
+    c->tp = agg_tp();
+    c->tid = (int)ferry_raw0(SYS_gettid);
+    c->sched.fsbase = 0;  /* switching to the scheduler leaves fs alone */
+    c->efd = -1;
+    int r = 0;
+    for (unsigned i = 0; i < g->cfg.npools; i++) {
+        int attach = g->cfg.pools[i].sqpoll_cpu >= 0 ? g->pools[i].ring.ring_fd : -1;
+        r = agg_ring_init(g, i, &c->pools[i].ring, attach);
+        if (r < 0)
+            goto fail;
+        c->pools[i].up = 1;
+    }
+    r = (int)ferry_raw2(SYS_eventfd2, 0, 02000000 /* EFD_CLOEXEC */);
+    if (r < 0)
+        goto fail;
+    c->efd = r;
+    for (unsigned i = 1; i < g->cfg.npools; i++) {
+        r = io_uring_register_eventfd(&c->pools[i].ring, c->efd);
+        if (r < 0)
+            goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    teardown(c);
+    agg_free(c);
+    return r;
+}
+
+/* In a fork child: the rings are the parent's (shared memory); let go of
+ * them without touching what is in flight there. */
+void agg_carrier_forget(struct agg_carrier *c)
+{
+    for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
+        if (c->pools[i].up)
+            io_uring_queue_exit(&c->pools[i].ring);
+    if (c->efd >= 0)
+        ferry_raw1(SYS_close, c->efd);
 }
 
 /* ---- fibers' side ---------------------------------------------------------- */

@@ -315,6 +315,12 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     if (ferry_catchall_on)
         for (unsigned i = 0; i < sizeof(masked) / sizeof(masked[0]); i++)
             ferry_action[masked[i]] = 1;
+    if (mode == FERRY_MODE_AGGREGATE && agg_threads_on) {
+        /* threads = fibers: from here on this thread is fiber 0 */
+        agg_threads_watch();
+        if (agg_threads_start() != 0)
+            agg_threads_on = 0;
+    }
     active = 1;
 }
 
@@ -355,6 +361,7 @@ void ferry_post(long result)
     if (result == 0) {
         if (!(flags & CLONE_VM)) {
             ferry_store_after_fork();
+            agg_threads_after_fork();
             pending_nr = 0;
         } else if (flags & CLONE_VFORK) {
             ferry_blk_enter_vfork_child();
@@ -374,13 +381,35 @@ static uint32_t site_of(const struct ferry_regs *r)
     return rec ? (uint32_t)rec->global : 0;
 }
 
+static long slow_call(struct ferry_regs *r);
+
+/* With the program's threads as fibers, signals sent to a fiber are raised
+ * here, once the shim is done with the call: a handler that never returns
+ * (pthread_cancel's unwinding, siglongjmp) leaves nothing of the shim's
+ * half done.  A call they interrupted runs again if every handler said
+ * SA_RESTART, as the kernel would have restarted it. */
 long ferry_slow(struct ferry_regs *r)
+{
+    if (!agg_threads_on)
+        return slow_call(r);
+    struct ferry_regs call = *r;
+    for (;;) {
+        long ret = slow_call(r);
+        if (ret != FERRY_DONE || !agg_threads_deliver(r->rax))
+            return ret;
+        *r = call;
+    }
+}
+
+static long slow_call(struct ferry_regs *r)
 {
     long nr = r->rax;
     if (mode != FERRY_MODE_OFF)
         ferry_blk_count(nr);
     if (ferry_catchall_on)
         ferry_catchall_check();
+    if (agg_threads_on && ferry_agg_thread_call(r))
+        return FERRY_DONE;
     switch (nr) {
     case SYS_rt_sigreturn:
         return FERRY_RAW;  /* not reached from a trampoline: entry.S runs it */
@@ -396,6 +425,7 @@ long ferry_slow(struct ferry_regs *r)
         r->rax = do_syscall(r);
         if (r->rax == 0) {
             ferry_store_after_fork();
+            agg_threads_after_fork();
             ferry_catchall_thread();
         }
         return FERRY_DONE;
