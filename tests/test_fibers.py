@@ -1,0 +1,278 @@
+"""Issue 6: unmodified threaded programs behave under Ferry exactly as natively.
+
+Every workload runs natively and under `ferry run -p PROFILE` for each
+profile available: `trace` (threads stay threads, every call is traced) and
+`fibers` (profiles/fibers.toml: mode "aggregate" with `threads = "fibers"`,
+the threads become fibers on carriers).  Until the fiber engine exists that
+profile does not, and its cases are skipped saying so; once it exists they
+run, and must also show in the run directory that fibers were really used.
+
+Workloads: tests/programs/fib_pthreads (pthreads from mutexes to signals),
+fib_crash (a thread crashes: same signal), py_fibers.py (Python threading),
+examples/net in its `thread` and `pool` models, and Debian's apache2 with
+mpm_worker serving a static page.  Outputs, exit statuses and every HTTP
+response are compared; no timing is asserted.
+"""
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FERRY, ROOT
+from ferry.rundata import load_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import httpload  # noqa: E402
+
+PROGRAMS = ROOT / "tests" / "programs"
+NET_SERVER = ROOT / "examples" / "build" / "net_server"
+PAGE = (ROOT / "examples" / "net" / "index.html").read_bytes()
+FIBERS_PROFILE = ROOT / "profiles" / "fibers.toml"
+PYTHON = "/usr/bin/python3"
+TIMEOUT = 180           # a first `ferry run` of a session rewrites libc and friends
+# Natively every workload takes about a second; the C programs end themselves
+# with SIGALRM after 30 s.
+WORKLOAD_TIMEOUT = 90
+
+PROFILES = [
+    pytest.param("trace", id="trace"),
+    pytest.param(str(FIBERS_PROFILE), id="fibers",
+                 marks=pytest.mark.skipif(not FIBERS_PROFILE.is_file(),
+                                          reason="fiber mode not built yet (profiles/fibers.toml missing)")),
+]
+RUNNERS = [pytest.param(None, id="native"), *PROFILES]
+
+# name: (argv relative to the built programs, native outcome: exit code or -signal)
+WORKLOADS = {
+    "fib_pthreads": (["{build}/fib_pthreads"], 0),
+    "fib_crash_segv": (["{build}/fib_crash"], -signal.SIGSEGV),
+    "fib_crash_abort": (["{build}/fib_crash", "abort"], -signal.SIGABRT),
+    "py_sync": ([PYTHON, "{src}/py_fibers.py", "sync"], 0),
+    "py_queue": ([PYTHON, "{src}/py_fibers.py", "queue"], 0),
+    "py_io": ([PYTHON, "{src}/py_fibers.py", "io"], 0),
+    "py_futures": ([PYTHON, "{src}/py_fibers.py", "futures"], 0),
+}
+
+
+@pytest.fixture(autouse=True)
+def own_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+
+
+@pytest.fixture(scope="session")
+def net_server():
+    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, f"make -C examples failed:\n{r.stdout}\n{r.stderr}"
+    return NET_SERVER
+
+
+def no_core():
+    # A crash must not leave core files behind (core_pattern may be "core").
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def under(profile, run_dir, argv):
+    """argv as run natively (profile None) or under `ferry run -p profile`."""
+    if profile is None:
+        return [str(a) for a in argv]
+    return [*FERRY, "run", "--no-learn", "-p", str(profile), "-o", str(run_dir), "--", *map(str, argv)]
+
+
+def workload_argv(name, build):
+    argv, _ = WORKLOADS[name]
+    return [a.format(build=build, src=PROGRAMS) for a in argv]
+
+
+def run_workload(name, build, profile, tmp_path):
+    """The workload's CompletedProcess; a run that hangs is killed with its
+    whole session (ferry run and the program) and fails with what it printed."""
+    cmd = under(profile, tmp_path / "run", workload_argv(name, build))
+    env = dict(os.environ, LC_ALL="C", PYTHONHASHSEED="0")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env,
+                            preexec_fn=no_core, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=WORKLOAD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"{' '.join(cmd)}: still running after {WORKLOAD_TIMEOUT} s (killed)\n"
+                             f"--- stdout\n{out.decode(errors='replace')}--- stderr\n"
+                             f"{err.decode(errors='replace')}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="session")
+def native_results(test_programs, tmp_path_factory):
+    """Each workload's native run, made once and shared by the profiles."""
+    done = {}
+
+    def get(name):
+        if name not in done:
+            done[name] = run_workload(name, test_programs, None, tmp_path_factory.mktemp(name))
+        return done[name]
+
+    return get
+
+
+def describe(r):
+    how = f"killed by {signal.Signals(-r.returncode).name}" if r.returncode < 0 else f"exit {r.returncode}"
+    return f"{how}\n--- stdout\n{r.stdout.decode(errors='replace')}--- stderr\n{r.stderr.decode(errors='replace')}"
+
+
+def assert_fibers_used(profile, run_dir):
+    """Under the fibers profile the run must show fibers (docs/aggregate.md);
+    without this, a fiber engine that silently fell back to threads would pass."""
+    if profile is None or Path(profile) != FIBERS_PROFILE:
+        return
+    model = load_run(run_dir)
+    agg = model["aggregation"]
+    assert agg is not None, "no process of the run created an aggregation group"
+    assert agg["fibers"] > 0, f"no fibers were created: {agg}"
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_workload_native_outcome(name, native_results):
+    r = native_results(name)
+    assert r.returncode == WORKLOADS[name][1], describe(r)
+    if name == "fib_pthreads":
+        assert b"all passed: 0 failed" in r.stdout, describe(r)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_workload_same_as_native(name, profile, native_results, test_programs, tmp_path):
+    native = native_results(name)
+    got = run_workload(name, test_programs, profile, tmp_path)
+    assert (got.returncode, got.stdout.decode(errors="replace"), got.stderr.decode(errors="replace")) == \
+        (native.returncode, native.stdout.decode(errors="replace"), native.stderr.decode(errors="replace")), \
+        f"native: {describe(native)}\nunder {Path(profile).stem}: {describe(got)}"
+    model = load_run(tmp_path / "run")
+    root = model["processes"][0]
+    assert root["enabled"], root
+    want = {"code": native.returncode, "signal": None} if native.returncode >= 0 else \
+        {"code": None, "signal": signal.Signals(-native.returncode).name}
+    assert root["exit"] == want
+    if name == "fib_pthreads" and profile == "trace":
+        # The threads' own calls were seen: 200 ping-pong threads and the others.
+        clones = sum(s["calls"] for s in model["syscalls"] if s["name"] in ("clone", "clone3"))
+        assert clones >= 200 + 8 + 10
+    assert_fibers_used(profile, tmp_path / "run")
+
+
+# ---------------------------------------------------------------- servers
+
+class Server:
+    """A server started natively or under `ferry run`, in its own session."""
+
+    def __init__(self, argv, profile, run_dir, port=None):
+        self.profile, self.run_dir = profile, run_dir
+        self.proc = subprocess.Popen(under(profile, run_dir, argv), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True)
+        self.port = port
+        self.status = "running"
+
+    def read_port_line(self):
+        """net_server prints `listening on PORT` once it accepts."""
+        deadline, line = time.monotonic() + TIMEOUT, b""
+        while time.monotonic() < deadline and not line.endswith(b"\n"):
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready:
+                ch = os.read(self.proc.stdout.fileno(), 1)
+                if not ch:
+                    break
+                line += ch
+            elif self.proc.poll() is not None:
+                break
+        if not line.startswith(b"listening on "):
+            self.stop()
+            raise AssertionError(f"server did not start (exit {self.proc.returncode}); stdout {line!r}; "
+                                 f"stderr:\n{self.proc.stderr.read().decode(errors='replace')}")
+        self.port = int(line.split()[2])
+
+    def stop(self):
+        if self.status == "running":
+            self.status = httpload.stop(self.proc)
+            self.stderr = self.proc.stderr.read().decode(errors="replace")
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+        return self.status
+
+
+@pytest.mark.parametrize("profile", RUNNERS)
+@pytest.mark.parametrize("model", ["thread", "pool"])
+def test_net_server_unmodified_threads(model, profile, net_server, tmp_path):
+    s = Server([net_server, "--model", model, "--port", "0", "--threads", "16"], profile, tmp_path / "run")
+    try:
+        s.read_port_line()
+        # More connections than the pool has threads: connections queue and rotate.
+        n, errors = httpload.keepalive_load(s.port, PAGE, connections=24, requests=40)
+        assert errors == [], f"{len(errors)} client(s) failed, {n} good responses: {errors[:4]}"
+        assert n == 24 * 40
+        n, errors = httpload.keepalive_load(s.port, PAGE, path="/index.html", connections=4, requests=10)
+        assert errors == [] and n == 40, f"{n} good responses: {errors[:4]}"
+    finally:
+        status = s.stop()
+    assert status == 0, f"net_server did not stop cleanly on SIGTERM ({status}): {s.stderr}"
+    assert s.stderr == ""
+    if profile is not None:
+        assert load_run(s.run_dir)["processes"][0]["enabled"]
+        assert_fibers_used(profile, s.run_dir)
+
+
+@pytest.fixture
+def apache():
+    if not Path(httpload.APACHE).is_file():
+        pytest.skip("apache2 is not installed (apt-get install apache2-bin)")
+    # Not under tmp_path: its parents are private, and the children run as nobody.
+    root = Path(tempfile.mkdtemp(prefix="ferry-test-apache-"))
+    port = httpload.free_port()
+    conf = httpload.write_apache_conf(root, port, PAGE, processes=2, threads=16)
+    yield root, port, conf
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("profile", RUNNERS)
+def test_apache_worker(apache, profile, tmp_path):
+    root, port, conf = apache
+    s = Server(httpload.apache_cmd(conf), profile, tmp_path / "run", port)
+    try:
+        problem = httpload.wait_http(port, s.proc, PAGE, timeout=TIMEOUT)
+        assert problem == "", problem + "\n" + _log(root)
+        # 24 connections over 2 processes of 16 threads: both children serve.
+        n, errors = httpload.keepalive_load(port, PAGE, connections=24, requests=40)
+        assert errors == [], f"{len(errors)} client(s) failed, {n} good responses: {errors[:4]}\n{_log(root)}"
+        assert n == 24 * 40
+    finally:
+        status = s.stop()
+    log = _log(root)
+    assert status == 0, f"apache2 did not stop on SIGTERM ({status}): {s.stderr}\n{log}"
+    assert "caught SIGTERM, shutting down" in log
+    # A child that crashed is only visible in the parent's log.
+    for bad in ("exit signal", "segfault", "AH00051", "AH00052", "emerg", "[core:error]"):
+        assert bad not in log, log
+    if profile is not None:
+        model = load_run(s.run_dir)
+        procs = [p for p in model["processes"] if os.path.basename(p["exe"] or "") == "apache2"]
+        assert len(procs) >= 3, procs           # the parent and its two children
+        assert [p for p in model["processes"] if not p["enabled"]] == []
+        assert all(p["exit"] == {"code": 0, "signal": None} for p in procs), [p["exit"] for p in procs]
+        assert_fibers_used(profile, s.run_dir)
+
+
+def _log(root):
+    try:
+        return (Path(root) / "error.log").read_text(errors="replace")
+    except OSError:
+        return "(no error.log)"
