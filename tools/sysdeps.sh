@@ -10,6 +10,8 @@ command -v strace >/dev/null 2>&1 || need="$need strace"
 # the shim's aggregation runs on io_uring; wrk drives the network benchmarks
 [ -e /usr/include/liburing.h ] || need="$need liburing-dev"
 command -v wrk >/dev/null 2>&1 || need="$need wrk"
+# apache2 with mpm_worker: the threaded server the fiber tests run unmodified
+[ -x /usr/sbin/apache2 ] || need="$need apache2-bin"
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need="$need python3-venv"
 # ferry gui (PySide6): the system libraries Qt's xcb and offscreen platforms load,
 # a font, and Xvfb for the GUI tests.
