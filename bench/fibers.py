@@ -29,7 +29,6 @@ import argparse
 import math
 import os
 import re
-import select
 import shutil
 import statistics
 import subprocess
@@ -105,21 +104,11 @@ class Server:
             raise
 
     def _read_port(self):
-        deadline = time.monotonic() + START_TIMEOUT
-        line = b""
-        while time.monotonic() < deadline and not line.endswith(b"\n"):
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                ch = os.read(self.proc.stdout.fileno(), 1)
-                if not ch:
-                    break
-                line += ch
-            elif self.proc.poll() is not None:
-                break
-        if not line.startswith(b"listening on "):
+        port, line = httpload.read_listening_line(self.proc, START_TIMEOUT)
+        if port is None:
             raise BenchError(f"{self.label} did not start (exit {self.proc.poll()}): {line!r}"
                              f"{self._stderr_tail()}")
-        return int(line.split()[2])
+        return port
 
     def _stderr_tail(self):
         if self.proc.poll() is None:

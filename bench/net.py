@@ -32,7 +32,6 @@ import argparse
 import math
 import os
 import re
-import select
 import signal
 import statistics
 import subprocess
@@ -43,6 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+import httpload  # noqa: E402
 FERRY = str(Path(sys.executable).parent / "ferry")
 SERVER = ROOT / "examples" / "build" / "net_server"
 PROFILE = ROOT / "profiles" / "net.toml"
@@ -80,18 +81,8 @@ class Server:
         self.pid = self._server_pid()
 
     def _read_port(self):
-        deadline = time.monotonic() + START_TIMEOUT
-        line = b""
-        while time.monotonic() < deadline and not line.endswith(b"\n"):
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                ch = os.read(self.proc.stdout.fileno(), 1)
-                if not ch:
-                    break
-                line += ch
-            elif self.proc.poll() is not None:
-                break
-        if not line.startswith(b"listening on "):
+        port, line = httpload.read_listening_line(self.proc, START_TIMEOUT)
+        if port is None:
             if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=20)
@@ -102,7 +93,7 @@ class Server:
             how = "under `ferry run -p " + Path(self.profile).stem + "`" if self.profile else "natively"
             raise BenchError(f"the {self.model} model did not start {how} "
                              f"(exit {self.proc.returncode}): {err or line!r}", self.model)
-        return int(line.split()[2])
+        return port
 
     def _server_pid(self):
         """The net_server process: our child natively, ferry run's child under it

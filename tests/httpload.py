@@ -5,6 +5,7 @@ time and memory of a process tree from /proc.
 
 Only the standard library: bench/ imports it with tests/ on sys.path.
 """
+import select
 import http.client
 import os
 import signal
@@ -18,6 +19,24 @@ APACHE = "/usr/sbin/apache2"
 APACHE_MODULES = Path("/usr/lib/apache2/modules")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def read_listening_line(proc, timeout):
+    """The port in the `listening on PORT` line a server prints once it accepts, or None
+    (with the bytes read) when it exits or stays silent for `timeout` seconds."""
+    deadline, line = time.monotonic() + timeout, b""
+    while time.monotonic() < deadline and not line.endswith(b"\n"):
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            ch = os.read(proc.stdout.fileno(), 1)
+            if not ch:
+                break
+            line += ch
+        elif proc.poll() is not None:
+            break
+    if not line.startswith(b"listening on "):
+        return None, line
+    return int(line.split()[2]), line
 
 
 def free_port():

@@ -15,13 +15,11 @@ response are compared; no timing is asserted.
 """
 import os
 import resource
-import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -185,21 +183,12 @@ class Server:
 
     def read_port_line(self):
         """net_server prints `listening on PORT` once it accepts."""
-        deadline, line = time.monotonic() + TIMEOUT, b""
-        while time.monotonic() < deadline and not line.endswith(b"\n"):
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                ch = os.read(self.proc.stdout.fileno(), 1)
-                if not ch:
-                    break
-                line += ch
-            elif self.proc.poll() is not None:
-                break
-        if not line.startswith(b"listening on "):
+        port, line = httpload.read_listening_line(self.proc, TIMEOUT)
+        if port is None:
             self.stop()
             raise AssertionError(f"server did not start (exit {self.proc.returncode}); stdout {line!r}; "
                                  f"stderr:\n{self.proc.stderr.read().decode(errors='replace')}")
-        self.port = int(line.split()[2])
+        self.port = port
 
     def stop(self):
         if self.status == "running":

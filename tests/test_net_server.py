@@ -9,17 +9,16 @@ aggregation engine.  No timing is asserted.
 """
 import http.client
 import os
-import select
 import signal
 import socket
 import struct
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+import httpload
 from conftest import FERRY, ROOT
 
 SERVER = ROOT / "examples" / "build" / "net_server"
@@ -49,23 +48,13 @@ class Server:
         self.port = self._read_port()
 
     def _read_port(self):
-        deadline = time.monotonic() + START_TIMEOUT
-        line = b""
-        while time.monotonic() < deadline and not line.endswith(b"\n"):
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if ready:
-                ch = os.read(self.proc.stdout.fileno(), 1)
-                if not ch:
-                    break
-                line += ch
-            elif self.proc.poll() is not None:
-                break
-        if not line.startswith(b"listening on "):
+        port, line = httpload.read_listening_line(self.proc, START_TIMEOUT)
+        if port is None:
             self.stop()
             err = self.proc.stderr.read().decode(errors="replace").strip()
             raise AssertionError(f"server did not start (exit {self.proc.returncode}); "
                                  f"stdout {line!r}; stderr:\n{err}")
-        return int(line.split()[2])
+        return port
 
     def stop(self):
         """SIGTERM, and the exit status; kills it if it does not stop in time."""
