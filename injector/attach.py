@@ -85,13 +85,22 @@ class Stopped:
                 if not new:
                     break
                 for tid in new:
-                    _call(PTRACE_SEIZE, tid)
                     seen.add(tid)
+                    try:
+                        _call(PTRACE_SEIZE, tid)
+                    except ProcessLookupError:
+                        continue  # a thread that ended after it was listed (a server's per-request thread)
                     self.tids.append(tid)
-                    _call(PTRACE_INTERRUPT, tid)
-                    _wait_stop(tid)
-                    regs = Regs()
-                    _call(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
+                    try:
+                        _call(PTRACE_INTERRUPT, tid)
+                        status = _wait_stop(tid)
+                        if not os.WIFSTOPPED(status):
+                            raise ProcessLookupError
+                        regs = Regs()
+                        _call(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
+                    except (ProcessLookupError, ChildProcessError):
+                        self.tids.remove(tid)  # it ended while we stopped it
+                        continue
                     self.rips.append(regs.rip)
         except PermissionError:
             self.__exit__(None, None, None)

@@ -79,7 +79,8 @@ def test_attached_http_server_keeps_answering_and_is_recorded(tmp_path, monkeypa
             time.sleep(0.05)
         time.sleep(1.5)  # requests served while attached
         during = load.ok
-        subprocess.run([*FERRY, "detach", str(server.pid)], check=True, capture_output=True, timeout=60)
+        r = subprocess.run([*FERRY, "detach", str(server.pid)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
         attacher.wait(timeout=30)
         time.sleep(0.5)
         load.stop.set()
