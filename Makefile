@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# every bench/*.py but the helpers they share
+BENCHES := $(filter-out bench/wrkload.py,$(wildcard bench/*.py))
 
 .PHONY: all setup sysdeps shim examples demo test bench clean
 
@@ -36,7 +38,7 @@ test: setup shim examples
 
 bench: setup shim
 	$(MAKE) -s -C bench
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	$(MAKE) -s -C shim clean

@@ -28,9 +28,7 @@ the output says which profile they were computed against.
 import argparse
 import math
 import os
-import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 import httpload  # noqa: E402
+from wrkload import (CLIENT_CPU, NAN, SERVER_CPU, BenchError, add_options, fmt, med,  # noqa: E402
+                     ratio, settings, subset, wrk)
 
 FERRY = str(Path(sys.executable).parent / "ferry")
 NET_SERVER = ROOT / "examples" / "build" / "net_server"
@@ -50,15 +50,9 @@ FIBERS = ROOT / "profiles" / "fibers.toml"
 KINDS = ["net-thread", "net-pool", "apache"]
 LEVELS = [1, 10, 100, 256, 1000, 2000]
 QUICK_LEVELS = [1, 10, 256]
-SERVER_CPU, CLIENT_CPU = "0", "1"
 # The first `ferry run` of a fresh cache rewrites libc and the server's libraries.
 START_TIMEOUT = 180
 APACHE_THREADS = 256     # per child; children = enough for the highest level
-NAN = float("nan")
-
-
-class BenchError(Exception):
-    pass
 
 
 # ---------------------------------------------------------------- servers
@@ -139,41 +133,6 @@ def profile_name(profile):
 
 # ---------------------------------------------------------------- wrk
 
-UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
-
-
-def _ms(text):
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
-    if not m:
-        raise BenchError(f"cannot read wrk's time {text!r}")
-    return float(m.group(1)) * UNIT[m.group(2)]
-
-
-def parse_wrk(out):
-    p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
-    n = re.search(r"^\s*(\d+) requests in ", out, re.M)
-    rps = re.search(r"^Requests/sec:\s*([\d.]+)", out, re.M)
-    if not (p99 and n and rps):
-        raise BenchError(f"cannot read wrk's output:\n{out}")
-    r = {"p99_ms": _ms(p99.group(1)), "requests": int(n.group(1)), "rps": float(rps.group(1)), "errors": 0}
-    e = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    if e:
-        r["errors"] += sum(int(x) for x in e.groups())
-    x = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if x:
-        r["errors"] += int(x.group(1))
-    return r
-
-
-def wrk(port, conns, seconds):
-    cmd = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s",
-           "--latency", f"http://127.0.0.1:{port}/"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
-    if p.returncode != 0:
-        raise BenchError(f"wrk failed ({p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
-    return parse_wrk(p.stdout)
-
-
 def measure(server, conns, seconds):
     """One wrk run: wrk's figures, the tree's CPU seconds, its peak RSS."""
     if not server.alive():
@@ -199,24 +158,11 @@ def measure(server, conns, seconds):
 
 # ---------------------------------------------------------------- reporting
 
-def med(xs):
-    xs = [x for x in xs if x is not None and not math.isnan(x)]
-    return statistics.median(xs) if xs else NAN
-
-
-def ratio(a, b):
-    return a / b if a and b and not math.isnan(a) and not math.isnan(b) else NAN
-
-
-def fmt(x, spec):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
 def summarize(rs):
     reqs = sum(r["requests"] for r in rs)
     return {"rps": med([r["rps"] for r in rs]), "p99_ms": med([r["p99_ms"] for r in rs]),
             "cpu_us_req": 1e6 * sum(r["cpu_s"] for r in rs) / reqs if reqs else NAN,
-            "rss_mb": max(r["rss"] for r in rs) / 2**20, "errors": sum(r["errors"] for r in rs),
+            "rss_mb": max(r["rss"] for r in rs) / 2**20, "errors": sum(r["errors"] + r["non2xx"] for r in rs),
             "rounds": [r["rps"] for r in rs]}
 
 
@@ -245,30 +191,15 @@ def print_table(table, levels, pname):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help=f"concurrency {', '.join(map(str, QUICK_LEVELS))} only; 1 round of 2 s")
-    ap.add_argument("--duration", type=int, help="seconds per wrk run (default 3; quick 2)")
-    ap.add_argument("--rounds", type=int, help="interleaved rounds per level (default 2; quick 1)")
-    ap.add_argument("--threads", type=int, default=64, help="threads of the net pool model (default 64)")
+    add_options(ap, QUICK_LEVELS, "threads of the net pool model (default 64)")
     ap.add_argument("--profile", help="measure this profile instead of fibers (a shipped name or a "
                                       "file), e.g. trace to check the harness")
     ap.add_argument("--servers", default=",".join(KINDS),
                     help="comma-separated subset of " + ", ".join(KINDS) + " (the RESULT line needs "
                          "net-thread and apache)")
     args = ap.parse_args()
-    kinds = [k.strip() for k in args.servers.split(",") if k.strip()]
-    bad = [k for k in kinds if k not in KINDS]
-    if bad or not kinds:
-        ap.error(f"--servers: unknown server {bad[0] if bad else '(none)'!r}; known: {', '.join(KINDS)}")
-    if args.duration is not None and not 1 <= args.duration <= 600:
-        ap.error("--duration: expected 1..600 seconds")
-    if args.rounds is not None and not 1 <= args.rounds <= 20:
-        ap.error("--rounds: expected 1..20")
-    if args.threads < 1:
-        ap.error("--threads: expected at least 1")
-    levels = QUICK_LEVELS if args.quick else LEVELS
-    seconds = args.duration or (2 if args.quick else 3)
-    rounds = args.rounds or (1 if args.quick else 2)
+    kinds = subset(ap, "--servers", args.servers, KINDS, "server")
+    levels, seconds, rounds = settings(ap, args, LEVELS, QUICK_LEVELS)
 
     if args.profile is None:
         if not FIBERS.is_file():

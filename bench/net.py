@@ -31,9 +31,7 @@ bench/out/.  The last line is the RESULT line.
 import argparse
 import math
 import os
-import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 import httpload  # noqa: E402
+from wrkload import (CLIENT_CPU, NAN, SERVER_CPU, BenchError, add_options, fmt, med,  # noqa: E402
+                     ratio, settings, subset, wrk)
 FERRY = str(Path(sys.executable).parent / "ferry")
 SERVER = ROOT / "examples" / "build" / "net_server"
 PROFILE = ROOT / "profiles" / "net.toml"
@@ -52,17 +52,9 @@ MODELS = ["thread", "pool", "async", "cluster"]
 NATIVE = ["thread", "pool", "async"]
 LEVELS = [1, 10, 100, 400, 1000, 2000]
 QUICK_LEVELS = [1, 100, 400]
-SERVER_CPU, CLIENT_CPU = "0", "1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # The first `ferry run` of a fresh cache rewrites libc and the server.
 START_TIMEOUT = 180
-NAN = float("nan")
-
-
-class BenchError(Exception):
-    def __init__(self, message, model=None):
-        super().__init__(message)
-        self.model = model
 
 
 # ---------------------------------------------------------------- servers
@@ -156,44 +148,6 @@ class Server:
 
 # ---------------------------------------------------------------- wrk
 
-UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
-
-
-def _ms(text):
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
-    if not m:
-        raise BenchError(f"cannot read wrk's time {text!r}")
-    return float(m.group(1)) * UNIT[m.group(2)]
-
-
-def parse_wrk(out):
-    r = {"errors": 0, "non2xx": 0}
-    m = re.search(r"^\s*Latency\s+(\S+)\s", out, re.M)
-    p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
-    n = re.search(r"^\s*(\d+) requests in ([\d.]+)(\w+)", out, re.M)
-    rps = re.search(r"^Requests/sec:\s*([\d.]+)", out, re.M)
-    if not (m and p99 and n and rps):
-        raise BenchError(f"cannot read wrk's output:\n{out}")
-    r["mean_ms"], r["p99_ms"] = _ms(m.group(1)), _ms(p99.group(1))
-    r["requests"], r["rps"] = int(n.group(1)), float(rps.group(1))
-    e = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    if e:
-        r["errors"] = sum(int(x) for x in e.groups())
-    x = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if x:
-        r["non2xx"] = int(x.group(1))
-    return r
-
-
-def wrk(port, conns, seconds):
-    cmd = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s",
-           "--latency", f"http://127.0.0.1:{port}/"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
-    if p.returncode != 0:
-        raise BenchError(f"wrk failed ({p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
-    return parse_wrk(p.stdout)
-
-
 def measure(server, conns, seconds, counting=False):
     """One wrk run against `server`: wrk's figures, CPU seconds, and with
     `counting` the process file's deltas."""
@@ -216,19 +170,6 @@ def measure(server, conns, seconds, counting=False):
 
 
 # ---------------------------------------------------------------- reporting
-
-def med(xs):
-    xs = [x for x in xs if x is not None and not math.isnan(x)]
-    return statistics.median(xs) if xs else NAN
-
-
-def fmt(x, spec, none="-"):
-    return none if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def ratio(a, b):
-    return a / b if a and b and not math.isnan(a) and not math.isnan(b) else NAN
-
 
 def summarize(runs, counts):
     """{model: {level: figures}} from the raw wrk runs and counting runs."""
@@ -362,26 +303,12 @@ def plot(table, levels, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="concurrency 1, 100, 400 only; 1 round of 2 s")
-    ap.add_argument("--duration", type=int, help="seconds per wrk run (default 3; quick 2)")
-    ap.add_argument("--rounds", type=int, help="interleaved rounds per level (default 2; quick 1)")
-    ap.add_argument("--threads", type=int, default=64, help="pool model's threads (default 64)")
+    add_options(ap, QUICK_LEVELS, "pool model's threads (default 64)")
     ap.add_argument("--models", default=",".join(MODELS),
                     help="comma-separated subset (the RESULT line needs all four)")
     args = ap.parse_args()
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    bad = [m for m in models if m not in MODELS]
-    if bad or not models:
-        ap.error(f"--models: unknown model {bad[0] if bad else '(none)'!r}; known: {', '.join(MODELS)}")
-    if args.duration is not None and not 1 <= args.duration <= 600:
-        ap.error("--duration: expected 1..600 seconds")
-    if args.rounds is not None and not 1 <= args.rounds <= 20:
-        ap.error("--rounds: expected 1..20")
-    if args.threads < 1:
-        ap.error("--threads: expected at least 1")
-    levels = QUICK_LEVELS if args.quick else LEVELS
-    seconds = args.duration or (2 if args.quick else 3)
-    rounds = args.rounds or (1 if args.quick else 2)
+    models = subset(ap, "--models", args.models, MODELS, "model")
+    levels, seconds, rounds = settings(ap, args, LEVELS, QUICK_LEVELS)
     count_seconds = max(1, min(seconds, 2))
     if os.cpu_count() < 2:
         print("bench/net: needs 2 CPUs (server on CPU 0, wrk on CPU 1)", file=sys.stderr)
@@ -431,7 +358,7 @@ def main():
                 print(f"  c={level:<5} req/s: {line}   ({time.monotonic() - t_start:.0f} s)", flush=True)
         except BenchError as e:
             print(f"bench/net: {e}", file=sys.stderr)
-            if e.model == "cluster":
+            if e.subject == "cluster":
                 print("bench/net: the cluster model cannot run (the aggregation engine is missing or "
                       "failing); no figures are reported", file=sys.stderr)
             return 1
