@@ -213,6 +213,10 @@ extern int ferry_agg_fsgsbase;
 extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
 extern __thread struct agg_carrier *agg_carrier __attribute__((tls_model("initial-exec")));
 int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg);
+/* A context whose first switch runs fn(arg) on the stack below `top`. */
+void agg_ctx_start(struct agg_ctx *ctx, void *top, void (*fn)(void *), void *arg);
+/* Where initial-exec TLS variable `v` lives in the thread block at `tp`. */
+#define TLS_IN(tp, v) ((__typeof__(&(v)))((tp) + ((unsigned long)&(v) - agg_tp())))
 void agg_fiber_free(struct agg_carrier *c, struct agg_fiber *f);
 unsigned long agg_tp(void);
 

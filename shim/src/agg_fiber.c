@@ -64,8 +64,6 @@ static size_t pthread_size(void)
     return &_thread_db_sizeof_pthread ? _thread_db_sizeof_pthread : 2304;
 }
 
-/* Where the carrier's initial-exec variable `v` lives in the block of tp. */
-#define TLS_IN(tp, v) ((__typeof__(&(v)))((tp) + ((unsigned long)&(v) - agg_tp())))
 
 /* The thread block sits at the top of the fiber's mapping, as glibc puts a
  * thread's at the top of its stack: the TCB at `tcb`, static TLS below it.
@@ -120,14 +118,30 @@ static void stack_put(struct agg_carrier *c, char *s, size_t size)
     ferry_raw2(SYS_munmap, s, size);
 }
 
-static void fiber_main(struct agg_fiber *f)
+static void fiber_main(void *arg)
 {
+    struct agg_fiber *f = arg;
     f->fn(f->arg);
     /* C++ thread_local destructors registered by this fiber */
     f->busy = 1;
     if (__call_tls_dtors)
         __call_tls_dtors();
     agg_fiber_finish(f);
+}
+
+void agg_ctx_start(struct agg_ctx *ctx, void *top, void (*fn)(void *), void *arg)
+{
+    unsigned long *stop = (unsigned long *)((uintptr_t)top & ~(uintptr_t)15);
+    /* what ferry_agg_switch pops: control words, r15..r12, rbx, rbp, return */
+    stop[-1] = (unsigned long)ferry_agg_fiber_entry;
+    stop[-2] = 0;                               /* rbp */
+    stop[-3] = 0;                               /* rbx */
+    stop[-4] = (unsigned long)arg;              /* r12 */
+    stop[-5] = (unsigned long)fn;               /* r13 */
+    stop[-6] = 0;                               /* r14 */
+    stop[-7] = 0;                               /* r15 */
+    stop[-8] = 0x1f80UL | (0x37fUL << 32);      /* default MXCSR, x87 control word */
+    ctx->rsp = &stop[-8];
 }
 
 int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg)
@@ -161,17 +175,7 @@ int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void
     f->carrier = c;
     f->fn = fn;
     f->arg = arg;
-    unsigned long *stop = (unsigned long *)((uintptr_t)f & ~(uintptr_t)15);
-    /* what ferry_agg_switch pops: control words, r15..r12, rbx, rbp, return */
-    stop[-1] = (unsigned long)ferry_agg_fiber_entry;
-    stop[-2] = 0;                               /* rbp */
-    stop[-3] = 0;                               /* rbx */
-    stop[-4] = (unsigned long)f;                /* r12 */
-    stop[-5] = (unsigned long)fiber_main;       /* r13 */
-    stop[-6] = 0;                               /* r14 */
-    stop[-7] = 0;                               /* r15 */
-    stop[-8] = 0x1f80UL | (0x37fUL << 32);      /* default MXCSR, x87 control word */
-    f->ctx.rsp = &stop[-8];
+    agg_ctx_start(&f->ctx, f, fiber_main, f);
     f->ctx.fsbase = (unsigned long)f->tcb;
     c->alive++;
     agg_stat(c->g, AGG_ST(fibers), 1);

@@ -61,8 +61,6 @@ struct agg_thread_start {
 
 void ferry_agg_thread_resume(struct agg_thread_start *s) __attribute__((noreturn));
 
-#define TLS_IN(tp, v) ((__typeof__(&(v)))((tp) + ((unsigned long)&(v) - agg_tp())))
-
 static long real_tid(struct agg_carrier *c) { return c->tid; }
 
 static struct agg_fiber *lookup(long tid)
@@ -95,12 +93,7 @@ void agg_thread_resumed(struct agg_fiber *f)
 
 static int restarts(int sig)
 {
-    struct {
-        void *handler;
-        unsigned long flags;
-        void *restorer;
-        uint64_t mask;
-    } act;
+    struct ferry_ksigaction act;
     if (ferry_raw4(SYS_rt_sigaction, sig, 0, &act, 8) != 0)
         return 0;
     return act.handler == SIG_IGN || act.handler == SIG_DFL || (act.flags & SA_RESTART);
@@ -172,17 +165,7 @@ static int sched_context(struct agg_carrier *c)
     if ((unsigned long)p > -4096UL)
         return (int)p;
     ferry_raw3(SYS_mprotect, p, 4096, PROT_NONE);
-    unsigned long *top = (unsigned long *)((p + SCHED_STACK) & ~15L);
-    /* what ferry_agg_switch pops, as for a new fiber (agg_fiber.c) */
-    top[-1] = (unsigned long)ferry_agg_fiber_entry;
-    top[-2] = 0;                                /* rbp */
-    top[-3] = 0;                                /* rbx */
-    top[-4] = (unsigned long)c;                 /* r12 */
-    top[-5] = (unsigned long)sched_main;        /* r13 */
-    top[-6] = 0;
-    top[-7] = 0;
-    top[-8] = 0x1f80UL | (0x37fUL << 32);
-    c->sched.rsp = &top[-8];
+    agg_ctx_start(&c->sched, (void *)(p + SCHED_STACK), sched_main, c);
     c->sched.fsbase = 0;
     return 0;
 }
@@ -297,16 +280,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     *TLS_IN(tls, agg_carrier) = c;
     /* its first switch starts thread_entry on the new stack, well below what
      * the resume writes at its top */
-    unsigned long *top = (unsigned long *)((stack_top - 128 - 512) & ~15UL);
-    top[-1] = (unsigned long)ferry_agg_fiber_entry;
-    top[-2] = 0;
-    top[-3] = 0;
-    top[-4] = (unsigned long)f;
-    top[-5] = (unsigned long)thread_entry;
-    top[-6] = 0;
-    top[-7] = 0;
-    top[-8] = 0x1f80UL | (0x37fUL << 32);
-    f->ctx.rsp = &top[-8];
+    agg_ctx_start(&f->ctx, (void *)(stack_top - 128 - 512), thread_entry, f);
     by_vtid[f->vtid - VTID_BASE] = f;
     idle_mask_stale = 1;
     if (flags & CLONE_PARENT_SETTID)

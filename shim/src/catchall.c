@@ -44,14 +44,6 @@
 #define SA_RESTORER 0x04000000
 #endif
 
-/* The kernel's struct sigaction (not glibc's). */
-struct ksigaction {
-    void *handler;
-    unsigned long flags;
-    void *restorer;
-    uint64_t mask;
-};
-
 int ferry_catchall_on;
 static int detached;
 
@@ -62,21 +54,13 @@ static __thread unsigned char sigsys_blocked __attribute__((tls_model("initial-e
 
 /* The program's own SIGSYS disposition (it never reaches the kernel), and
  * the signals whose handler masks the program asked to include SIGSYS. */
-static struct ksigaction program_sigsys;
+static struct ferry_ksigaction program_sigsys;
 static uint64_t mask_had_sigsys;
 
 extern char __ehdr_start[] __attribute__((visibility("hidden")));
 extern char __etext[] __attribute__((visibility("hidden")));
 void ferry_sigreturn(void);          /* entry.S: the handlers' restorer */
 void ferry_sigreturn_syscall(void);  /* entry.S: its `syscall` */
-
-static long safe_write(void *dst, const void *src, size_t n)
-{
-    struct iovec local = {(void *)src, n}, remote = {dst, n};
-    long r = ferry_raw6(SYS_process_vm_writev, ferry_raw0(SYS_getpid), (long)&local, 1,
-                        (long)&remote, 1, 0);
-    return r == (long)n ? 0 : -14;  /* EFAULT */
-}
 
 void ferry_catchall_thread(void)
 {
@@ -279,7 +263,7 @@ static long sigprocmask_call(struct ferry_regs *r)
 /* rt_sigaction(sig, act, oact, size): SIGSYS itself stays ours. */
 static long sigaction_call(struct ferry_regs *r)
 {
-    struct ksigaction act;
+    struct ferry_ksigaction act;
     long sig = r->rdi;
     if (r->r10 != KSIGSET || sig <= 0 || sig > 64 ||
         (r->rsi && ferry_safe_read(&act, (void *)r->rsi, sizeof(act)) != sizeof(act)))
@@ -287,9 +271,9 @@ static long sigaction_call(struct ferry_regs *r)
     if (sig == SIGSYS) {
         /* Answered from the program's own record, yet the kernel sees the
          * call as it would have (a query), so that a tracer counts it. */
-        struct ksigaction scratch;
+        struct ferry_ksigaction scratch;
         ferry_pass6(SYS_rt_sigaction, SIGSYS, 0, (long)&scratch, KSIGSET, 0, 0);
-        if (r->rdx && safe_write((void *)r->rdx, &program_sigsys, sizeof(program_sigsys)))
+        if (r->rdx && ferry_safe_write((void *)r->rdx, &program_sigsys, sizeof(program_sigsys)))
             return -14;
         if (r->rsi)
             program_sigsys = act;
@@ -308,10 +292,10 @@ static long sigaction_call(struct ferry_regs *r)
     if (ret != 0)
         return ret;
     if (r->rdx && had)
-        ((struct ksigaction *)r->rdx)->mask |= SIGSYS_BIT;
+        ((struct ferry_ksigaction *)r->rdx)->mask |= SIGSYS_BIT;
     if (r->rsi) {
         uint64_t asked = 0;
-        ferry_safe_read(&asked, (const char *)r->rsi + offsetof(struct ksigaction, mask), 8);
+        ferry_safe_read(&asked, (const char *)r->rsi + offsetof(struct ferry_ksigaction, mask), 8);
         mask_had_sigsys = (asked & SIGSYS_BIT) ? mask_had_sigsys | bit : mask_had_sigsys & ~bit;
     }
     return 0;
@@ -389,7 +373,7 @@ static void forward(int sig, siginfo_t *si, void *uc)
     if (h == SIG_IGN)
         return;
     if (h == SIG_DFL) {
-        struct ksigaction dfl = {SIG_DFL, 0, 0, 0};
+        struct ferry_ksigaction dfl = {SIG_DFL, 0, 0, 0};
         ferry_raw4(SYS_rt_sigaction, SIGSYS, &dfl, 0, KSIGSET);
         ferry_raw2(SYS_tkill, ferry_raw0(SYS_gettid), SIGSYS);
         return;  /* delivered, and fatal, as soon as the handler returns */
@@ -425,7 +409,7 @@ static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
     next &= ~((1UL << (SIGKILL - 1)) | (1UL << (SIGSTOP - 1)));
     sigsys_blocked = (next & SIGSYS_BIT) != 0;
     *cur = next & ~SIGSYS_BIT;
-    if (r->rdx && safe_write((void *)r->rdx, &old, KSIGSET))
+    if (r->rdx && ferry_safe_write((void *)r->rdx, &old, KSIGSET))
         return -14;
     return 0;
 }
@@ -493,7 +477,7 @@ void ferry_catchall_start(char **envp)
     const char *v = ferry_env_lookup(envp, "FERRY_CATCH_ALL");
     if (!v || !ferry_memeq(v, "1", 2))
         return;
-    struct ksigaction act = {(void *)on_sigsys, SA_SIGINFO | SA_NODEFER | SA_RESTORER,
+    struct ferry_ksigaction act = {(void *)on_sigsys, SA_SIGINFO | SA_NODEFER | SA_RESTORER,
                              (void *)ferry_sigreturn, 0};
     if (ferry_raw4(SYS_rt_sigaction, SIGSYS, &act, &program_sigsys, KSIGSET) != 0)
         return;

@@ -40,6 +40,16 @@
     mov rax, r11
 .endm
 
+/* One more call in this thread's block; a thread without a block yet goes
+ * to `none` (rcx is free: `syscall` clobbers it anyway). */
+.macro COUNT_CALL slot, none
+    mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
+    mov rcx, qword ptr fs:[rcx]
+    test rcx, rcx
+    jz \none
+    add qword ptr [rcx + FERRY_BLK_CALLS + \slot], 1
+.endm
+
 .macro FAST_ENTRY name, count
     .globl \name
     .hidden \name
@@ -58,11 +68,7 @@
     cmp byte ptr [rcx + rax], 0
     jne 1f
 .if \count
-    mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
-    mov rcx, qword ptr fs:[rcx]
-    test rcx, rcx
-    jz 1f
-    add qword ptr [rcx + FERRY_BLK_CALLS + rax * 8], 1
+    COUNT_CALL rax*8, 1f
 .endif
     RESTORE_FLAGS
     syscall
@@ -77,11 +83,7 @@
      * through), with the trampoline's red zone and return address undone. */
 3:
 .if \count
-    mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
-    mov rcx, qword ptr fs:[rcx]
-    test rcx, rcx
-    jz 4f
-    add qword ptr [rcx + FERRY_BLK_CALLS + SYS_RT_SIGRETURN * 8], 1
+    COUNT_CALL SYS_RT_SIGRETURN*8, 4f
 4:
 .endif
     lea rsp, [rsp + 8 + 128]

@@ -27,6 +27,14 @@ static inline long ferry_pass6(long nr, long a, long b, long c, long d, long e, 
     return ret;
 }
 
+/* The kernel's struct sigaction (not glibc's), for rt_sigaction. */
+struct ferry_ksigaction {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    uint64_t mask;
+};
+
 static inline long ferry_raw6(long nr, long a, long b, long c, long d, long e, long f)
 {
     uint64_t *t = ferry_internal;

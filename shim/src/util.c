@@ -24,6 +24,14 @@ long ferry_safe_read(void *dst, const void *src, size_t n)
     return ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
 }
 
+long ferry_safe_write(void *dst, const void *src, size_t n)
+{
+    struct iovec local = {(void *)src, n}, remote = {dst, n};
+    long r = ferry_raw6(SYS_process_vm_writev, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote,
+                        1, 0);
+    return r == (long)n ? 0 : -14;  /* EFAULT */
+}
+
 int ferry_write_text(void *addr, const void *src, size_t len)
 {
     unsigned long lo = (unsigned long)addr & ~4095UL;

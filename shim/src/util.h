@@ -17,6 +17,8 @@ const char *ferry_env_lookup(char **envp, const char *key);
 /* Copy from the program's memory the way the kernel does: a bad pointer is
  * a negative errno, not a crash in the shim. */
 long ferry_safe_read(void *dst, const void *src, size_t n);
+/* ... and write into it: 0, or -EFAULT when not all of it could be written. */
+long ferry_safe_write(void *dst, const void *src, size_t n);
 
 /* `<root>/<dir>/<dev>-<ino>-<size>-<mtime_ns>` for the file at `path`: how
  * the image cache names what it keeps per file (rewriter/cache.py, exec_key).
