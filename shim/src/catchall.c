@@ -91,7 +91,8 @@ void ferry_catchall_check(void)
 
 void ferry_catchall_allow(void)
 {
-    selector = SELECTOR_ALLOW;
+    if (ferry_catchall_on)
+        selector = SELECTOR_ALLOW;
 }
 
 void ferry_catchall_block(void)

@@ -341,11 +341,19 @@ static long hand_to_trampoline(long nr, unsigned long flags)
 {
     pending_nr = nr;
     pending_flags = flags;
-    if (ferry_catchall_on)
-        ferry_catchall_allow();
+    ferry_catchall_allow();
     if (flags & CLONE_VFORK)
         ferry_blk_spare_prepare();
     return FERRY_RAW;
+}
+
+/* A fork child (a clone without CLONE_VM): what it cannot share with its
+ * parent starts over, whichever way the fork went. */
+static void after_fork(void)
+{
+    ferry_store_after_fork();
+    agg_threads_after_fork();
+    ferry_catchall_thread();
 }
 
 void ferry_post(long result)
@@ -360,13 +368,13 @@ void ferry_post(long result)
     }
     if (result == 0) {
         if (!(flags & CLONE_VM)) {
-            ferry_store_after_fork();
-            agg_threads_after_fork();
+            after_fork();
             pending_nr = 0;
-        } else if (flags & CLONE_VFORK) {
-            ferry_blk_enter_vfork_child();
+        } else {
+            if (flags & CLONE_VFORK)
+                ferry_blk_enter_vfork_child();
+            ferry_catchall_thread();
         }
-        ferry_catchall_thread();
         return;
     }
     ferry_catchall_block();
@@ -423,11 +431,8 @@ static long slow_call(struct ferry_regs *r)
         if (r->rdi & CLONE_VM)
             return hand_to_trampoline(nr, (unsigned long)r->rdi);
         r->rax = do_syscall(r);
-        if (r->rax == 0) {
-            ferry_store_after_fork();
-            agg_threads_after_fork();
-            ferry_catchall_thread();
-        }
+        if (r->rax == 0)
+            after_fork();
         return FERRY_DONE;
     case SYS_exit:
         ferry_blk_retire();
