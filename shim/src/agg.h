@@ -17,6 +17,7 @@
 #include <liburing.h>
 
 #include "ferry.h"
+#include "raw.h"
 #include "shim.h"
 
 #define AGG_EINVAL 22
@@ -107,10 +108,21 @@ struct agg_fiber {
     struct agg_thread_start *start;
     struct agg_req *req;          /* the call it is parked in, if on a ring */
     int req_pool;                 /* ... and that ring's pool */
+    /* what other carriers asked of this fiber's carrier (agg_post) */
+    unsigned posted;              /* AGG_POST_* bits, atomic */
+    struct agg_fiber *post_next;  /* in its carrier's inbox */
+    int queued;                   /* in a futex bucket (under the bucket's lock) */
 };
+
+/* What another carrier (or a thread outside) asks of a fiber's own carrier:
+ * only the carrier that runs a fiber changes its state. */
+#define AGG_POST_NEW 1u           /* a new thread placed here: count it, run it */
+#define AGG_POST_FUTEX 2u         /* its futex wait ended (result in futex_result) */
+#define AGG_POST_SIGNAL 4u        /* a signal was sent to it (sigpending) */
 
 struct agg_timer {
     struct agg_fiber *fiber;      /* NULL once the wait ended another way */
+    uint32_t *addr;               /* the word waited on: its bucket */
     struct __kernel_timespec ts;
 };
 
@@ -151,14 +163,21 @@ struct agg_carrier {
     int efd_armed;
     struct agg_req *done_list;    /* pushed by workers */
     unsigned worker_pending;
-    struct agg_fiber *fwait;      /* fibers parked on a private futex */
-    unsigned nfwait;
+    unsigned nfwait;              /* its fibers parked on a private futex (atomic) */
+    struct agg_fiber *inbox;      /* fibers with posts from elsewhere (agg_post) */
+    int sleeping;                 /* AGG_SLEEP_*: how to wake it when posting */
+    uint32_t kick;                /* its futex word while it sleeps in futex_waitv */
+    int threads;                  /* runs a program's threads: stays while any is alive */
+    int raw;                      /* a carrier thread of the shim's own (no program thread) */
+    int slot;                     /* its figures in the process file, -1: none */
+    unsigned placed;              /* threads placed on it and not ended (atomic) */
+    unsigned peak;                /* most fibers alive at once */
     struct agg_fiber *dead;       /* finished, joined or not yet */
     char *stack_cache[16];
     size_t stack_cache_size[16];
     unsigned nstack_cache;
     /* hot counters, added to the group's (shared, atomic) once per wait */
-    uint64_t acc_switches, acc_aggregated, acc_completed[FERRY_MAX_POOLS];
+    uint64_t acc_switches, acc_aggregated, acc_crossings, acc_completed[FERRY_MAX_POOLS];
 };
 
 struct agg_counters {
@@ -218,11 +237,24 @@ void agg_ctx_start(struct agg_ctx *ctx, void *top, void (*fn)(void *), void *arg
 /* Where initial-exec TLS variable `v` lives in the thread block at `tp`. */
 #define TLS_IN(tp, v) ((__typeof__(&(v)))((tp) + ((unsigned long)&(v) - agg_tp())))
 void agg_fiber_free(struct agg_carrier *c, struct agg_fiber *f);
+char *agg_thread_block(size_t stack, size_t *size, unsigned long *tp, char **stack_top);
 unsigned long agg_tp(void);
 
 /* agg_sched.c */
+#define AGG_SLEEP_RING 1          /* in io_uring_enter, the eventfd read armed */
+#define AGG_SLEEP_FUTEX 2         /* in futex_waitv, `kick` among the words */
 void agg_park(struct agg_fiber *f);
 void agg_wake(struct agg_fiber *f);
+/* Ask f's carrier to act on f (AGG_POST_*), from any thread. */
+void agg_post(struct agg_fiber *f, unsigned what);
+/* The same without waking the carrier: 1 when agg_kick(carrier) is due
+ * (called once a spin lock is released, so that the woken carrier does not
+ * spin on it). */
+int agg_post_quiet(struct agg_fiber *f, unsigned what);
+void agg_kick(struct agg_carrier *c);
+void agg_inbox_drain(struct agg_carrier *c);
+void agg_carrier_tls(struct agg_carrier *c);
+void agg_count_fiber(struct agg_carrier *c);
 struct io_uring_sqe *agg_sqe(struct agg_carrier *c, unsigned pool);
 void agg_fiber_finish(struct agg_fiber *f) __attribute__((noreturn));
 int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out);
@@ -252,6 +284,8 @@ void agg_futex_idle(struct agg_carrier *c);
 void agg_futex_recheck(struct agg_carrier *c);
 void agg_futex_wake_all(struct agg_carrier *c, void *addr);
 int agg_futex_interrupt(struct agg_fiber *f);
+void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f);
+void agg_futex_forget(void);
 
 /* agg_threads.c */
 extern int agg_threads_on;
@@ -262,6 +296,11 @@ int ferry_agg_thread_call(struct ferry_regs *r);
 void agg_thread_resumed(struct agg_fiber *f);
 int agg_threads_deliver(long result);
 void agg_threads_idle(struct agg_carrier *c);
+void agg_threads_signalled(struct agg_fiber *f);
+void agg_vfork_child(void);
+void agg_vfork_parent(void);
+extern int agg_threads_alive;
+extern unsigned agg_threads_carriers;
 void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f);
 void agg_interrupt(struct agg_fiber *f);
 
@@ -271,14 +310,24 @@ void agg_stat(struct ferry_group *g, size_t field, uint64_t n);
 void agg_stat_pool(struct ferry_group *g, unsigned pool, size_t field, uint64_t n);
 void agg_stat_max_depth(struct ferry_group *g, unsigned pool, uint64_t depth);
 void agg_stat_batch(struct ferry_group *g, unsigned pool, unsigned n);
+int agg_stat_carrier_slot(void);
+void agg_stat_carrier(struct agg_carrier *c, uint64_t fibers, uint64_t switches, uint64_t crossings,
+                      uint64_t completed);
+void agg_stat_carrier_peak(struct agg_carrier *c);
 #define AGG_ST(name) __builtin_offsetof(struct agg_counters, name)
 #define AGG_PST(name) __builtin_offsetof(struct agg_counters, pools[0].name)
 
 /* small helpers */
+/* Held for a few instructions, but its holder may lose its CPU (carriers
+ * sharing one): after a short spin the waiter gives its CPU away. */
 static inline void agg_lock(int *l)
 {
-    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-        __asm__ volatile("pause");
+    for (unsigned spins = 0; __atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE); spins++) {
+        if (spins < 64)
+            __asm__ volatile("pause");
+        else
+            ferry_raw0(24 /* SYS_sched_yield */);
+    }
 }
 static inline void agg_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 

@@ -285,9 +285,10 @@ int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char *
             else
                 return -AGG_EINVAL;
         } else if (word(&p, "carriers=")) {
-            *why = "carriers= needs a number";
-            if (num(&p, &v, 10) || v < 0)
+            *why = "carriers= needs a number from 1 to 64";
+            if (num(&p, &v, 10) || v < 1 || v > 64)
                 return -AGG_EINVAL;
+            agg_threads_carriers = (unsigned)v;
         } else if (word(&p, "pool=")) {
             if (npools >= FERRY_MAX_POOLS) {
                 *why = "more than 8 pools";

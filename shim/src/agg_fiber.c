@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 
 #include "agg.h"
+#include "catchall.h"
 #include "raw.h"
 #include "store.h"
 #include "util.h"
@@ -87,12 +88,14 @@ static void *new_tcb(struct agg_fiber *f, void *tcb)
     *TLS_IN(nw, ferry_tls_block) = ferry_tls_block;
     *TLS_IN(nw, agg_carrier) = agg_carrier;
     *TLS_IN(nw, agg_self) = f;
+    if (f && agg_carrier)
+        ferry_catchall_adopt(nw, agg_carrier->tp);
     return tcb;
 }
 
 static char *stack_get(struct agg_carrier *c, size_t size)
 {
-    for (unsigned i = 0; i < c->nstack_cache; i++)
+    for (unsigned i = 0; c && i < c->nstack_cache; i++)
         if (c->stack_cache_size[i] == size) {
             char *s = c->stack_cache[i];
             c->nstack_cache--;
@@ -144,25 +147,38 @@ void agg_ctx_start(struct agg_ctx *ctx, void *top, void (*fn)(void *), void *arg
     ctx->rsp = &stop[-8];
 }
 
-int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg)
+/* A mapping for a context that runs program code: a guard page, the stack,
+ * `extra` bytes just under the static TLS, and the thread block at the top
+ * (its TCB at *tcb).  `c` caches mappings of one size. */
+static char *block_new(struct agg_carrier *c, size_t stack, size_t extra, size_t *size,
+                       uintptr_t *tcb, uintptr_t *tls_low)
 {
     detect_fsgsbase();
     if (!_dl_allocate_tls || !_dl_deallocate_tls || !_dl_get_tls_static_info)
-        return -AGG_ENOSYS;
+        return 0;
     size_t tls_size, tls_align;
     _dl_get_tls_static_info(&tls_size, &tls_align);
     if (tls_align < 64)
         tls_align = 64;
     size_t tcb_size = pthread_size();
-    size_t extra = tls_size + tls_align + sizeof(struct agg_fiber) + 64;
-    size_t size = (c->g->cfg.fiber_stack + extra + PAGE - 1) & ~(PAGE - 1);
-    size += PAGE;
-    char *map = stack_get(c, size);
+    extra += tls_size + tls_align + 64;
+    *size = ((stack + extra + PAGE - 1) & ~(PAGE - 1)) + PAGE;
+    char *map = stack_get(c, *size);
     if (!map)
-        return -AGG_ENOMEM;
-    uintptr_t top = (uintptr_t)map + size;
-    uintptr_t tcb = (top - tcb_size) & ~(uintptr_t)(tls_align - 1);
-    uintptr_t tls_low = tcb + tcb_size - tls_size;
+        return 0;
+    uintptr_t top = (uintptr_t)map + *size;
+    *tcb = (top - tcb_size) & ~(uintptr_t)(tls_align - 1);
+    *tls_low = *tcb + tcb_size - tls_size;
+    return map;
+}
+
+int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg)
+{
+    size_t size;
+    uintptr_t tcb, tls_low;
+    char *map = block_new(c, c->g->cfg.fiber_stack, sizeof(struct agg_fiber), &size, &tcb, &tls_low);
+    if (!map)
+        return _dl_allocate_tls ? -AGG_ENOMEM : -AGG_ENOSYS;
     struct agg_fiber *f = (struct agg_fiber *)((tls_low - sizeof(struct agg_fiber)) & ~(uintptr_t)63);
     ferry_memset(f, 0, sizeof(*f));
     f->stack = map;
@@ -177,11 +193,31 @@ int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void
     f->arg = arg;
     agg_ctx_start(&f->ctx, f, fiber_main, f);
     f->ctx.fsbase = (unsigned long)f->tcb;
-    c->alive++;
+    agg_count_fiber(c);
     agg_stat(c->g, AGG_ST(fibers), 1);
     if (out)
         *out = f;
     return 0;
+}
+
+/* A thread of the shim's own that may end up running program code (a
+ * carrier): its stack and a thread block like a fiber's, with no fiber in
+ * it.  Returns the mapping (its stack's top is the thread block's bottom),
+ * 0 when out of memory or when ld.so cannot make thread blocks. */
+char *agg_thread_block(size_t stack, size_t *size, unsigned long *tp, char **stack_top)
+{
+    uintptr_t tcb, tls_low;
+    char *map = block_new(0, stack, 0, size, &tcb, &tls_low);
+    if (!map)
+        return 0;
+    if (!new_tcb(0, (void *)tcb)) {
+        ferry_raw2(SYS_munmap, map, *size);
+        return 0;
+    }
+    *TLS_IN(tcb, ferry_tls_block) = 0;  /* it counts into a block of its own, if ever */
+    *tp = tcb;
+    *stack_top = (char *)(tls_low & ~(uintptr_t)63);
+    return map;
 }
 
 /* On the carrier's scheduler context, once nobody will look at f again. */

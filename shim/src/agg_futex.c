@@ -1,16 +1,23 @@
-/* Private futexes between the fibers of one carrier: a pthread mutex or
- * condition variable shared by two fibers must park the fiber that waits,
- * not block the carrier that would run the fiber holding it.
+/* Private futexes between fibers: a pthread mutex or condition variable
+ * shared by two fibers must park the fiber that waits, not block the
+ * carrier that would run the fiber holding it.
  *
- * FUTEX_WAIT(_BITSET) checks the word as the kernel does and parks the
- * fiber on the carrier's list; a timeout is an io_uring timeout in pool 0.
- * FUTEX_WAKE(_BITSET) wakes the carrier's waiters first, and passes
- * whatever is left of the count to the kernel, for threads that are not
- * fibers of this carrier.  Wakers outside the carrier cannot see our
- * waiters: when the carrier waits anyway it watches the waited-on words
- * (futex_waitv when it has nothing else to wait for, a periodic re-check
- * otherwise), and a fiber whose word changed is woken; FUTEX_WAIT may
- * return spuriously, and glibc's loops expect that.
+ * Waiters are kept in buckets by address, shared by every carrier of the
+ * process, so that a fiber on one carrier wakes a fiber on another.  A
+ * bucket's lock covers its list and the `queued` flag of the fibers in it;
+ * whoever takes a fiber out of the list ends its wait, exactly once.  Only
+ * the fiber's own carrier then touches its state (agg_futex_woken, directly
+ * or through agg_post).
+ *
+ * FUTEX_WAIT(_BITSET) checks the word as the kernel does, under the bucket's
+ * lock, and parks the fiber; a timeout is an io_uring timeout in pool 0 of
+ * its carrier.  FUTEX_WAKE(_BITSET) wakes fibers first, and passes whatever
+ * is left of the count to the kernel, for threads that are not fibers.
+ * Wakers outside the fiber world cannot see our waiters: when a carrier
+ * waits anyway it watches the words its fibers wait on (futex_waitv when it
+ * has nothing else to wait for, a periodic re-check otherwise), and a fiber
+ * whose word changed is woken; FUTEX_WAIT may return spuriously, and
+ * glibc's loops expect that.
  */
 #define _GNU_SOURCE
 #include <sys/syscall.h>
@@ -36,23 +43,35 @@
 #define SYS_futex_waitv 449
 #endif
 
-static void unlink_waiter(struct agg_carrier *c, struct agg_fiber *f)
+#define BUCKETS 1024
+
+static struct bucket {
+    int lock;
+    struct agg_fiber *head;
+} buckets[BUCKETS];
+
+static struct bucket *bucket_of(const void *addr)
+{
+    uint64_t h = (uint64_t)(uintptr_t)addr * 0x9e3779b97f4a7c15ULL;
+    return &buckets[h >> 54];
+}
+
+static void unlink_waiter(struct bucket *b, struct agg_fiber *f)
 {
     if (f->prev)
         f->prev->next = f->next;
     else
-        c->fwait = f->next;
+        b->head = f->next;
     if (f->next)
         f->next->prev = f->prev;
     f->next = f->prev = 0;
-    c->nfwait--;
+    f->queued = 0;
+    __atomic_sub_fetch(&f->carrier->nfwait, 1, __ATOMIC_RELAXED);
 }
 
-/* Wake a parked waiter with `res` (0 woken, -ETIMEDOUT); cancels its timer. */
-static void release(struct agg_carrier *c, struct agg_fiber *f, long res)
+/* On f's own carrier, once its wait has ended: its timer goes, it runs. */
+void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f)
 {
-    unlink_waiter(c, f);
-    f->futex_result = res;
     f->futex_addr = 0;
     if (f->timer) {
         struct agg_timer *t = f->timer;
@@ -66,13 +85,58 @@ static void release(struct agg_carrier *c, struct agg_fiber *f, long res)
     agg_wake(f);
 }
 
+/* Carriers to wake once a bucket's lock is released. */
+struct kicks {
+    struct agg_carrier *c[8];
+    unsigned n;
+};
+
+/* End the wait of f, taken out of bucket b (whose lock is held), with
+ * `res` (0 woken, -ETIMEDOUT, -EINTR).  Its carrier finishes the job: this
+ * one at once, another once told (k: after the lock; none: now). */
+static void release(struct bucket *b, struct agg_fiber *f, long res, struct kicks *k)
+{
+    unlink_waiter(b, f);
+    f->futex_result = res;
+    struct agg_carrier *c = f->carrier;
+    if (c == agg_carrier) {
+        agg_futex_woken(c, f);
+        return;
+    }
+    if (!agg_post_quiet(f, AGG_POST_FUTEX))
+        return;
+    for (unsigned i = 0; k && i < k->n; i++)
+        if (k->c[i] == c)
+            return;
+    if (k && k->n < 8)
+        k->c[k->n++] = c;
+    else
+        agg_kick(c);
+}
+
+static void kick_all(struct kicks *k)
+{
+    for (unsigned i = 0; i < k->n; i++)
+        agg_kick(k->c[i]);
+}
+
+/* On the timer's carrier: the wait ends with ETIMEDOUT unless it already
+ * ended another way (then that wake is on its way to this carrier). */
 void agg_futex_timer_done(struct agg_carrier *c, struct agg_timer *t, long res)
 {
     (void)res;
+    (void)c;
     struct agg_fiber *f = t->fiber;
     if (f) {
-        f->timer = 0;
-        release(c, f, -ETIMEDOUT);
+        struct bucket *b = bucket_of(t->addr);
+        agg_lock(&b->lock);
+        if (f->queued) {
+            f->timer = 0;
+            release(b, f, -ETIMEDOUT, 0);
+        } else {
+            f->timer = 0;
+        }
+        agg_unlock(&b->lock);
     }
     agg_free(t);
 }
@@ -104,8 +168,33 @@ static long wait(struct agg_fiber *f, struct ferry_regs *r, int cmd)
         t = agg_calloc(1, sizeof(*t));
         if (!t)
             return -AGG_ENOMEM;
-        t->fiber = f;
         t->ts = ts;
+        t->addr = uaddr;
+    }
+    struct bucket *b = bucket_of(uaddr);
+    agg_lock(&b->lock);
+    /* checked again under the lock: a waker that changed it since is seen
+     * here or finds this fiber in the list */
+    if (__atomic_load_n(uaddr, __ATOMIC_SEQ_CST) != (uint32_t)r->rdx) {
+        agg_unlock(&b->lock);
+        agg_free(t);
+        return -AGG_EAGAIN;
+    }
+    f->futex_addr = uaddr;
+    f->futex_val = (uint32_t)r->rdx;
+    f->futex_mask = mask;
+    f->futex_result = 0;
+    f->timer = t;
+    f->queued = 1;
+    f->prev = 0;
+    f->next = b->head;
+    if (b->head)
+        b->head->prev = f;
+    b->head = f;
+    __atomic_add_fetch(&c->nfwait, 1, __ATOMIC_RELAXED);
+    if (t) {
+        /* under the lock: its completion (on this carrier) finds it set */
+        t->fiber = f;
         unsigned flags = 0;
         if (cmd == FUTEX_WAIT_BITSET) {
             flags = IORING_TIMEOUT_ABS;
@@ -117,18 +206,32 @@ static long wait(struct agg_fiber *f, struct ferry_regs *r, int cmd)
         io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)t | AGG_TAG_TIMER);
         c->pools[0].misc++;
     }
-    f->futex_addr = uaddr;
-    f->futex_val = (uint32_t)r->rdx;
-    f->futex_mask = mask;
-    f->timer = t;
-    f->prev = 0;
-    f->next = c->fwait;
-    if (c->fwait)
-        c->fwait->prev = f;
-    c->fwait = f;
-    c->nfwait++;
+    agg_unlock(&b->lock);
+    /* a waker on another carrier may end the wait from here on: its post
+     * is read by this carrier's scheduler, after this fiber has parked */
     agg_park(f);
     return f->futex_result;
+}
+
+/* Wake up to n fibers waiting on addr whose mask meets `mask`. */
+static long wake_fibers(uint32_t *addr, uint32_t mask, long n)
+{
+    struct bucket *b = bucket_of(addr);
+    long woken = 0;
+    struct kicks k = {.n = 0};
+    /* always under the lock, never "nobody waits" from an unlocked look:
+     * a waiter that read the old word may not be in the list yet */
+    agg_lock(&b->lock);
+    for (struct agg_fiber *w = b->head, *next; w && woken < n; w = next) {
+        next = w->next;
+        if (w->futex_addr == addr && (w->futex_mask & mask)) {
+            release(b, w, 0, &k);
+            woken++;
+        }
+    }
+    agg_unlock(&b->lock);
+    kick_all(&k);
+    return woken;
 }
 
 static long wake(struct agg_fiber *f, struct ferry_regs *r, int cmd)
@@ -141,14 +244,7 @@ static long wake(struct agg_fiber *f, struct ferry_regs *r, int cmd)
     long n = (int)r->rdx;
     if (n < 0)
         n = 0x7fffffff;
-    long woken = 0;
-    for (struct agg_fiber *w = c->fwait, *next; w && woken < n; w = next) {
-        next = w->next;
-        if (w->futex_addr == uaddr && (w->futex_mask & mask)) {
-            release(c, w, 0);
-            woken++;
-        }
-    }
+    long woken = wake_fibers(uaddr, mask, n);
     if (woken >= n && n > 0)
         return woken;
     agg_stat(c->g, AGG_ST(native), 1);
@@ -201,66 +297,112 @@ int agg_futex(struct agg_fiber *f, struct ferry_regs *r)
 /* A thread's exit clears its tid word: every fiber waiting on it goes. */
 void agg_futex_wake_all(struct agg_carrier *c, void *addr)
 {
-    for (struct agg_fiber *w = c->fwait, *next; w; w = next) {
-        next = w->next;
-        if (w->futex_addr == addr)
-            release(c, w, 0);
-    }
+    (void)c;
+    wake_fibers(addr, ~0u, 0x7fffffff);
 }
 
-/* A signal for a fiber parked on a futex: the wait ends with EINTR. */
+/* On f's carrier: a signal for a fiber parked on a futex; the wait ends
+ * with EINTR unless it has just ended another way. */
 int agg_futex_interrupt(struct agg_fiber *f)
 {
     if (!f->futex_addr)
         return 0;
-    release(f->carrier, f, -EINTR);
+    struct bucket *b = bucket_of(f->futex_addr);
+    agg_lock(&b->lock);
+    if (f->queued)
+        release(b, f, -EINTR, 0);
+    agg_unlock(&b->lock);
     return 1;
+}
+
+/* Visit c's waiters, bucket by bucket under each lock; `fn` may release. */
+static void each_waiter(struct agg_carrier *c, void (*fn)(struct bucket *, struct agg_fiber *, void *),
+                        void *arg)
+{
+    for (unsigned i = 0; i < BUCKETS && __atomic_load_n(&c->nfwait, __ATOMIC_RELAXED); i++) {
+        struct bucket *b = &buckets[i];
+        if (!__atomic_load_n(&b->head, __ATOMIC_RELAXED))
+            continue;
+        agg_lock(&b->lock);
+        for (struct agg_fiber *w = b->head, *next; w; w = next) {
+            next = w->next;
+            if (w->carrier == c)
+                fn(b, w, arg);
+        }
+        agg_unlock(&b->lock);
+    }
+}
+
+static void release_if_changed(struct bucket *b, struct agg_fiber *w, void *arg)
+{
+    (void)arg;
+    /* a plain load: the word was readable when the fiber began to wait on
+     * it, and a system call per waiter per recheck would cost the carrier
+     * more than the wait saves (hundreds of idle pool threads) */
+    if (__atomic_load_n(w->futex_addr, __ATOMIC_ACQUIRE) != w->futex_val)
+        release(b, w, 0, 0);
 }
 
 /* Wake the waiters whose word no longer holds the value they waited on. */
 void agg_futex_recheck(struct agg_carrier *c)
 {
-    for (struct agg_fiber *w = c->fwait, *next; w; w = next) {
-        next = w->next;
-        /* a plain load: the word was readable when the fiber began to wait
-         * on it, and a system call per waiter per recheck would cost the
-         * carrier more than the wait saves (hundreds of idle pool threads) */
-        if (__atomic_load_n(w->futex_addr, __ATOMIC_ACQUIRE) != w->futex_val)
-            release(c, w, 0);
-    }
+    each_waiter(c, release_if_changed, 0);
+}
+
+struct waitv {
+    uint64_t val, uaddr;
+    uint32_t flags, reserved;
+};
+
+struct watch {
+    struct waitv wv[128];
+    unsigned n;
+};
+
+static void watch_word(struct bucket *b, struct agg_fiber *w, void *arg)
+{
+    (void)b;
+    struct watch *ws = arg;
+    if (ws->n >= 128)
+        return;
+    ws->wv[ws->n].val = w->futex_val;
+    ws->wv[ws->n].uaddr = (uint64_t)(uintptr_t)w->futex_addr;
+    ws->wv[ws->n].flags = FUTEX2_SIZE_U32 | FUTEX2_PRIVATE;
+    ws->wv[ws->n].reserved = 0;
+    ws->n++;
 }
 
 /* Nothing in flight, no fiber ready: only a waker outside the carrier can
- * help; wait in the kernel on the words the fibers wait on. */
+ * help; wait in the kernel on the words its fibers wait on, and on its own
+ * kick word, which another carrier's post changes. */
 void agg_futex_idle(struct agg_carrier *c)
 {
-    struct {
-        uint64_t val, uaddr;
-        uint32_t flags, reserved;
-    } wv[128];
-    unsigned n = 0;
-    for (struct agg_fiber *w = c->fwait; w && n < 128; w = w->next) {
-        wv[n].val = w->futex_val;
-        wv[n].uaddr = (uint64_t)(uintptr_t)w->futex_addr;
-        wv[n].flags = FUTEX2_SIZE_U32 | FUTEX2_PRIVATE;
-        wv[n].reserved = 0;
-        n++;
+    struct watch ws;
+    ws.n = 1;
+    ws.wv[0].val = __atomic_load_n(&c->kick, __ATOMIC_SEQ_CST);
+    ws.wv[0].uaddr = (uint64_t)(uintptr_t)&c->kick;
+    ws.wv[0].flags = FUTEX2_SIZE_U32 | FUTEX2_PRIVATE;
+    ws.wv[0].reserved = 0;
+    __atomic_store_n(&c->sleeping, AGG_SLEEP_FUTEX, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->inbox, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
+        return;
     }
-    if (!n) {
+    each_waiter(c, watch_word, &ws);
+    if (ws.n == 1 && !c->threads) {
         /* every fiber waits for another (a deadlock of the program, as with
          * threads): sleep rather than spin */
         struct __kernel_timespec ts = {0, 10000000};
         ferry_raw2(SYS_nanosleep, &ts, 0);
-        return;
+    } else {
+        ferry_raw6(SYS_futex_waitv, (long)ws.wv, ws.n, 0, 0, 0, 0);
     }
-    long k = ferry_raw6(SYS_futex_waitv, (long)wv, n, 0, 0, 0, 0);
-    if (k >= 0 && (unsigned long)k < n) {
-        uint32_t *addr = (uint32_t *)(uintptr_t)wv[k].uaddr;
-        for (struct agg_fiber *w = c->fwait, *next; w; w = next) {
-            next = w->next;
-            if (w->futex_addr == addr)
-                release(c, w, 0);
-        }
-    }
+    __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
     agg_futex_recheck(c);
+}
+
+/* A fork child: the other threads' waits and locks are not its. */
+void agg_futex_forget(void)
+{
+    ferry_memset(buckets, 0, sizeof(buckets));
 }

@@ -91,6 +91,74 @@ void agg_park(struct agg_fiber *f)
         agg_thread_resumed(f);
 }
 
+/* ---- posts from other carriers ------------------------------------------ */
+
+/* Wake a carrier that may be sleeping: it set `sleeping` before it last
+ * looked at its inbox, and the post came after that look. */
+void agg_kick(struct agg_carrier *c)
+{
+    switch (__atomic_load_n(&c->sleeping, __ATOMIC_SEQ_CST)) {
+    case AGG_SLEEP_RING: {
+        uint64_t one = 1;
+        ferry_raw3(SYS_write, c->efd, &one, sizeof(one));
+        break;
+    }
+    case AGG_SLEEP_FUTEX:
+        __atomic_add_fetch(&c->kick, 1, __ATOMIC_SEQ_CST);
+        ferry_raw6(SYS_futex, (long)&c->kick, 129 /* FUTEX_WAKE_PRIVATE */, 1, 0, 0, 0);
+        break;
+    }
+}
+
+int agg_post_quiet(struct agg_fiber *f, unsigned what)
+{
+    struct agg_carrier *c = f->carrier;
+    if (__atomic_fetch_or(&f->posted, what, __ATOMIC_SEQ_CST))
+        return 0;  /* already in the inbox: the carrier reads every bit */
+    struct agg_fiber *old = __atomic_load_n(&c->inbox, __ATOMIC_RELAXED);
+    do
+        f->post_next = old;
+    while (!__atomic_compare_exchange_n(&c->inbox, &old, f, 1, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    return 1;
+}
+
+void agg_post(struct agg_fiber *f, unsigned what)
+{
+    struct agg_carrier *c = f->carrier;  /* f may be gone once posted */
+    if (agg_post_quiet(f, what))
+        agg_kick(c);
+}
+
+/* A fiber joins c (on c). */
+void agg_count_fiber(struct agg_carrier *c)
+{
+    c->alive++;
+    agg_stat_carrier(c, 1, 0, 0, 0);
+    if (c->alive > c->peak) {
+        c->peak = c->alive;
+        agg_stat_carrier_peak(c);
+    }
+}
+
+void agg_inbox_drain(struct agg_carrier *c)
+{
+    struct agg_fiber *f = __atomic_exchange_n(&c->inbox, 0, __ATOMIC_SEQ_CST);
+    while (f) {
+        /* read before the bits are taken: a new post may link f again */
+        struct agg_fiber *next = f->post_next;
+        unsigned what = __atomic_exchange_n(&f->posted, 0, __ATOMIC_SEQ_CST);
+        if (what & AGG_POST_NEW) {
+            agg_count_fiber(c);
+            agg_wake(f);
+        }
+        if (what & AGG_POST_FUTEX)
+            agg_futex_woken(c, f);
+        if (what & AGG_POST_SIGNAL)
+            agg_threads_signalled(f);
+        f = next;
+    }
+}
+
 void agg_fiber_finish(struct agg_fiber *f)
 {
     struct agg_carrier *c = f->carrier;
@@ -114,6 +182,7 @@ static void note_enter(struct agg_carrier *c, unsigned pool)
     c->pools[pool].queued = 0;
     agg_stat_pool(g, pool, AGG_PST(enters), 1);
     agg_stat(g, AGG_ST(crossings), 1);
+    c->acc_crossings++;
     if (submitted) {
         agg_stat_pool(g, pool, AGG_PST(submitted), submitted);
         agg_stat_batch(g, pool, submitted);
@@ -159,6 +228,7 @@ static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *
         c->pools[pool].misc--;
         c->efd_armed = 0;
         agg_carrier_drain(c);
+        agg_inbox_drain(c);
         break;
     case AGG_TAG_TIMER:
         c->pools[pool].misc--;
@@ -267,6 +337,11 @@ static int anything_ready(struct agg_carrier *c) { return c->rq_head != 0; }
 static void flush_stats(struct agg_carrier *c)
 {
     struct ferry_group *g = c->g;
+    uint64_t done = 0;
+    for (unsigned i = 0; i < g->cfg.npools; i++)
+        done += c->acc_completed[i];
+    agg_stat_carrier(c, 0, c->acc_switches, c->acc_crossings, done);
+    c->acc_crossings = 0;
     if (c->acc_switches)
         agg_stat(g, AGG_ST(switches), c->acc_switches);
     if (c->acc_aggregated)
@@ -285,6 +360,10 @@ static void wait_for_events(struct agg_carrier *c)
     flush_stats(c);
     agg_threads_idle(c);
     unsigned np = c->g->cfg.npools;
+    /* other carriers post to this one (agg_post): its wait must end then */
+    int posts = __atomic_load_n(&c->g->carriers, __ATOMIC_RELAXED) > 1;
+    if (posts)
+        arm_wake(c);
     int others = 0;
     for (unsigned i = 1; i < np; i++)
         others |= c->pools[i].inflight || c->pools[i].misc || io_uring_sq_ready(&c->pools[i].ring);
@@ -332,7 +411,13 @@ static void wait_for_events(struct agg_carrier *c)
     }
     if (c->nfwait && (!timeout || timeout > FUTEX_RECHECK_NS))
         timeout = FUTEX_RECHECK_NS;
+    if (posts) {
+        __atomic_store_n(&c->sleeping, AGG_SLEEP_RING, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&c->inbox, __ATOMIC_SEQ_CST))
+            min = 0;  /* something came meanwhile: submit, reap, do not wait */
+    }
     wait_ring(c, wp, min, timeout);
+    __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
 done:
     if (wp != 0)
         reap(c, 0);
@@ -347,7 +432,7 @@ done:
  * wrfsbase per fiber switch instead of two; its own code touches no TLS).
  * The carrier's own block is restored before anything that may use TLS
  * (freeing a fiber's block, leaving). */
-static void carrier_tls(struct agg_carrier *c)
+void agg_carrier_tls(struct agg_carrier *c)
 {
     if (agg_tp() == c->tp)
         return;
@@ -369,9 +454,12 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
     c->current = 0;
     if (f) {
         if (f->thread) {
+            /* off the thread's block first: once its tid word is cleared a
+             * joiner on another carrier may reuse or unmap it */
+            agg_carrier_tls(c);
             agg_thread_finished(c, f);
         } else if (f->joined < 0) {
-            carrier_tls(c);
+            agg_carrier_tls(c);
             agg_fiber_free(c, f);
         } else {
             f->next = c->dead;
@@ -389,6 +477,8 @@ void agg_carrier_loop(struct agg_carrier *c)
         if (!c->round_left) {
             /* A new round: calls stored by fibers that keep running (they
              * yield) must not wait for the ready queue to run dry. */
+            if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED))
+                agg_inbox_drain(c);
             for (unsigned i = 0; i < c->g->cfg.npools; i++)
                 submit_nowait(c, i);
             reap_all(c);
@@ -402,7 +492,7 @@ void agg_carrier_loop(struct agg_carrier *c)
             continue;
         }
         c->round_left = 0;
-        if (!c->alive)
+        if (!c->alive && !(c->threads && __atomic_load_n(&agg_threads_alive, __ATOMIC_ACQUIRE)))
             break;
         wait_for_events(c);
     }
@@ -455,7 +545,7 @@ __attribute__((visibility("default"))) int ferry_carrier_run(struct ferry_group 
         f->joined = -1;
         agg_wake(f);
         agg_carrier_loop(c);
-        carrier_tls(c);
+        agg_carrier_tls(c);
     }
     agg_carrier = 0;
     __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
@@ -477,6 +567,7 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->sched.fsbase = 0;  /* switching to the scheduler leaves fs alone */
     c->efd = -1;
+    c->slot = agg_stat_carrier_slot();
     int r = 0;
     for (unsigned i = 0; i < g->cfg.npools; i++) {
         int attach = g->cfg.pools[i].sqpoll_cpu >= 0 ? g->pools[i].ring.ring_fd : -1;

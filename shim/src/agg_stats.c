@@ -17,12 +17,20 @@ struct agg_file_pool {
     char pad[256 - 200];
 };
 
+#define CARRIER_SLOTS 64
+
+struct agg_file_carrier {
+    uint64_t fibers, switches, crossings, completed, peak;
+};
+
 struct agg_file {
     char magic[8];
     uint32_t version, npools;
     uint64_t aggregated, native, worker, crossings, fibers, switches, carriers, groups;
     struct agg_file_pool pools[8];
     uint8_t route[512];
+    uint32_t carrier_slots, reserved;
+    struct agg_file_carrier carrier[CARRIER_SLOTS];
 };
 
 _Static_assert(sizeof(struct agg_file_pool) == 256, "aggregation area layout");
@@ -33,6 +41,9 @@ _Static_assert(__builtin_offsetof(struct agg_file, aggregated) == 16, "aggregati
 _Static_assert(__builtin_offsetof(struct agg_file, groups) == 72, "aggregation area layout");
 _Static_assert(__builtin_offsetof(struct agg_file, pools) == 80, "aggregation area layout");
 _Static_assert(__builtin_offsetof(struct agg_file, route) == 2128, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file, carrier_slots) == 2640, "aggregation area layout");
+_Static_assert(__builtin_offsetof(struct agg_file, carrier) == 2648, "aggregation area layout");
+_Static_assert(sizeof(struct agg_file_carrier) == 40, "aggregation area layout");
 _Static_assert(sizeof(struct agg_file) <= 8192, "aggregation area layout");
 
 /* The group's counters and the file's share their order up to `carriers`;
@@ -113,6 +124,48 @@ void agg_stat_batch(struct ferry_group *g, unsigned pool, unsigned n)
     struct agg_file *a = area();
     if (a)
         __atomic_add_fetch(&a->pools[pool].batches[b], 1, __ATOMIC_RELAXED);
+}
+
+/* A carrier's row in the file, or -1 once the rows are taken (it still
+ * counts in the totals). */
+int agg_stat_carrier_slot(void)
+{
+    struct agg_file *a = area();
+    if (!a)
+        return -1;
+    uint32_t n = __atomic_load_n(&a->carrier_slots, __ATOMIC_RELAXED);
+    do
+        if (n >= CARRIER_SLOTS)
+            return -1;
+    while (!__atomic_compare_exchange_n(&a->carrier_slots, &n, n + 1, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
+    return (int)n;
+}
+
+static struct agg_file_carrier *carrier_row(struct agg_carrier *c)
+{
+    struct agg_file *a = area();
+    return a && c->slot >= 0 ? &a->carrier[c->slot] : 0;
+}
+
+void agg_stat_carrier(struct agg_carrier *c, uint64_t fibers, uint64_t switches, uint64_t crossings,
+                      uint64_t completed)
+{
+    struct agg_file_carrier *row = carrier_row(c);
+    if (!row)
+        return;
+    /* each row has one writer, its carrier: plain adds */
+    row->fibers += fibers;
+    row->switches += switches;
+    row->crossings += crossings;
+    row->completed += completed;
+}
+
+void agg_stat_carrier_peak(struct agg_carrier *c)
+{
+    struct agg_file_carrier *row = carrier_row(c);
+    if (row)
+        row->peak = c->peak;
 }
 
 /* A new group: its settings and routing table in the file. */

@@ -41,11 +41,24 @@
 #define SCHED_STACK (256 * 1024)
 #define FUTEX_WAKE_ 1
 
+#define MAX_CARRIERS 64
+#define CARRIER_STACK (256 * 1024)
+
 int agg_threads_on;                  /* the profile asked for it */
+unsigned agg_threads_carriers = 1;   /* ... on this many carriers */
+int agg_threads_alive;               /* threads not ended, on every carrier */
+/* The fiber world's tables, shared by the carriers: under `world_lock`.  A
+ * thread fiber is freed only by its carrier, with the lock held while it
+ * leaves the table, so a fiber found in the table under the lock can be
+ * posted to. */
+static int world_lock;
 static struct agg_fiber **by_vtid;   /* fibers by vtid - VTID_BASE */
 static unsigned next_vtid;
 static int main_vtid;                /* fiber 0 keeps the real tid of the first thread */
 static struct agg_fiber *fiber0;
+static struct agg_carrier *carriers[MAX_CARRIERS];
+static unsigned ncarriers;
+static int carriers_tried;
 
 struct clone_args_k {
     uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
@@ -63,6 +76,7 @@ void ferry_agg_thread_resume(struct agg_thread_start *s) __attribute__((noreturn
 
 static long real_tid(struct agg_carrier *c) { return c->tid; }
 
+/* With world_lock held. */
 static struct agg_fiber *lookup(long tid)
 {
     if (tid == main_vtid)
@@ -129,34 +143,44 @@ static int idle_mask_stale = 1;
 
 void agg_threads_idle(struct agg_carrier *c)
 {
-    if (!agg_threads_on)
+    if (!agg_threads_on || !c->threads)
         return;
-    if (idle_mask_stale) {
-        uint64_t m = fiber0 ? fiber0->sigmask : ~0ULL;
-        for (unsigned i = 0; i < next_vtid; i++)
-            if (by_vtid[i])
-                m &= by_vtid[i]->sigmask;
-        idle_mask = m;
-        idle_mask_stale = 0;
+    /* the first thread's carrier takes them; the others block everything
+     * while they wait, as their thread blocks are not the program's */
+    uint64_t want = ~0ULL;
+    if (!c->raw) {
+        if (__atomic_load_n(&idle_mask_stale, __ATOMIC_ACQUIRE)) {
+            agg_lock(&world_lock);
+            idle_mask_stale = 0;
+            uint64_t m = fiber0 ? fiber0->sigmask : ~0ULL;
+            for (unsigned i = 0; i < next_vtid; i++)
+                if (by_vtid[i])
+                    m &= by_vtid[i]->sigmask;
+            idle_mask = m;
+            agg_unlock(&world_lock);
+        }
+        want = idle_mask;
     }
-    if (c->kmask != idle_mask) {
-        ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &idle_mask, 0, 8);
-        c->kmask = idle_mask;
+    if (c->kmask != want) {
+        ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &want, 0, 8);
+        c->kmask = want;
     }
 }
 
 /* ---- fiber 0 and the scheduler's own context ----------------------------- */
 
-static void sched_main(void *arg)
+static void run_carrier(struct agg_carrier *c)
 {
-    struct agg_carrier *c = arg;
     agg_carrier_loop(c);
     /* every thread ended with exit(2) and none with exit_group: the kernel
      * ends the process when its last thread goes */
+    agg_carrier_tls(c);
     ferry_store_exit(0);
     ferry_raw1(SYS_exit_group, 0);
     __builtin_unreachable();
 }
+
+static void sched_main(void *arg) { run_carrier(arg); }
 
 static int sched_context(struct agg_carrier *c)
 {
@@ -192,16 +216,118 @@ static int become_fiber0(struct ferry_group *g)
     f->sigmask = kernel_mask();
     c->kmask = f->sigmask;
     c->tid = (int)ferry_raw0(SYS_gettid);
-    c->alive = 1;
+    c->threads = 1;
+    agg_count_fiber(c);
     c->current = f;
     main_vtid = c->tid;
     f->vtid = main_vtid;
     fiber0 = f;
     agg_carrier = c;
     agg_self = f;
+    agg_threads_alive = 1;
+    carriers[0] = c;
+    ncarriers = 1;
+    __atomic_add_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
     agg_stat(g, AGG_ST(fibers), 1);
     agg_stat(g, AGG_ST(carriers), 1);
     return 0;
+}
+
+/* ---- more carriers: threads of the shim's own ------------------------------ */
+
+struct carrier_boot {
+    struct ferry_group *g;
+    struct agg_carrier *c;
+    unsigned long tp;
+    int done;       /* futex word: 1 started, 2 failed */
+};
+
+static void carrier_main(void *arg)
+{
+    struct carrier_boot *b = arg;
+    struct agg_carrier *c;
+    int r = agg_carrier_new(b->g, &c);
+    if (r == 0) {
+        c->raw = 1;
+        c->threads = 1;
+        c->kmask = ~0ULL;   /* as it was cloned: every signal blocked */
+        agg_carrier = c;
+        agg_self = 0;
+        ferry_catchall_thread();
+        b->c = c;
+    }
+    __atomic_store_n(&b->done, r == 0 ? 1 : 2, __ATOMIC_RELEASE);
+    ferry_raw6(SYS_futex, (long)&b->done, 129 /* FUTEX_WAKE_PRIVATE */, 1, 0, 0, 0);
+    if (r == 0)
+        run_carrier(c);
+}
+
+long ferry_agg_clone(unsigned long flags, void *stack_top, int *ptid, int *ctid, unsigned long tls,
+                     void (*fn)(void *), void *arg);
+
+/* Carriers 1..n-1: each a thread with a thread block like a fiber's, so
+ * that what the shim does on it finds its own TLS. */
+static int start_carriers(struct ferry_group *g, unsigned n)
+{
+    uint64_t all = ~0ULL, old;
+    ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, 8);
+    int r = 0;
+    while (ncarriers < n && ncarriers < MAX_CARRIERS) {
+        size_t size;
+        unsigned long tp;
+        char *top;
+        if (!agg_thread_block(CARRIER_STACK, &size, &tp, &top)) {
+            r = -AGG_ENOMEM;
+            break;
+        }
+        struct carrier_boot b = {g, 0, tp, 0};
+        long tid = ferry_agg_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+                                       CLONE_SYSVSEM | CLONE_SETTLS,
+                                   top, 0, 0, tp, carrier_main, &b);
+        if (tid < 0) {
+            r = (int)tid;
+            break;
+        }
+        int d;
+        while (!(d = __atomic_load_n(&b.done, __ATOMIC_ACQUIRE)))
+            ferry_raw6(SYS_futex, (long)&b.done, 128 /* FUTEX_WAIT_PRIVATE */, 0, 0, 0, 0);
+        if (d != 1) {
+            r = -AGG_ENOMEM;  /* its thread has ended; its mapping stays */
+            break;
+        }
+        __atomic_add_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
+        agg_stat(g, AGG_ST(carriers), 1);
+        __atomic_store_n(&carriers[ncarriers], b.c, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&ncarriers, 1, __ATOMIC_RELEASE);
+    }
+    ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &old, 0, 8);
+    return r;
+}
+
+/* Where a new thread goes: the carrier with the fewest threads placed. */
+static struct agg_carrier *place(struct agg_carrier *mine)
+{
+    struct agg_carrier *best = mine;
+    unsigned least = __atomic_load_n(&mine->placed, __ATOMIC_RELAXED);
+    unsigned n = __atomic_load_n(&ncarriers, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < n; i++) {
+        struct agg_carrier *c = carriers[i];
+        unsigned k = __atomic_load_n(&c->placed, __ATOMIC_RELAXED);
+        if (k < least)
+            best = c, least = k;
+    }
+    __atomic_add_fetch(&best->placed, 1, __ATOMIC_RELAXED);
+    return best;
+}
+
+static int start_world(void)
+{
+    struct ferry_group *g;
+    int r = ferry_group_create(&g, &agg_profile);
+    if (r)
+        return r;
+    /* the other carriers start with the second thread (see new_thread) */
+    return become_fiber0(g);
 }
 
 int agg_threads_start(void)
@@ -213,17 +339,15 @@ int agg_threads_start(void)
     if ((unsigned long)p > -4096UL)
         return (int)p;
     by_vtid = (struct agg_fiber **)p;
-    struct ferry_group *g;
-    int r = ferry_group_create(&g, &agg_profile);
-    if (r)
-        return r;
-    return become_fiber0(g);
+    return start_world();
 }
 
 /* A fork child has only the thread that forked, and rings shared with its
  * parent: it starts over, the forking fiber as its fiber 0. */
 void agg_threads_after_fork(void)
 {
+    /* the other threads' locks and waits are not the child's */
+    agg_futex_forget();
     struct agg_fiber *self = agg_self;
     if (!agg_threads_on || !self)
         return;
@@ -231,12 +355,36 @@ void agg_threads_after_fork(void)
     agg_carrier_forget(old);
     agg_group_forget(old->g);
     ferry_memset(by_vtid, 0, MAX_THREADS * sizeof(*by_vtid));
+    world_lock = 0;
+    next_vtid = 0;
+    ncarriers = 0;
+    carriers_tried = 0;
+    idle_mask_stale = 1;
     agg_self = 0;
     agg_carrier = 0;
     fiber0 = 0;
-    struct ferry_group *g;
-    if (ferry_group_create(&g, &agg_profile) == 0)
-        become_fiber0(g);
+    start_world();
+}
+
+/* ---- vfork ---------------------------------------------------------------- */
+
+/* A vfork child runs on its parent's stack and thread block, as another
+ * task: nothing it does may reach the fiber world (its calls would park a
+ * fiber of the parent, or run another carrier's fibers in the child).  It
+ * sees no fiber; the parent, which waits meanwhile, gets its own back. */
+static __thread struct agg_fiber *vfork_parent __attribute__((tls_model("initial-exec")));
+
+void agg_vfork_child(void)
+{
+    vfork_parent = agg_self;
+    agg_self = 0;
+}
+
+void agg_vfork_parent(void)
+{
+    if (vfork_parent)
+        agg_self = vfork_parent;
+    vfork_parent = 0;
 }
 
 /* ---- threads ------------------------------------------------------------- */
@@ -251,9 +399,20 @@ static void thread_entry(void *arg)
 static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned long flags,
                        unsigned long stack_top, int *ptid, int *ctid, unsigned long tls)
 {
-    struct agg_carrier *c = self->carrier;
-    if (next_vtid >= MAX_THREADS)
+    if (__atomic_load_n(&next_vtid, __ATOMIC_RELAXED) >= MAX_THREADS)
         return -11;  /* EAGAIN, as when a process hits its thread limit */
+    if (!carriers_tried) {
+        /* Not before: a fork child comes here only once glibc has unlocked
+         * what its fork locked (malloc's arenas, ld.so's TLS lock), which
+         * making thread blocks takes.  Those locks' own calls run natively,
+         * as in ferry_fiber_spawn.  Fewer carriers than asked (out of
+         * memory) still run the program. */
+        carriers_tried = 1;
+        int busy = self->busy;
+        self->busy = 1;
+        start_carriers(self->carrier->g, agg_threads_carriers);
+        self->busy = busy;
+    }
     struct agg_fiber *f = agg_calloc(1, sizeof(*f));
     struct agg_thread_start *s = agg_calloc(1, sizeof(*s));
     if (!f || !s) {
@@ -265,6 +424,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     *s = (struct agg_thread_start){frame[0], r->rbp, r->r12, r->r13, r->r14, r->r15, r->rdi,
                                    r->rsi, r->rdx, r->r10, r->r8, r->r9, frame[1], frame[2],
                                    (long)stack_top - 128};
+    struct agg_carrier *c = place(self->carrier);
     f->thread = 1;
     f->start = s;
     f->carrier = c;
@@ -272,25 +432,35 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     f->ctx.fsbase = tls;
     f->joined = -1;
     f->sigmask = self->sigmask;  /* a new thread inherits its creator's mask */
-    f->vtid = VTID_BASE + (int)next_vtid++;
     if (flags & CLONE_CHILD_CLEARTID)
         f->clear_tid = ctid;
     /* the thread's own copy of the shim's per-thread state */
     *TLS_IN(tls, agg_self) = f;
     *TLS_IN(tls, agg_carrier) = c;
+    ferry_catchall_adopt(tls, c->tp);
     /* its first switch starts thread_entry on the new stack, well below what
      * the resume writes at its top */
     agg_ctx_start(&f->ctx, (void *)(stack_top - 128 - 512), thread_entry, f);
+    agg_lock(&world_lock);
+    f->vtid = VTID_BASE + (int)next_vtid++;
     by_vtid[f->vtid - VTID_BASE] = f;
     idle_mask_stale = 1;
+    agg_unlock(&world_lock);
+    /* as the kernel does, before the child can run */
     if (flags & CLONE_PARENT_SETTID)
         *ptid = f->vtid;
     if (flags & CLONE_CHILD_SETTID)
         *ctid = f->vtid;
-    c->alive++;
+    __atomic_add_fetch(&agg_threads_alive, 1, __ATOMIC_ACQ_REL);
     agg_stat(c->g, AGG_ST(fibers), 1);
-    agg_wake(f);
-    return f->vtid;
+    long vtid = f->vtid;
+    if (c == self->carrier) {
+        agg_count_fiber(c);
+        agg_wake(f);
+    } else {
+        agg_post(f, AGG_POST_NEW);  /* from here on f is its carrier's */
+    }
+    return vtid;
 }
 
 /* clone/clone3 of a thread: 1 and the result in r->rax, or 0 when it is not
@@ -328,27 +498,57 @@ static int clone_thread(struct agg_fiber *self, struct ferry_regs *r)
 
 /* On the scheduler, once the fiber that ran the thread is off its stack:
  * glibc may reuse that stack as soon as the tid word reads 0. */
+static void free_thread(struct agg_fiber *f)
+{
+    agg_free(f->start);
+    agg_free(f);
+}
+
 void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f)
 {
-    (void)c;
     if (f->clear_tid) {
         __atomic_store_n(f->clear_tid, 0, __ATOMIC_RELEASE);
         /* pthread_join waits on it as a shared futex, through the kernel */
         ferry_raw6(SYS_futex, (long)f->clear_tid, FUTEX_WAKE_, 0x7fffffff, 0, 0, 0);
         agg_futex_wake_all(c, f->clear_tid);
     }
+    agg_lock(&world_lock);
     if (f->vtid >= VTID_BASE)
         by_vtid[f->vtid - VTID_BASE] = 0;
     idle_mask_stale = 1;
     if (f == fiber0)
         fiber0 = 0;
-    agg_free(f->start);
-    agg_free(f);
+    /* a signal posted before it left the table: the inbox frees it */
+    int posted = __atomic_load_n(&f->posted, __ATOMIC_ACQUIRE) != 0;
+    agg_unlock(&world_lock);
+    __atomic_sub_fetch(&c->placed, 1, __ATOMIC_RELAXED);
+    if (!posted)
+        free_thread(f);
+    __atomic_sub_fetch(&agg_threads_alive, 1, __ATOMIC_ACQ_REL);
 }
 
-/* A signal for a fiber that is not running: kept until it runs; a fiber
- * parked in a call is woken so the call ends with EINTR, as a blocked
- * thread's would. */
+/* On t's carrier, for a signal sent to t from anywhere: a fiber parked in
+ * a call is woken so the call ends with EINTR, as a blocked thread's would;
+ * one that runs or is ready sees it at its next call. */
+void agg_threads_signalled(struct agg_fiber *t)
+{
+    if (t->state == AGG_DONE) {
+        free_thread(t);  /* left the table with this post pending */
+        return;
+    }
+    uint64_t due = __atomic_load_n(&t->sigpending, __ATOMIC_ACQUIRE) & ~(t->sigmask & ~t->waitset);
+    if (!due || t->state != AGG_PARKED)
+        return;
+    if (t->suspended) {
+        t->suspended = 0;
+        agg_wake(t);
+    } else {
+        agg_interrupt(t);
+    }
+}
+
+/* A signal for a fiber that is not running: kept until it runs (with
+ * world_lock held: t stays while it is in the table). */
 static long signal_fiber(struct agg_fiber *self, struct agg_fiber *t, long sig)
 {
     if (sig < 0 || sig > 64)
@@ -360,14 +560,10 @@ static long signal_fiber(struct agg_fiber *self, struct agg_fiber *t, long sig)
         return ferry_raw3(SYS_tgkill, ferry_raw0(SYS_getpid), real_tid(self->carrier), sig);
     }
     __atomic_or_fetch(&t->sigpending, 1ULL << (sig - 1), __ATOMIC_ACQ_REL);
-    if (!((t->sigmask & ~t->waitset) & (1ULL << (sig - 1))) && t->state == AGG_PARKED) {
-        if (t->suspended) {
-            t->suspended = 0;
-            agg_wake(t);
-        } else {
-            agg_interrupt(t);
-        }
-    }
+    if (t->carrier == self->carrier)
+        agg_threads_signalled(t);
+    else
+        agg_post(t, AGG_POST_SIGNAL);
     return 0;
 }
 
@@ -461,6 +657,42 @@ static long wait_for_signal(struct agg_fiber *f, struct ferry_regs *r)
     return res;
 }
 
+/* sched_{get,set}affinity of a fiber: it runs where its carrier does, so a
+ * request is checked against the machine and remembered, and a get answers
+ * what was asked. */
+static int affinity(struct agg_fiber *f, struct ferry_regs *r)
+{
+    uint64_t want = 0;
+    int set = r->rax == SYS_sched_setaffinity;
+    if (set) {
+        unsigned long len = (unsigned long)r->rsi < 8 ? (unsigned long)r->rsi : 8;
+        if (ferry_safe_read(&want, (void *)r->rdx, len) != (long)len)
+            return r->rax = -EFAULT_, 1;
+        uint64_t have = 0;
+        ferry_raw3(SYS_sched_getaffinity, 0, sizeof(have), &have);
+        want &= have;
+    }
+    agg_lock(&world_lock);
+    struct agg_fiber *t = r->rdi == 0 ? f : lookup(r->rdi);
+    uint64_t asked = 0;
+    if (t && set && want)
+        t->affinity = want;
+    else if (t)
+        asked = t->affinity;
+    agg_unlock(&world_lock);
+    if (!t)
+        return r->rdi >= VTID_BASE ? (r->rax = -ESRCH_, 1) : 0;
+    if (set) {
+        r->rax = want ? 0 : -EINVAL_;
+        return 1;
+    }
+    long n = ferry_pass6(SYS_sched_getaffinity, 0, r->rsi, r->rdx, 0, 0, 0);
+    if (n > 0 && asked)
+        *(uint64_t *)r->rdx = asked;  /* the kernel just wrote it */
+    r->rax = n;
+    return 1;
+}
+
 /* From ferry_slow, before anything else: 1 if this was a thread operation
  * the fiber world answers (result in r->rax). */
 int ferry_agg_thread_call(struct ferry_regs *r)
@@ -485,17 +717,20 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         long sig = r->rax == SYS_tkill ? r->rsi : r->rdx;
         if (r->rax == SYS_tgkill && r->rdi != ferry_raw0(SYS_getpid))
             return 0;
+        agg_lock(&world_lock);
         struct agg_fiber *t = lookup(tid);
+        if (t)
+            r->rax = signal_fiber(f, t, sig);
+        agg_unlock(&world_lock);
         if (!t)
             return tid >= VTID_BASE ? (r->rax = -ESRCH_, 1) : 0;
-        r->rax = signal_fiber(f, t, sig);
         return 1;
     }
     case SYS_rt_sigprocmask:
         if (!(ferry_catchall_on && ferry_catchall_masked_call(r)))
             r->rax = ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, 0, 0);
         f->sigmask = c->kmask = kernel_mask();
-        idle_mask_stale = 1;
+        __atomic_store_n(&idle_mask_stale, 1, __ATOMIC_RELEASE);
         return 1;
     case SYS_kill: {
         /* To the process: the kernel would pick a thread that does not block
@@ -506,15 +741,16 @@ int ferry_agg_thread_call(struct ferry_regs *r)
             !(f->sigmask & (1ULL << (sig - 1))))
             return 0;
         struct agg_fiber *t = 0;
+        agg_lock(&world_lock);
         if (fiber0 && fiber0 != f && !(fiber0->sigmask & (1ULL << (sig - 1))))
             t = fiber0;
         for (unsigned i = 0; !t && i < next_vtid; i++)
             if (by_vtid[i] && by_vtid[i] != f && !(by_vtid[i]->sigmask & (1ULL << (sig - 1))))
                 t = by_vtid[i];
-        if (!t)
-            return 0;  /* every thread blocks it: pending for the process */
-        r->rax = signal_fiber(f, t, sig);
-        return 1;
+        if (t)
+            r->rax = signal_fiber(f, t, sig);
+        agg_unlock(&world_lock);
+        return t != 0;  /* none: every thread blocks it, pending for the process */
     }
     case SYS_rt_sigsuspend: {
         /* The fiber waits with the given mask for a signal sent to it; its
@@ -527,7 +763,7 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         during &= ~((1ULL << (SIGKILL - 1)) | (1ULL << (SIGSTOP - 1)));
         uint64_t saved = f->sigmask;
         f->sigmask = during;
-        idle_mask_stale = 1;
+        __atomic_store_n(&idle_mask_stale, 1, __ATOMIC_RELEASE);
         take_process_signals(f, during);
         while (!(__atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~during)) {
             f->suspended = 1;
@@ -538,7 +774,7 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         f->interrupted = 0;
         agg_threads_deliver(-EINTR_);
         f->sigmask = saved;
-        idle_mask_stale = 1;
+        __atomic_store_n(&idle_mask_stale, 1, __ATOMIC_RELEASE);
         agg_thread_resumed(f);
         r->rax = -EINTR_;
         return 1;
@@ -547,6 +783,11 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         r->rax = wait_for_signal(f, r);
         return 1;
     case SYS_sched_yield:
+        /* the others of this carrier run first; once a round, the CPU
+         * goes to other threads too (another carrier's fiber may be the
+         * one the fibers here wait for, and it may share this CPU) */
+        if (!c->rq_head || !c->round_left)
+            ferry_raw0(SYS_sched_yield);
         ferry_fiber_yield();
         r->rax = 0;
         return 1;
@@ -569,31 +810,8 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         r->rax = r->rsi == 24 ? 0 : -EINVAL_;  /* sizeof(struct robust_list_head) */
         return 1;
     case SYS_sched_getaffinity:
-    case SYS_sched_setaffinity: {
-        struct agg_fiber *t = r->rdi == 0 ? f : lookup(r->rdi);
-        if (!t)
-            return r->rdi >= VTID_BASE ? (r->rax = -ESRCH_, 1) : 0;
-        if (r->rax == SYS_sched_setaffinity) {
-            /* a fiber runs where its carrier does: the request is checked
-             * against the machine and remembered, so a get answers it */
-            uint64_t want = 0;
-            unsigned long len = (unsigned long)r->rsi < 8 ? (unsigned long)r->rsi : 8;
-            if (ferry_safe_read(&want, (void *)r->rdx, len) != (long)len)
-                return r->rax = -EFAULT_, 1;
-            uint64_t have = 0;
-            ferry_raw3(SYS_sched_getaffinity, 0, sizeof(have), &have);
-            if (!(want & have))
-                return r->rax = -EINVAL_, 1;
-            t->affinity = want & have;
-            r->rax = 0;
-            return 1;
-        }
-        long n = ferry_pass6(SYS_sched_getaffinity, 0, r->rsi, r->rdx, 0, 0, 0);
-        if (n > 0 && t->affinity)
-            *(uint64_t *)r->rdx = t->affinity;  /* the kernel just wrote it */
-        r->rax = n;
-        return 1;
-    }
+    case SYS_sched_setaffinity:
+        return affinity(f, r);
     }
     return 0;
 }

@@ -48,6 +48,9 @@ int ferry_catchall_on;
 static int detached;
 
 static __thread volatile unsigned char selector __attribute__((tls_model("initial-exec")));
+/* The byte the kernel reads for this thread: its own `selector`, except for
+ * fibers, which share their carrier's kernel thread and so its byte. */
+static __thread volatile unsigned char *selector_at __attribute__((tls_model("initial-exec")));
 static __thread unsigned char armed __attribute__((tls_model("initial-exec")));
 /* Whether the program believes SIGSYS is blocked in this thread. */
 static __thread unsigned char sigsys_blocked __attribute__((tls_model("initial-exec")));
@@ -66,10 +69,12 @@ void ferry_catchall_thread(void)
 {
     if (!ferry_catchall_on || detached)
         return;
-    selector = SELECTOR_BLOCK;
+    if (!selector_at)
+        selector_at = &selector;
+    *selector_at = SELECTOR_BLOCK;
     unsigned long start = (unsigned long)__ehdr_start;
     long r = ferry_raw6(SYS_prctl, PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, start,
-                        (unsigned long)__etext - start, (long)&selector, 0);
+                        (unsigned long)__etext - start, (long)selector_at, 0);
     armed = r == 0;
     if (armed && ferry_hdr) {
         /* a fork child's file is new: say again that it is caught */
@@ -81,30 +86,50 @@ void ferry_catchall_thread(void)
     }
 }
 
+void ferry_catchall_fork_child(void)
+{
+    selector_at = &selector;  /* what it shared with a carrier stayed in the parent */
+    ferry_catchall_thread();
+}
+
+void ferry_catchall_adopt(unsigned long tp, unsigned long carrier_tp)
+{
+    if (!ferry_catchall_on)
+        return;
+    unsigned long here;
+    __asm__ volatile("mov %%fs:0, %0" : "=r"(here));
+#define IN(t, v) ((__typeof__(&(v)))((t) + ((unsigned long)&(v) - here)))
+    volatile unsigned char *at = *IN(carrier_tp, selector_at);
+    *IN(tp, selector_at) = at ? at : IN(carrier_tp, selector);
+    *IN(tp, armed) = *IN(carrier_tp, armed);
+#undef IN
+}
+
 void ferry_catchall_check(void)
 {
     if (!armed)
         ferry_catchall_thread();
     else
-        selector = SELECTOR_BLOCK;
+        *selector_at = SELECTOR_BLOCK;
 }
 
 void ferry_catchall_allow(void)
 {
-    if (ferry_catchall_on)
-        selector = SELECTOR_ALLOW;
+    if (ferry_catchall_on && selector_at)
+        *selector_at = SELECTOR_ALLOW;
 }
 
 void ferry_catchall_block(void)
 {
-    if (ferry_catchall_on && !detached)
-        selector = SELECTOR_BLOCK;
+    if (ferry_catchall_on && !detached && selector_at)
+        *selector_at = SELECTOR_BLOCK;
 }
 
 void ferry_catchall_detach(void)
 {
     detached = 1;
-    selector = SELECTOR_ALLOW;
+    if (selector_at)
+        *selector_at = SELECTOR_ALLOW;
 }
 
 /* ---- recording sites ---------------------------------------------------- */
@@ -426,7 +451,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
     uint64_t next = (uint64_t)g[REG_RIP];
     long nr = g[REG_RAX];
     if (detached) {
-        selector = SELECTOR_ALLOW;
+        *selector_at = SELECTOR_ALLOW;
         g[REG_RIP] = (greg_t)(next - 2);  /* run it again, bare */
         return;
     }
@@ -451,7 +476,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
          * blocks again on its next slow call, the child when it first comes
          * through the shim. */
         ferry_blk_count(nr);
-        selector = SELECTOR_ALLOW;
+        *selector_at = SELECTOR_ALLOW;
         g[REG_RIP] = (greg_t)(next - 2);
         return;
     case SYS_rt_sigprocmask:

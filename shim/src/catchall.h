@@ -12,8 +12,13 @@ extern int ferry_catchall_on;
 
 /* Install the SIGSYS handler and arm the calling thread. */
 void ferry_catchall_start(char **envp);
-/* Arm the calling thread (a new thread, a fork or vfork child). */
+/* Arm the calling thread (a new thread, a vfork child). */
 void ferry_catchall_thread(void);
+/* Arm a fork child's only thread with a selector of its own. */
+void ferry_catchall_fork_child(void);
+/* A fiber's thread block at `tp` will run on the kernel thread whose block
+ * is at `carrier_tp`: it shares that thread's selector and armed state. */
+void ferry_catchall_adopt(unsigned long tp, unsigned long carrier_tp);
 /* The calling thread's armed state is checked on every slow call: a thread
  * the shim never saw start (a clone from an unpatched site) is armed here. */
 void ferry_catchall_check(void);

@@ -353,7 +353,7 @@ static void after_fork(void)
 {
     ferry_store_after_fork();
     agg_threads_after_fork();
-    ferry_catchall_thread();
+    ferry_catchall_fork_child();
 }
 
 void ferry_post(long result)
@@ -371,15 +371,19 @@ void ferry_post(long result)
             after_fork();
             pending_nr = 0;
         } else {
-            if (flags & CLONE_VFORK)
+            if (flags & CLONE_VFORK) {
                 ferry_blk_enter_vfork_child();
+                agg_vfork_child();
+            }
             ferry_catchall_thread();
         }
         return;
     }
     ferry_catchall_block();
-    if (flags & CLONE_VFORK)
+    if (flags & CLONE_VFORK) {
         ferry_blk_leave_vfork_child();
+        agg_vfork_parent();
+    }
     pending_nr = 0;
 }
 
