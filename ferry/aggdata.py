@@ -13,12 +13,15 @@ VERSION = 1
 MAX_POOLS = 8
 POOLS_AT, POOL_STRIDE = 80, 256
 ROUTE_AT = 2128
+MAX_CARRIERS = 64        # carrier slots; carriers beyond them count only in the totals
+CARRIER_SLOTS_AT, CARRIERS_AT, CARRIER_STRIDE = 2640, 2648, 40
 BATCH_BUCKETS = 12
 WAITS = ("none", "any", "some", "all", "adaptive")     # enum ferry_wait
 
 COUNTERS = ("aggregated", "native", "worker", "crossings", "fibers", "switches", "carriers",
             "groups")
 POOL_COUNTERS = ("submitted", "completed", "enters", "max_depth", "wait_ns", "depth_sum")
+CARRIER_COUNTERS = ("fibers", "switches", "crossings", "completed", "peak")
 POOL_SETTINGS = ("entries", "concurrency", "cpus", "sqpoll_cpu", "priority", "wait",
                  "wait_limit", "wait_timeout_ns")
 
@@ -46,6 +49,20 @@ def _pool(area, i):
     return pool
 
 
+def _carrier(area, i):
+    counters = struct.unpack_from("<5Q", area, CARRIERS_AT + i * CARRIER_STRIDE)
+    return {"index": i, **dict(zip(CARRIER_COUNTERS, counters))}
+
+
+def _carriers(area):
+    """The per-carrier table; empty in an area written before it existed (slots 0)."""
+    (slots,) = struct.unpack_from("<I", area, CARRIER_SLOTS_AT)
+    if slots > MAX_CARRIERS:
+        raise AggAreaError(f"corrupt aggregation area ({slots} carrier slots, at most "
+                           f"{MAX_CARRIERS})")
+    return [_carrier(area, i) for i in range(slots)]
+
+
 def parse(header):
     """The aggregation record of one process from its file's header bytes, or None when the
     process never created a group; AggAreaError when the area is damaged."""
@@ -63,6 +80,7 @@ def parse(header):
         raise AggAreaError(f"corrupt aggregation area ({npools} pools, at most {MAX_POOLS})")
     record = dict(zip(COUNTERS, struct.unpack_from("<8Q", area, 16)))
     record["pools"] = [_pool(area, i) for i in range(npools)]
+    record["carrier_list"] = _carriers(area)
     return derive(record)
 
 
@@ -80,14 +98,16 @@ def _settings(pool):
     return tuple(tuple(pool[k]) if isinstance(pool[k], list) else pool[k] for k in POOL_SETTINGS)
 
 
-def summarize(records, profile_pools=()):
-    """The run's "aggregation" entry from the records of its processes (None entries are
-    processes without a group), or None if no process aggregated. Pools are matched by
+def summarize(processes, profile_pools=()):
+    """The run's "aggregation" entry from [(pid, record)] of its processes (a None record:
+    a process without a group), or None if no process aggregated. Pools are matched by
     index; `profile_pools` [(name, settings tuple)] names a pool whose settings are the
-    profile's (a group made by the C API with settings of its own stays unnamed)."""
-    records = [r for r in records if r]
-    if not records:
+    profile's (a group made by the C API with settings of its own stays unnamed).
+    Carriers are not merged: each belongs to one process, so each keeps its pid."""
+    processes = [(pid, r) for pid, r in processes if r]
+    if not processes:
         return None
+    records = [r for _, r in processes]
     total = {k: sum(r[k] for r in records) for k in COUNTERS}
     pools = {}
     for r in records:
@@ -105,6 +125,7 @@ def summarize(records, profile_pools=()):
             p["name"] = profile_pools[i][0]
     total["processes"] = len(records)
     total["pools"] = [pools[i] for i in sorted(pools)]
+    total["carrier_list"] = [dict(c, pid=pid) for pid, r in processes for c in r["carrier_list"]]
     return derive(total)
 
 

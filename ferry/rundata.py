@@ -132,7 +132,7 @@ def load_run(run_dir):
                    "processes": len(processes)},
         "events": events,
         "catch_all": catchdata.summarize([f.caught for f in files]),
-        "aggregation": aggdata.summarize([f.aggregation for f in files],
+        "aggregation": aggdata.summarize([(f.pid, f.aggregation) for f in files],
                                          aggdata.profile_pools(_run_profile(run_dir, info))),
     }
 

@@ -255,11 +255,7 @@ def route(value, key):
 
 
 def check(values, section):
-    """Checks across keys: every route target is "native", "worker" or a pool; the
-    program's threads as fibers run on one carrier (more are not built yet)."""
-    if values.get("agg_threads") == "fibers" and values.get("agg_carriers", 1) > 1:
-        raise Invalid(f"{section}.carriers", f'{values["agg_carriers"]} carriers with threads = '
-                      '"fibers": the program\'s threads run on one carrier so far; set carriers = 1')
+    """Checks across keys: every route target is "native", "worker" or a pool."""
     names = [p.name for p in values["agg_pools"]]
     for k, target in values["agg_route"].items():
         if target in (routing.NATIVE, routing.WORKER) or target in names:

@@ -1,19 +1,24 @@
 """Issue 6: unmodified threaded programs behave under Ferry exactly as natively.
 
 Every workload runs natively and under `ferry run -p PROFILE` for each
-profile available: `trace` (threads stay threads, every call is traced) and
-`fibers` (profiles/fibers.toml: mode "aggregate" with `threads = "fibers"`,
-the threads become fibers on carriers).  Until the fiber engine exists that
-profile does not, and its cases are skipped saying so; once it exists they
-run, and must also show in the run directory that fibers were really used.
+runner: `trace` (threads stay threads, every call is traced), `fibers`
+(profiles/fibers.toml: mode "aggregate" with `threads = "fibers"`, the threads
+become fibers on one carrier) and `fibers2` (the same profile with
+`carriers = 2`, written to a temporary directory: the fibers run on two
+kernel threads at once, so futex waits and wakes, signals and joins cross
+carriers; skipped on a machine that gives this process fewer than 2 CPUs).
+Under both fiber runners the run directory must also show that fibers were
+really used, and under fibers2 that more than one carrier ran.
 
 Workloads: tests/programs/fib_pthreads (pthreads from mutexes to signals),
-fib_crash (a thread crashes: same signal), py_fibers.py (Python threading),
-examples/net in its `thread` and `pool` models, and Debian's apache2 with
-mpm_worker serving a static page.  Outputs, exit statuses and every HTTP
-response are compared; no timing is asserted.
+fib_carriers (what crosses carriers, each part with a checksum), fib_crash (a
+thread crashes: same signal), py_fibers.py (Python threading), examples/net in
+its `thread` and `pool` models, and Debian's apache2 with mpm_worker serving a
+static page.  Outputs, exit statuses and every HTTP response are compared; no
+timing is asserted.
 """
 import os
+import re
 import resource
 import shutil
 import signal
@@ -37,20 +42,28 @@ FIBERS_PROFILE = ROOT / "profiles" / "fibers.toml"
 PYTHON = "/usr/bin/python3"
 TIMEOUT = 180           # a first `ferry run` of a session rewrites libc and friends
 # Natively every workload takes about a second; the C programs end themselves
-# with SIGALRM after 30 s.
+# with SIGALRM after 30 s (fib_carriers: 60 s).
 WORKLOAD_TIMEOUT = 90
+CPUS = len(os.sched_getaffinity(0))
 
+NO_FIBERS = pytest.mark.skipif(not FIBERS_PROFILE.is_file(),
+                               reason="fiber mode not built yet (profiles/fibers.toml missing)")
+# Values of the `profile` fixture: a profile name or path as `ferry run -p` takes
+# it; "fibers2" stands for the two-carrier profile written by `fibers2_profile`.
 PROFILES = [
     pytest.param("trace", id="trace"),
-    pytest.param(str(FIBERS_PROFILE), id="fibers",
-                 marks=pytest.mark.skipif(not FIBERS_PROFILE.is_file(),
-                                          reason="fiber mode not built yet (profiles/fibers.toml missing)")),
+    pytest.param(str(FIBERS_PROFILE), id="fibers", marks=NO_FIBERS),
+    pytest.param("fibers2", id="fibers2",
+                 marks=[NO_FIBERS,
+                        pytest.mark.skipif(CPUS < 2, reason=f"fibers2 runs 2 carriers in parallel and needs 2 "
+                                           f"CPUs; os.sched_getaffinity(0) gives this process {CPUS}")]),
 ]
 RUNNERS = [pytest.param(None, id="native"), *PROFILES]
 
 # name: (argv relative to the built programs, native outcome: exit code or -signal)
 WORKLOADS = {
     "fib_pthreads": (["{build}/fib_pthreads"], 0),
+    "fib_carriers": (["{build}/fib_carriers"], 0),
     "fib_crash_segv": (["{build}/fib_crash"], -signal.SIGSEGV),
     "fib_crash_abort": (["{build}/fib_crash", "abort"], -signal.SIGABRT),
     "py_sync": ([PYTHON, "{src}/py_fibers.py", "sync"], 0),
@@ -60,9 +73,32 @@ WORKLOADS = {
 }
 
 
+# Threads a workload creates, at least: seen as clones under trace, as fibers
+# under the fiber runners.
+THREADS_CREATED = {"fib_pthreads": 200 + 8 + 10, "fib_carriers": 119}
+
+
 @pytest.fixture(autouse=True)
 def own_index(tmp_path, monkeypatch):
     monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+
+
+@pytest.fixture(scope="session")
+def fibers2_profile(tmp_path_factory):
+    """profiles/fibers.toml with `carriers = 2`, as fibers2.toml in a directory of its own."""
+    text, n = re.subn(r"(?m)^carriers\s*=\s*\d+", "carriers = 2", FIBERS_PROFILE.read_text())
+    assert n == 1, f"{FIBERS_PROFILE} has no single `carriers = N` line to change"
+    path = tmp_path_factory.mktemp("profiles") / "fibers2.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def profile(request):
+    """The runner's profile as `ferry run -p` takes it (None: natively)."""
+    if request.param == "fibers2":
+        return str(request.getfixturevalue("fibers2_profile"))
+    return request.param
 
 
 @pytest.fixture(scope="session")
@@ -129,15 +165,28 @@ def describe(r):
     return f"{how}\n--- stdout\n{r.stdout.decode(errors='replace')}--- stderr\n{r.stderr.decode(errors='replace')}"
 
 
-def assert_fibers_used(profile, run_dir):
-    """Under the fibers profile the run must show fibers (docs/aggregate.md);
-    without this, a fiber engine that silently fell back to threads would pass."""
-    if profile is None or Path(profile) != FIBERS_PROFILE:
+def assert_fibers_used(profile, run_dir, threads=0):
+    """Under the fiber profiles the run must show fibers (docs/aggregate.md), at
+    least `threads` of them; without this, a fiber engine that silently fell back
+    to threads would pass.  Under fibers2 a process must also have run more than
+    one carrier, and fibers on more than one of them."""
+    if profile is None or Path(profile).stem not in ("fibers", "fibers2"):
         return
     model = load_run(run_dir)
     agg = model["aggregation"]
     assert agg is not None, "no process of the run created an aggregation group"
     assert agg["fibers"] > 0, f"no fibers were created: {agg}"
+    assert agg["fibers"] >= threads, f"{agg['fibers']} fibers, but the program made {threads} threads"
+    if Path(profile).stem != "fibers2":
+        return
+    # Per process: the run's total would add up the carriers of several processes.
+    aggs = [p["aggregation"] for p in model["processes"] if p["aggregation"]]
+    summary = [{k: a.get(k) for k in ("fibers", "switches", "carriers", "carrier_list")} for a in aggs]
+    assert max(a["carriers"] for a in aggs) > 1, f"no process ran more than one carrier: {summary}"
+    # The per-carrier table (when the area has one): fibers ran on two carriers or more.
+    if any(a.get("carrier_list") for a in aggs):
+        busy = max(sum(1 for c in a.get("carrier_list") or [] if c["fibers"] > 0) for a in aggs)
+        assert busy > 1, f"fibers ran on one carrier only: {summary}"
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -146,9 +195,11 @@ def test_workload_native_outcome(name, native_results):
     assert r.returncode == WORKLOADS[name][1], describe(r)
     if name == "fib_pthreads":
         assert b"all passed: 0 failed" in r.stdout, describe(r)
+    if name == "fib_carriers":
+        assert r.stdout.endswith(b"all parts ok\n"), describe(r)
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PROFILES, indirect=True)
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_workload_same_as_native(name, profile, native_results, test_programs, tmp_path):
     native = native_results(name)
@@ -162,11 +213,11 @@ def test_workload_same_as_native(name, profile, native_results, test_programs, t
     want = {"code": native.returncode, "signal": None} if native.returncode >= 0 else \
         {"code": None, "signal": signal.Signals(-native.returncode).name}
     assert root["exit"] == want
-    if name == "fib_pthreads" and profile == "trace":
-        # The threads' own calls were seen: 200 ping-pong threads and the others.
+    if name in THREADS_CREATED and profile == "trace":
+        # The threads' own calls were seen (fib_pthreads: 200 ping-pong threads and the others).
         clones = sum(s["calls"] for s in model["syscalls"] if s["name"] in ("clone", "clone3"))
-        assert clones >= 200 + 8 + 10
-    assert_fibers_used(profile, tmp_path / "run")
+        assert clones >= THREADS_CREATED[name]
+    assert_fibers_used(profile, tmp_path / "run", THREADS_CREATED.get(name, 0))
 
 
 # ---------------------------------------------------------------- servers
@@ -199,7 +250,7 @@ class Server:
         return self.status
 
 
-@pytest.mark.parametrize("profile", RUNNERS)
+@pytest.mark.parametrize("profile", RUNNERS, indirect=True)
 @pytest.mark.parametrize("model", ["thread", "pool"])
 def test_net_server_unmodified_threads(model, profile, net_server, tmp_path):
     s = Server([net_server, "--model", model, "--port", "0", "--threads", "16"], profile, tmp_path / "run")
@@ -232,7 +283,7 @@ def apache():
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.parametrize("profile", RUNNERS)
+@pytest.mark.parametrize("profile", RUNNERS, indirect=True)
 def test_apache_worker(apache, profile, tmp_path):
     root, port, conf = apache
     s = Server(httpload.apache_cmd(conf), profile, tmp_path / "run", port)

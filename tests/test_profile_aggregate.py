@@ -284,12 +284,12 @@ def test_ferry_profile_check_rejects_it_in_one_line_exit_2(tmp_path, case):
 
 
 @pytest.mark.skipif(len(online_cpus()) < 2, reason="needs two online CPUs to ask for two carriers")
-def test_threads_as_fibers_on_more_than_one_carrier_is_refused(tmp_path):
+def test_threads_as_fibers_on_two_carriers_is_accepted_and_passed_to_the_shim(tmp_path):
     path = write(tmp_path, AGG + '[aggregate]\nthreads = "fibers"\ncarriers = 2\n')
     r = ferry("profile", "check", path)
-    assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f'ferry: {path}: aggregate.carriers: 2 carriers with threads = "fibers": '
-                        "the program's threads run on one carrier so far; set carriers = 1\n")
+    assert (r.returncode, r.stderr) == (0, "")
+    config = aggenv.decode(load(path).shim_env()["FERRY_AGG"])
+    assert (config.threads, config.carriers) == ("fibers", 2)
 
 
 def test_fibers_profile_asks_the_shim_for_threads_as_fibers():

@@ -5,6 +5,7 @@ filled here byte by byte per the documented layout (the layout is the contract w
 engine), so the reader is tested whether or not the engine is built."""
 import csv
 import io
+import itertools
 import json
 import os
 import re
@@ -31,8 +32,10 @@ def ferry(*args, cwd=None):
 
 
 def area(pools, aggregated=1000, native=30, worker=20, crossings=25, fibers=40, switches=2100,
-         carriers=1, groups=1, magic=b"FERRYAGG", version=1, npools=None):
-    """An aggregation area; pools: dicts of counters, batches and settings."""
+         carriers=1, groups=1, magic=b"FERRYAGG", version=1, npools=None, carrier_table=(),
+         slots=None):
+    """An aggregation area; pools: dicts of counters, batches and settings; carrier_table:
+    (fibers, switches, crossings, completed, peak) per carrier."""
     a = bytearray(8192)
     a[:8] = magic
     struct.pack_into("<II", a, 8, version, len(pools) if npools is None else npools)
@@ -47,6 +50,9 @@ def area(pools, aggregated=1000, native=30, worker=20, crossings=25, fibers=40, 
                          p.get("cpus", 0), p.get("sqpoll", -1), p.get("priority", 0),
                          p.get("wait", 4), p.get("limit", 0), p.get("timeout", 0))
     a[2128:2128 + 512] = b"\xff" * 512
+    struct.pack_into("<I", a, 2640, len(carrier_table) if slots is None else slots)
+    for i, c in enumerate(carrier_table):
+        struct.pack_into("<5Q", a, 2648 + 40 * i, *c)
     return bytes(a)
 
 
@@ -60,6 +66,8 @@ def batches(**at):
 POOL0 = {"submitted": 900, "completed": 900, "enters": 10, "max_depth": 120,
          "wait_ns": 2_500_000, "depth_sum": 640, "batches": batches(b4=2, b6=8),
          "entries": 256, "concurrency": 4, "wait": 4}
+CARRIERS = [(25, 1400, 12, 600, 9), (15, 700, 13, 399, 6)]   # fibers, switches, crossings,
+#                                                              completed, peak
 POOL1 = {"submitted": 100, "completed": 99, "enters": 15, "max_depth": 9, "wait_ns": 1_000_000,
          "depth_sum": 45, "batches": batches(b0=5, b2=10), "entries": 64, "cpus": 0b1,
          "sqpoll": 0, "priority": 5, "wait": 2, "limit": 16, "timeout": 100_000}
@@ -88,14 +96,32 @@ def recorded(tmp_path_factory):
     return one, many
 
 
-@pytest.fixture
-def run(recorded, tmp_path):
-    """A copy of the one-process run with both pools filled in."""
+def one_process_run(recorded, tmp_path, data):
     d = tmp_path / "run"
     shutil.copytree(recorded[0], d)
     (proc,) = (d / "proc").glob("*.ferry")
-    fill(proc, area([POOL0, POOL1]), mode=3)
+    fill(proc, data, mode=3)
     return d
+
+
+@pytest.fixture
+def run(recorded, tmp_path):
+    """A copy of the one-process run with both pools filled in (an area of a shim from
+    before the carrier table: no carrier recorded)."""
+    return one_process_run(recorded, tmp_path, area([POOL0, POOL1]))
+
+
+@pytest.fixture
+def carrier_run(recorded, tmp_path):
+    """The same with two carriers recorded."""
+    return one_process_run(recorded, tmp_path, area([POOL0, POOL1], carriers=2,
+                                                    carrier_table=CARRIERS))
+
+
+def carrier_table(out):
+    """The rows of the text report's carrier table, split into words."""
+    lines = out.split("\ncarriers ")[1].splitlines()[3:]     # after title, head, rule
+    return [line.split() for line in itertools.takewhile(str.strip, lines)]
 
 
 def test_the_reader_gives_the_areas_numbers(run):
@@ -116,6 +142,16 @@ def test_the_reader_gives_the_areas_numbers(run):
     assert (p1["entries"], p1["cpus"], p1["sqpoll_cpu"], p1["priority"], p1["wait"],
             p1["wait_limit"], p1["wait_timeout_ns"]) == (64, [0], 0, 5, "some", 16, 100_000)
     assert p1["mean_depth"] == 3.0
+    assert rec["carrier_list"] == []
+
+
+def test_the_reader_gives_each_carriers_numbers(carrier_run):
+    (proc,) = (carrier_run / "proc").glob("*.ferry")
+    rec = aggdata.parse(proc.read_bytes())
+    assert rec["carrier_list"] == [
+        {"index": 0, "fibers": 25, "switches": 1400, "crossings": 12, "completed": 600, "peak": 9},
+        {"index": 1, "fibers": 15, "switches": 700, "crossings": 13, "completed": 399, "peak": 6}]
+    assert rec["carriers"] == 2
 
 
 def test_the_run_model_has_the_aggregation_and_names_mode_3(run):
@@ -230,15 +266,106 @@ def test_html_has_the_section_and_a_batch_size_plot(run):
     assert "some(16, 100us)" in section
 
 
-def test_diff_by_pool_is_a_usage_error(run):
-    r = ferry("report", "--diff", run, "--by", "pool", run)
-    assert r.returncode == 2 and "not by pool" in r.stderr
+@pytest.mark.parametrize("by", ["pool", "carrier"])
+def test_diff_by_pool_or_carrier_is_a_usage_error(run, by):
+    r = ferry("report", "--diff", run, "--by", by, run)
+    assert r.returncode == 2 and f"not by {by}" in r.stderr
+
+
+# --- carriers ---------------------------------------------------------------------------------
+
+def test_text_report_has_a_carrier_table_when_a_process_ran_several(carrier_run):
+    out = ferry("report", carrier_run).stdout
+    assert "40 fibers on 2 carriers (20.0 per carrier)" in " ".join(out.split())
+    assert out.index("\ncarriers ") < out.index("\npools ")
+    head = out.split("\ncarriers ")[1].splitlines()[1].split()
+    assert head == ["carrier", "fibers", "peak", "switches", "crossings", "completed", "calls"]
+    assert carrier_table(out) == [["0", "25", "9", "1400", "12", "600"],
+                                  ["1", "15", "6", "700", "13", "399"]]
+    only = ferry("report", "--by", "carrier", carrier_run).stdout
+    assert carrier_table(only) == carrier_table(out) and "pools" not in only
+
+
+def test_csv_by_carrier_has_a_row_per_carrier_with_its_pid(carrier_run):
+    r = ferry("report", "--csv", "--by", "carrier", carrier_run)
+    assert r.returncode == 0, r.stderr
+    pid = json.loads(ferry("report", "--json", carrier_run).stdout)["processes"][0]["pid"]
+    assert list(csv.reader(io.StringIO(r.stdout))) == [
+        ["pid", "carrier", "fibers", "peak", "switches", "crossings", "completed"],
+        [str(pid), "0", "25", "9", "1400", "12", "600"],
+        [str(pid), "1", "15", "6", "700", "13", "399"]]
+
+
+def test_carriers_of_several_processes_keep_their_pids(recorded, tmp_path):
+    d = tmp_path / "many"
+    shutil.copytree(recorded[1], d)
+    procs = sorted((d / "proc").glob("*.ferry"))[:2]
+    fill(procs[0], area([], carriers=2, carrier_table=CARRIERS))
+    fill(procs[1], area([], carriers=1, carrier_table=[(3, 40, 5, 7, 2)]))
+    pids = [p["pid"] for p in load_run(d)["processes"]][:2]
+    agg = load_run(d)["aggregation"]
+    assert [(c["pid"], c["index"], c["fibers"]) for c in agg["carrier_list"]] == \
+        [(pids[0], 0, 25), (pids[0], 1, 15), (pids[1], 0, 3)]
+    assert (agg["carriers"], agg["fibers"]) == (3, 80)
+    out = ferry("report", d).stdout
+    head = out.split("\ncarriers ")[1].splitlines()[1].split()
+    assert head[:2] == ["pid", "carrier"]
+    assert [row[:3] for row in carrier_table(out)] == \
+        [[str(pids[0]), "0", "25"], [str(pids[0]), "1", "15"], [str(pids[1]), "0", "3"]]
+
+
+def test_one_carrier_per_process_gives_no_carrier_table(recorded, tmp_path):
+    d = one_process_run(recorded, tmp_path, area([POOL0], carrier_table=CARRIERS[:1]))
+    out = ferry("report", d).stdout
+    assert "40 fibers on 1 carrier" in " ".join(out.split())
+    assert "completed calls" not in out
+    assert carrier_table(ferry("report", "--by", "carrier", d).stdout) == \
+        [["0", "25", "9", "1400", "12", "600"]]
+
+
+def test_an_area_from_before_the_carrier_table_is_reported_as_before(run):
+    out = ferry("report", run).stdout
+    assert "completed calls" not in out and "pools" in out
+    r = ferry("report", "--by", "carrier", run)
+    assert r.returncode == 0 and "no carrier data" in r.stdout
+    r = ferry("report", "--by", "carrier", "--csv", run)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1     # the header only
+
+
+def test_html_has_the_carrier_table_and_plot(carrier_run):
+    r = ferry("report", "--html", "-o", carrier_run.parent / "c.html", carrier_run)
+    assert r.returncode == 0, r.stderr
+    section = (carrier_run.parent / "c.html").read_text().split("<h2>Aggregation</h2>")[1]
+    assert 'alt="fibers and switches per carrier"' in section
+    assert section.count("data:image/png;base64,") == 2          # carriers, batch sizes
+    assert "<th class=\"n\">completed calls</th>" in section
+    assert '<td class="n">1400</td>' in section
+
+
+def test_a_model_file_without_carriers_renders_as_before(run, tmp_path):
+    model = json.loads(ferry("report", "--json", run).stdout)
+    del model["aggregation"]["carrier_list"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(model))
+    assert ferry("report", old).stdout == ferry("report", run).stdout
+
+
+def test_a_model_file_with_a_bad_carrier_is_rejected(carrier_run, tmp_path):
+    model = json.loads(ferry("report", "--json", carrier_run).stdout)
+    model["aggregation"]["carrier_list"][1]["peak"] = -1
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(model))
+    r = ferry("report", bad)
+    assert r.returncode == 2
+    assert r.stderr == (f"ferry: {bad}: not a valid run model: aggregation.carrier_list[1].peak "
+                        "should be a count (integer >= 0), not -1\n")
 
 
 @pytest.mark.parametrize("data, problem", [
     (area([POOL0], magic=b"FERRYAGX"), "corrupt aggregation area (bad magic)"),
     (area([POOL0], version=2), "unsupported aggregation area version 2"),
     (area([POOL0], npools=9), "corrupt aggregation area (9 pools, at most 8)"),
+    (area([POOL0], slots=65), "corrupt aggregation area (65 carrier slots, at most 64)"),
 ])
 def test_a_damaged_area_is_one_line_naming_the_file(run, data, problem):
     (proc,) = (run / "proc").glob("*.ferry")

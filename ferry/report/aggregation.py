@@ -1,7 +1,8 @@
 """The Aggregation part of a report: calls of fibers aggregated, run natively or by
-workers, kernel crossings saved, and per pool its settings, traffic, queue depth, wait
-time and batch sizes; as text (rich), CSV rows (`--by pool`) and HTML. The numbers come
-from the model's "aggregation" entry (ferry.aggdata)."""
+workers, kernel crossings saved, per pool its settings, traffic, queue depth, wait
+time and batch sizes, and per carrier its fibers, switches and calls; as text (rich),
+CSV rows (`--by pool`, `--by carrier`) and HTML. The numbers come from the model's
+"aggregation" entry (ferry.aggdata)."""
 from rich.text import Text
 
 from ..profiles.aggregate import write_duration
@@ -76,6 +77,31 @@ def _n(count, one, many=None):
     return f"{count} {one if count == 1 else many or one + 's'}"
 
 
+def carriers(agg):
+    """The carriers of every process, each with its pid; none in a run recorded before
+    the carrier table existed."""
+    return agg.get("carrier_list", [])
+
+
+def several_carriers(agg):
+    """Whether a process ran more than one carrier (only then is the table worth a look):
+    carriers are numbered from 0 in each process."""
+    return any(c["index"] for c in carriers(agg))
+
+
+def carrier_columns(agg):
+    """[(title, key)] of the carrier table: the pid only when processes could be confused."""
+    pid = [("pid", "pid")] if agg["processes"] > 1 else []
+    return pid + [("carrier", "index"), ("fibers", "fibers"), ("peak", "peak"),
+                  ("switches", "switches"), ("crossings", "crossings"),
+                  ("completed calls", "completed")]
+
+
+def carrier_rows(agg):
+    keys = [k for _, k in carrier_columns(agg)]
+    return [[c[k] for k in keys] for c in carriers(agg)]
+
+
 def used_buckets(agg):
     """Buckets up to the largest batch size seen (at least one)."""
     last = max((i for p in agg["pools"] for i, n in enumerate(p["batches"]) if n), default=0)
@@ -91,6 +117,8 @@ def text(model, make_table):
     if not agg:
         return []
     out = [Text("aggregation", style="bold"), Text(summary(agg))]
+    if several_carriers(agg):
+        out.append(carrier_table(agg, make_table))
     if not agg["pools"]:
         return out
     t = make_table("pools", [("pool", "left"), ("submitted", "right"), ("completed", "right"),
@@ -109,7 +137,22 @@ def text(model, make_table):
     return out
 
 
-# --- CSV (--by pool) ----------------------------------------------------------------------
+def carrier_table(agg, make_table):
+    t = make_table("carriers", [(title, "right") for title, _ in carrier_columns(agg)])
+    for row in carrier_rows(agg):
+        t.add_row(*map(str, row))
+    return t
+
+
+def carrier_text(model, make_table):
+    """`--by carrier`: the summary and the carrier table, or [] when no carrier was recorded."""
+    agg = of(model)
+    if not agg or not carriers(agg):
+        return []
+    return [Text("aggregation", style="bold"), Text(summary(agg)), carrier_table(agg, make_table)]
+
+
+# --- CSV (--by pool, --by carrier) --------------------------------------------------------
 
 RUN_COLUMNS = ("aggregated", "native", "worker", "calls", "crossings", "crossings_saved",
                "fibers", "switches", "carriers", "groups", "processes")
@@ -152,3 +195,15 @@ def csv_rows(model):
         rows.append([p["index"], p.get("name")] + [_pool_value(p, k) for k in POOL_COLUMNS]
                     + list(p["batches"]) + [None] * len(RUN_COLUMNS))
     return rows
+
+
+CARRIER_COLUMNS = ("fibers", "peak", "switches", "crossings", "completed")
+CARRIER_CSV_HEADER = ["pid", "carrier", *CARRIER_COLUMNS]
+
+
+def carrier_csv_rows(model):
+    """A row per carrier of every process; the pid always: the columns of a CSV do not
+    depend on the run."""
+    agg = of(model)
+    return [[c["pid"], c["index"], *(c[k] for k in CARRIER_COLUMNS)]
+            for c in (carriers(agg) if agg else [])]

@@ -85,8 +85,10 @@ def csv_text(header, table):
 
 def to_csv(model, by="syscall", key="time"):
     """One row per syscall, site or process (`by`), sorted by `key`, after a header row;
-    `by` "pool": the aggregation totals, then one row per pool."""
+    `by` "pool": the aggregation totals, then one row per pool; "carrier": a row per carrier."""
     if by == "pool":
         return csv_text(aggregation.csv_header(), aggregation.csv_rows(model))
+    if by == "carrier":
+        return csv_text(aggregation.CARRIER_CSV_HEADER, aggregation.carrier_csv_rows(model))
     cols = _COLUMNS[by]
     return csv_text(list(cols), ([get(r) for get in cols.values()] for r in R.rows(model, by, key)))

@@ -127,6 +127,10 @@ def _aggregation(model):
     if not agg:
         return ""
     parts = ["<h2>Aggregation</h2>", f"<p>{escape(aggregation.summary(agg))}</p>"]
+    if aggregation.several_carriers(agg):
+        parts.append(_table([(title, True) for title, _ in aggregation.carrier_columns(agg)],
+                            aggregation.carrier_rows(agg)))
+        parts.append(_img(plots.carriers(model), "fibers and switches per carrier"))
     if agg["pools"]:
         cols = [("pool", False), ("submitted", True), ("completed", True), ("enters", True),
                 ("mean depth", True), ("max depth", True), ("wait s", True), ("settings", False)]

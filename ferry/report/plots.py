@@ -1,5 +1,6 @@
 """The plots of the HTML report, drawn with matplotlib (Agg, no display) as PNG bytes:
-calls per syscall, latency distributions, timeline, aggregation batch sizes."""
+calls per syscall, latency distributions, timeline, aggregation batch sizes, fibers and
+switches per carrier."""
 import io
 from datetime import datetime
 
@@ -212,6 +213,27 @@ def batch_sizes(model):
     if len(pools) > 1:
         ax.legend(frameon=False, fontsize=8)
     ax.set_title("batch sizes", loc="left")
+    return _png(fig)
+
+
+def carriers(model):
+    """Fibers and switches per carrier, side by side (switches outnumber fibers by orders of
+    magnitude, so they get an axis of their own); None without carriers."""
+    from .aggregation import carriers as carrier_list
+    agg = model.get("aggregation")
+    cs = carrier_list(agg) if agg else []
+    if not cs:
+        return None
+    several = agg["processes"] > 1
+    labels = [f"{c['pid']}/{c['index']}" if several else str(c["index"]) for c in cs]
+    fig = _figure(2.6)
+    for k, (key, color) in enumerate((("fibers", OK), ("switches", "#f58518"))):
+        ax = fig.add_subplot(1, 2, k + 1)
+        ax.bar(range(len(cs)), [c[key] for c in cs], color=color)
+        ax.set_xticks(range(len(cs)), labels, rotation=90 if len(cs) > 16 else 0, fontsize=8)
+        ax.set_xlabel("pid/carrier" if several else "carrier")
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.set_title(key, loc="left")
     return _png(fig)
 
 

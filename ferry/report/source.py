@@ -153,6 +153,9 @@ _POOL = {name: _need(_COUNT) for name in (
 _POOL.update({"name": _may(_TEXT), "wait": _need(_TEXT), "cpus": _need(_INTS),
               "sqpoll_cpu": _need(_INT), "priority": _need(_INT),
               "mean_depth": _null(_AMOUNT), "batches": _need(_BATCHES)})
+_CARRIER = {name: _need(_COUNT) for name in (
+    "index", "fibers", "switches", "crossings", "completed", "peak")}
+_CARRIER["pid"] = _need(_INT)
 
 
 def _short(v):
@@ -193,14 +196,18 @@ def _check_aggregation(model, path):
     if not isinstance(agg, dict):
         raise FerryError(path, "not a valid run model: aggregation should be an object or null")
     _check_fields(agg, _AGGREGATION, "aggregation", path)
-    pools = agg.get("pools")
-    if not isinstance(pools, list):
-        raise FerryError(path, "not a valid run model: aggregation.pools should be a list")
-    for i, p in enumerate(pools):
-        if not isinstance(p, dict):
-            raise FerryError(path, f"not a valid run model: aggregation.pools[{i}] should be "
-                                   "an object")
-        _check_fields(p, _POOL, f"aggregation.pools[{i}]", path)
+    _check_objects(agg.get("pools"), _POOL, "aggregation.pools", path)
+    # models written before the carrier table have none
+    _check_objects(agg.get("carrier_list", []), _CARRIER, "aggregation.carrier_list", path)
+
+
+def _check_objects(entries, fields, where, path):
+    if not isinstance(entries, list):
+        raise FerryError(path, f"not a valid run model: {where} should be a list")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise FerryError(path, f"not a valid run model: {where}[{i}] should be an object")
+        _check_fields(entry, fields, f"{where}[{i}]", path)
 
 
 def check(model, path):

@@ -181,11 +181,14 @@ def process_table(model, key="time"):
 
 def render(model, by="syscall", key="time"):
     """Everything the text report prints, in order; the aggregation section last when the
-    run aggregated calls (`by` "pool": only that section)."""
+    run aggregated calls (`by` "pool": only that section; "carrier": only its carriers)."""
     out = summary(model)
     if by == "pool":
         return out + (aggregation.text(model, _table)
                       or [Text("no aggregation data: no process of this run created a group")])
+    if by == "carrier":
+        return out + (aggregation.carrier_text(model, _table)
+                      or [Text("no carrier data: no process of this run recorded its carriers")])
     if by == "process":
         out.append(process_table(model, key))
     elif not model["syscalls"] and not model["sites"]:
