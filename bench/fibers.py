@@ -8,6 +8,11 @@ threads become fibers; apache2's children are enabled by the injector), and
 wrk drives both with keep-alive connections at concurrency 1, 10, 100, 256,
 1000 and 2000.  Servers are pinned to CPU 0 and wrk to CPU 1.
 
+With N carriers (`--smp`, on by default; N = the CPUs this process may use)
+net-thread and apache run once more, natively and with `carriers = N`, both
+on every CPU (wrk shares CPU 1 with them): the program's threads as fibers
+on N carriers against the kernel's threads on N CPUs.
+
 Every server is started once and stays up; at each concurrency all six are
 measured in interleaved rounds (rotating order), so that a drifting machine
 moves them alike, and the medians are compared.  Per server and level:
@@ -19,6 +24,8 @@ The last line is the RESULT line, fiber mode over native (throughput: higher
 is better; p99: lower is better); the net_* keys use the `thread` model:
 
     RESULT net_ratio_c256=… net_ratio_c1=… net_p99_ratio_c256=… apache_ratio_c256=… apache_ratio_c1=…
+           net_smp_ratio_c256=… net_smp_ratio_c1=… net_smp_p99_ratio_c256=… apache_smp_ratio_c256=…
+           smp_carriers=N
 
 Until fiber mode exists (profiles/fibers.toml missing) the benchmark says so
 and exits 1.  `--profile NAME` measures another profile in its place (e.g.
@@ -28,6 +35,7 @@ the output says which profile they were computed against.
 import argparse
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +56,7 @@ NET_SERVER = ROOT / "examples" / "build" / "net_server"
 PAGE = (ROOT / "examples" / "net" / "index.html").read_bytes()
 FIBERS = ROOT / "profiles" / "fibers.toml"
 KINDS = ["net-thread", "net-pool", "apache"]
+SMP_KINDS = ["net-thread", "apache"]
 LEVELS = [1, 10, 100, 256, 1000, 2000]
 QUICK_LEVELS = [1, 10, 256]
 # The first `ferry run` of a fresh cache rewrites libc and the server's libraries.
@@ -59,12 +68,12 @@ APACHE_THREADS = 256     # per child; children = enough for the highest level
 
 class Server:
     """One server, natively (profile None) or under `ferry run -p profile`,
-    pinned to SERVER_CPU, in a session of its own."""
+    pinned to `cpus`, in a session of its own."""
 
-    def __init__(self, kind, profile, tmp, env, pool_threads, max_level):
+    def __init__(self, kind, variant, profile, tmp, env, pool_threads, max_level, cpus=SERVER_CPU):
         self.kind, self.profile = kind, profile
-        self.label = f"{kind} ({'native' if profile is None else profile_name(profile)})"
-        self.run_dir = tmp / f"run-{kind}-{'native' if profile is None else 'ferry'}"
+        self.label = f"{kind} ({'native' if profile is None else profile_name(profile)}, CPUs {cpus})"
+        self.run_dir = tmp / f"run-{kind}-{variant}"
         self.apache_root = None
         if kind == "apache":
             # Its children run as nobody: the directory must be reachable by others.
@@ -81,7 +90,7 @@ class Server:
             comm = "net_server"
         if profile is not None:
             argv = [FERRY, "run", "--no-learn", "-p", str(profile), "-o", str(self.run_dir), "--", *argv]
-        self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, *argv], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(["taskset", "-c", cpus, *argv], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, start_new_session=True)
         try:
             if self.port is None:
@@ -127,6 +136,16 @@ class Server:
         return status
 
 
+def with_carriers(profile, n, tmp):
+    """A copy of `profile` (a file with one `carriers = N` line) asking for n carriers."""
+    text, found = re.subn(r"(?m)^carriers\s*=\s*\d+", f"carriers = {n}", Path(profile).read_text())
+    if found != 1:
+        raise BenchError(f"{profile}: no single `carriers = N` line to change for the smp runs")
+    path = tmp / f"{Path(profile).stem}-{n}carriers.toml"
+    path.write_text(text)
+    return path
+
+
 def profile_name(profile):
     return Path(profile).stem if str(profile).endswith(".toml") or "/" in str(profile) else str(profile)
 
@@ -167,7 +186,7 @@ def summarize(rs):
 
 
 def print_table(table, levels, pname):
-    for kind in KINDS:
+    for kind in [*KINDS, *(k + "-smp" for k in SMP_KINDS)]:
         if kind not in table:
             continue
         print(f"\n{kind}: native vs {pname}")
@@ -194,6 +213,8 @@ def main():
     add_options(ap, QUICK_LEVELS, "threads of the net pool model (default 64)")
     ap.add_argument("--profile", help="measure this profile instead of fibers (a shipped name or a "
                                       "file), e.g. trace to check the harness")
+    ap.add_argument("--no-smp", dest="smp", action="store_false",
+                    help="leave out the runs on every CPU with one carrier per CPU")
     ap.add_argument("--servers", default=",".join(KINDS),
                     help="comma-separated subset of " + ", ".join(KINDS) + " (the RESULT line needs "
                          "net-thread and apache)")
@@ -231,6 +252,9 @@ def main():
 
     print(f"profile: {pname} ({profile})" + ("" if Path(profile) == FIBERS else
                                              "  -- not fiber mode: a harness check, not issue 6's figures"))
+    cpus = sorted(os.sched_getaffinity(0))
+    smp_kinds = ([k for k in SMP_KINDS if k in kinds]
+                 if args.smp and len(cpus) > 1 and Path(profile).is_file() else [])
     t_start = time.monotonic()
     servers, runs = {}, {}
     with tempfile.TemporaryDirectory(prefix="ferry-bench-fibers-") as tmp:
@@ -240,7 +264,17 @@ def main():
         try:
             for kind in kinds:
                 for variant, prof in (("native", None), ("ferry", profile)):
-                    servers[(kind, variant)] = Server(kind, prof, tmp, env, args.threads, max(levels))
+                    servers[(kind, variant)] = Server(kind, variant, prof, tmp, env, args.threads,
+                                                      max(levels))
+            if smp_kinds:
+                smp_profile = with_carriers(profile, len(cpus), tmp)
+                every = ",".join(map(str, cpus))
+                for kind in smp_kinds:
+                    for variant, prof in (("native-smp", None), ("ferry-smp", smp_profile)):
+                        servers[(kind, variant)] = Server(kind, variant, prof, tmp, env, args.threads,
+                                                          max(levels), cpus=every)
+                print(f"smp: net-thread and apache also on CPUs {every}, natively and with "
+                      f"carriers = {len(cpus)}")
             order = list(servers)
             print(f"servers on CPU {SERVER_CPU}, wrk -t1 on CPU {CLIENT_CPU}; {rounds} interleaved round(s) "
                   f"of {seconds} s per level; net pool: {args.threads} threads; apache: mpm_worker, "
@@ -252,9 +286,9 @@ def main():
                     k = (li * rounds + rnd) % len(order)
                     for key in order[k:] + order[:k]:
                         runs.setdefault((key, level), []).append(measure(servers[key], level, seconds))
-                line = "  ".join(f"{kind} {med([x['rps'] for x in runs[((kind, 'native'), level)]]):.0f}/"
-                                 f"{med([x['rps'] for x in runs[((kind, 'ferry'), level)]]):.0f}"
-                                 for kind in kinds)
+                line = "  ".join(f"{kind}{suffix} {med([x['rps'] for x in runs[((kind, 'native' + suffix), level)]]):.0f}/"
+                                 f"{med([x['rps'] for x in runs[((kind, 'ferry' + suffix), level)]]):.0f}"
+                                 for kind, suffix in [(k, "") for k in kinds] + [(k, "-smp") for k in smp_kinds])
                 print(f"  c={level:<5} req/s native/{pname}: {line}   ({time.monotonic() - t_start:.0f} s)",
                       flush=True)
         except BenchError as e:
@@ -268,7 +302,9 @@ def main():
 
     table = {}
     for ((kind, variant), level), rs in runs.items():
-        table.setdefault(kind, {})[(level, variant)] = summarize(rs)
+        smp = variant.endswith("-smp")
+        table.setdefault(kind + ("-smp" if smp else ""), {})[(level, variant.removesuffix("-smp"))] = \
+            summarize(rs)
     print_table(table, levels, pname)
     print(f"total time {time.monotonic() - t_start:.0f} s")
     if "net-thread" not in table or "apache" not in table:
@@ -281,7 +317,12 @@ def main():
 
     print(f"RESULT net_ratio_c256={fmt(r('net-thread', 256), '.3f')} net_ratio_c1={fmt(r('net-thread', 1), '.3f')} "
           f"net_p99_ratio_c256={fmt(r('net-thread', 256, 'p99_ms'), '.3f')} "
-          f"apache_ratio_c256={fmt(r('apache', 256), '.3f')} apache_ratio_c1={fmt(r('apache', 1), '.3f')}")
+          f"apache_ratio_c256={fmt(r('apache', 256), '.3f')} apache_ratio_c1={fmt(r('apache', 1), '.3f')}"
+          + (f" net_smp_ratio_c256={fmt(r('net-thread-smp', 256), '.3f')} "
+             f"net_smp_ratio_c1={fmt(r('net-thread-smp', 1), '.3f')} "
+             f"net_smp_p99_ratio_c256={fmt(r('net-thread-smp', 256, 'p99_ms'), '.3f')} "
+             f"apache_smp_ratio_c256={fmt(r('apache-smp', 256), '.3f')} smp_carriers={len(cpus)}"
+             if "net-thread-smp" in table and "apache-smp" in table else ""))
     return 0
 
 
