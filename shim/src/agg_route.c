@@ -9,6 +9,8 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -37,6 +39,7 @@
 #define FD_TIMEO_W 2
 #define FD_KNOWN 4
 #define FD_NONBLOCK 8
+#define FD_SOCKET 16      /* known with FD_KNOWN */
 #define FD_MAX 65536
 static unsigned char fd_state[FD_MAX];
 
@@ -85,10 +88,18 @@ static int nonblocking(long fd)
         long fl = ferry_pass6(SYS_fcntl, fd, F_GETFL, 0, 0, 0, 0);
         if (fl < 0)
             return 0;  /* EBADF and the like: the operation says it too */
-        st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0);
+        struct stat sb;
+        int sock = ferry_pass6(SYS_fstat, fd, (long)&sb, 0, 0, 0, 0) == 0 && S_ISSOCK(sb.st_mode);
+        st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0);
         __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
     }
     return !!(st & FD_NONBLOCK);
+}
+
+static int blocking_socket(long fd)
+{
+    return fd >= 0 && fd < FD_MAX && !nonblocking(fd) && (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & FD_SOCKET) &&
+           !timeo(fd, FD_TIMEO_W);
 }
 
 /* The call may wait on fd: io_uring must wait as the call would. */
@@ -498,6 +509,47 @@ void agg_route_watch(void)
 }
 
 
+/* io_uring may end a write to a blocking stream socket with part of it
+ * sent (what the socket buffer took); the system call waits for room and
+ * sends it all unless a signal cuts it short.  The rest goes the same way
+ * as the call did; an error after some bytes went leaves their count. */
+static long write_rest(const struct ferry_regs *r, long done)
+{
+    long nr = r->rax;
+    if ((nr != SYS_write && nr != SYS_sendto) || done <= 0 || done >= r->rdx || !blocking_socket(r->rdi))
+        return done;
+    struct ferry_regs rest = *r;
+    rest.rsi += done;
+    rest.rdx -= done;
+    if (!ferry_agg_route(&rest))
+        rest.rax = ferry_pass6(rest.rax, rest.rdi, rest.rsi, rest.rdx, rest.r10, rest.r8, rest.r9);
+    return rest.rax >= 0 ? done + rest.rax : done;
+}
+
+/* A program's thread (not a fiber made through the API, whose calls its
+ * author routed on purpose) writes to a blocking socket while no other
+ * fiber of its carrier is ready: there is no batch for the write to join,
+ * and the socket usually takes it at once, so it is tried as the system
+ * call itself (without waiting), which costs less than a ring operation
+ * and two fiber switches.  1 when that did it all; a socket that takes only
+ * part (or nothing) leaves the rest to the ring, as a blocking write waits
+ * for room. */
+static int send_now(struct ferry_group *g, struct ferry_regs *r)
+{
+    long nr = r->rax;
+    if ((nr != SYS_write && nr != SYS_sendto) || r->rdx <= 0 || !blocking_socket(r->rdi))
+        return 0;
+    long flags = nr == SYS_sendto ? r->r10 : 0;
+    long addr = nr == SYS_sendto ? r->r8 : 0, alen = nr == SYS_sendto ? r->r9 : 0;
+    long n = ferry_pass6(SYS_sendto, r->rdi, r->rsi, r->rdx, flags | MSG_DONTWAIT, addr, alen);
+    agg_stat(g, AGG_ST(native), 1);
+    agg_stat(g, AGG_ST(crossings), 1);
+    if (n == -EAGAIN)
+        return 0;
+    r->rax = write_rest(r, n);  /* the rest, if any, waits for room on the ring */
+    return 1;
+}
+
 /* From ferry_slow: 1 if the engine ran the call (result in r->rax), 0 to
  * let the shim run it natively as usual. */
 int ferry_agg_route(struct ferry_regs *r)
@@ -527,6 +579,8 @@ int ferry_agg_route(struct ferry_regs *r)
         agg_stat(g, AGG_ST(crossings), 1);
         return 0;
     }
+    if (f->thread && !c->rq_head && send_now(g, r))
+        return 1;
     f->busy = 1;
     if (nr == SYS_futex) {
         int done = agg_futex(f, r);
@@ -585,6 +639,8 @@ int ferry_agg_route(struct ferry_regs *r)
     else if (res >= 0 && (nr == SYS_socket || nr == SYS_accept || nr == SYS_accept4 ||
                           nr == SYS_open || nr == SYS_openat || nr == SYS_creat))
         forget_fd(res);
+    if (tr == AGG_TR_RING && !f->interrupted)
+        res = write_rest(r, res);
     r->rax = res;
     return 1;
 }

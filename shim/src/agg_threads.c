@@ -217,6 +217,7 @@ static int become_fiber0(struct ferry_group *g)
     c->kmask = f->sigmask;
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->threads = 1;
+    c->placed = 1;  /* fiber 0 is one of its threads */
     agg_count_fiber(c);
     c->current = f;
     main_vtid = c->tid;

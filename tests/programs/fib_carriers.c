@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -796,6 +797,69 @@ static void part_atomics(void)
     report("atomics", sum + (unsigned long long)atomic_load(&arrived));
 }
 
+/* ------------------------------------------------------------ (j) socket */
+
+/* One blocking write far larger than the socket's buffer: it returns only
+ * once all of it went, however the reader paces itself; then a write to a
+ * socket whose peer is gone fails with EPIPE (SIGPIPE ignored). */
+#define SOCK_BYTES (4 << 20)
+
+static void *slow_reader(void *arg)
+{
+    int fd = *(int *)arg;
+    static char buf[7000];
+    unsigned long long sum = 0, got = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        for (ssize_t i = 0; i < n; i++)
+            sum = sum * 31 + (unsigned char)buf[i];
+        got += (unsigned long long)n;
+        if (got % (512 * 1024) < sizeof buf)
+            sched_yield();
+    }
+    static unsigned long long out[2];
+    out[0] = got;
+    out[1] = sum;
+    return out;
+}
+
+static void part_socket(void)
+{
+    int sv[2];
+    MUST0(socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    char *data = malloc(SOCK_BYTES);
+    if (!data)
+        die("malloc", ENOMEM);
+    unsigned long long want = 0;
+    for (int i = 0; i < SOCK_BYTES; i++) {
+        data[i] = (char)(i * 7 + (i >> 11));
+        want = want * 31 + (unsigned char)data[i];
+    }
+    pthread_t t = spawn(slow_reader, &sv[1]);
+    ssize_t n = write(sv[0], data, SOCK_BYTES);
+    if (n != SOCK_BYTES)
+        fail("one write of %d bytes returned %zd (%s)", SOCK_BYTES, n, n < 0 ? strerror(errno) : "short");
+    close(sv[0]);
+    unsigned long long *got = join(t);
+    if (got[0] != SOCK_BYTES || got[1] != want)
+        fail("reader got %llu bytes, checksum %s", got[0], got[1] == want ? "right" : "wrong");
+    close(sv[1]);
+    MUST0(socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    close(sv[1]);
+    signal(SIGPIPE, SIG_IGN);
+    n = write(sv[0], data, 100);
+    if (n != -1 || errno != EPIPE)
+        fail("write to a closed peer: %zd (%s), want EPIPE", n, n < 0 ? strerror(errno) : "no error");
+    signal(SIGPIPE, SIG_DFL);
+    close(sv[0]);
+    free(data);
+    report("socket", got[0]);
+}
+
 /* ------------------------------------------------------------ main */
 
 static const struct {
@@ -805,6 +869,7 @@ static const struct {
     {"mutex", part_mutex},         {"condvar", part_condvar},     {"barrier", part_barrier},
     {"semaphore", part_semaphore}, {"rwlock", part_rwlock},       {"join", part_join},
     {"signals", part_signals},     {"timedwait", part_timedwait}, {"atomics", part_atomics},
+    {"socket", part_socket},
 };
 
 int main(int argc, char **argv)
