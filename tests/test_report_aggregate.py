@@ -350,12 +350,18 @@ def test_a_model_file_without_carriers_renders_as_before(run, tmp_path):
     assert ferry("report", old).stdout == ferry("report", run).stdout
 
 
-def test_a_model_file_with_a_bad_carrier_is_rejected(carrier_run, tmp_path):
-    model = json.loads(ferry("report", "--json", carrier_run).stdout)
-    model["aggregation"]["carrier_list"][1]["peak"] = -1
+def report_of_changed_model(run, change, tmp_path):
+    """`ferry report` of the run's model (--json) once `change` has damaged it."""
+    model = json.loads(ferry("report", "--json", run).stdout)
+    change(model["aggregation"])
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(model))
-    r = ferry("report", bad)
+    return ferry("report", bad), bad
+
+
+def test_a_model_file_with_a_bad_carrier_is_rejected(carrier_run, tmp_path):
+    r, bad = report_of_changed_model(carrier_run, lambda a: a["carrier_list"][1].update(peak=-1),
+                                     tmp_path)
     assert r.returncode == 2
     assert r.stderr == (f"ferry: {bad}: not a valid run model: aggregation.carrier_list[1].peak "
                         "should be a count (integer >= 0), not -1\n")
@@ -376,11 +382,7 @@ def test_a_damaged_area_is_one_line_naming_the_file(run, data, problem):
 
 
 def test_a_model_file_with_a_bad_aggregation_is_rejected(run, tmp_path):
-    model = json.loads(ferry("report", "--json", run).stdout)
-    model["aggregation"]["pools"][1]["batches"] = [1, 2]
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(model))
-    r = ferry("report", bad)
+    r, bad = report_of_changed_model(run, lambda a: a["pools"][1].update(batches=[1, 2]), tmp_path)
     assert r.returncode == 2
     assert r.stderr == (f"ferry: {bad}: not a valid run model: aggregation.pools[1].batches "
                         "should be a list of 12 counts, not [1, 2]\n")

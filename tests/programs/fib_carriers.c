@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fib_common.h"
+
 static int failed_parts;
 static char why[256];           /* the first failure of the running part */
 
@@ -61,45 +63,11 @@ static void report(const char *name, unsigned long long checksum)
     fflush(stdout);
 }
 
-static void die(const char *what, int err)
-{
-    fprintf(stderr, "fib_carriers: %s: %s\n", what, strerror(err));
-    exit(2);
-}
-
-#define MUST(call)                                                                                 \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_)                                                                                   \
-            die(#call, rc_);                                                                       \
-    } while (0)
-
 #define MUST0(call)                                                                                \
     do {                                                                                           \
         if ((call) < 0)                                                                            \
             die(#call, errno);                                                                     \
     } while (0)
-
-static pthread_t spawn(void *(*fn)(void *), void *arg)
-{
-    pthread_t t;
-    MUST(pthread_create(&t, NULL, fn, arg));
-    return t;
-}
-
-static void *join(pthread_t t)
-{
-    void *v;
-    MUST(pthread_join(t, &v));
-    return v;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
 
 static struct timespec after_ms(clockid_t clock, long ms)
 {

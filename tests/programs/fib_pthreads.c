@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fib_common.h"
+
 static int failures;
 
 static void check(const char *what, int ok)
@@ -45,40 +47,6 @@ static void checkf(int ok, const char *fmt, long a, long b)
     char buf[128];
     snprintf(buf, sizeof buf, fmt, a, b);
     check(buf, ok);
-}
-
-static void die(const char *what, int err)
-{
-    fprintf(stderr, "fib_pthreads: %s: %s\n", what, strerror(err));
-    exit(2);
-}
-
-#define MUST(call)                                                                                 \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_)                                                                                   \
-            die(#call, rc_);                                                                       \
-    } while (0)
-
-static pthread_t spawn(void *(*fn)(void *), void *arg)
-{
-    pthread_t t;
-    MUST(pthread_create(&t, NULL, fn, arg));
-    return t;
-}
-
-static void *join(pthread_t t)
-{
-    void *v;
-    MUST(pthread_join(t, &v));
-    return v;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
 }
 
 static __thread long my_index = -1;
