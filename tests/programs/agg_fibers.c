@@ -14,17 +14,6 @@
 
 #include "agg_common.h"
 
-static int failures;
-#define CHECK(cond, ...)                      \
-    do {                                      \
-        if (!(cond)) {                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);              \
-            printf("\n");                     \
-            failures++;                       \
-        }                                     \
-    } while (0)
-
 static const char *dir;
 
 /* ---- errno, malloc, printf per fiber ---- */

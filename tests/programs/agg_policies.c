@@ -10,17 +10,6 @@
 
 #include "agg_common.h"
 
-static int failures;
-#define CHECK(cond, ...)                                    \
-    do {                                                    \
-        if (!(cond)) {                                      \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);     \
-            printf(__VA_ARGS__);                            \
-            printf("\n");                                   \
-            failures++;                                     \
-        }                                                   \
-    } while (0)
-
 static struct ferry_call call(long nr, long a, long b, long c)
 {
     struct ferry_call k = {.nr = nr, .args = {a, b, c}};
