@@ -133,17 +133,11 @@ class Server:
         return self.proc.poll() is None
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        status = httpload.stop(self.proc)
         for f in (self.proc.stdout, self.proc.stderr):
             if f:
                 f.close()
-        return self.proc.returncode
+        return status
 
 
 # ---------------------------------------------------------------- wrk

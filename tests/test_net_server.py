@@ -9,7 +9,6 @@ aggregation engine.  No timing is asserted.
 """
 import http.client
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -58,15 +57,7 @@ class Server:
 
     def stop(self):
         """SIGTERM, and the exit status; kills it if it does not stop in time."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-                return None
-        return self.proc.returncode
+        return httpload.stop(self.proc, timeout=15)
 
 
 @pytest.fixture(params=MODELS)
