@@ -170,13 +170,7 @@ def _check_entries(model, key, path):
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise FerryError(path, f"not a valid run model: {key}[{i}] should be an object")
-        for name, field in _SCHEMA[key].items():
-            if name not in entry:
-                if field.needed:
-                    raise FerryError(path, f"not a valid run model: {key}[{i}] has no {name!r}")
-            elif not field.ok(entry[name]):
-                raise FerryError(path, f"not a valid run model: {key}[{i}].{name} should be "
-                                       f"{field.wants()}, not {_short(entry[name])}")
+        _check_fields(entry, _SCHEMA[key], f"{key}[{i}]", path)
 
 
 def _check_fields(entry, fields, where, path):
