@@ -234,11 +234,8 @@ extern __thread struct agg_carrier *agg_carrier __attribute__((tls_model("initia
 int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg);
 /* A context whose first switch runs fn(arg) on the stack below `top`. */
 void agg_ctx_start(struct agg_ctx *ctx, void *top, void (*fn)(void *), void *arg);
-/* Where initial-exec TLS variable `v` lives in the thread block at `tp`. */
-#define TLS_IN(tp, v) ((__typeof__(&(v)))((tp) + ((unsigned long)&(v) - agg_tp())))
 void agg_fiber_free(struct agg_carrier *c, struct agg_fiber *f);
 char *agg_thread_block(size_t stack, size_t *size, unsigned long *tp, char **stack_top);
-unsigned long agg_tp(void);
 
 /* agg_sched.c */
 #define AGG_SLEEP_RING 1          /* in io_uring_enter, the eventfd read armed */
@@ -279,10 +276,10 @@ void agg_carrier_drain(struct agg_carrier *c);
 
 /* agg_futex.c */
 int agg_futex(struct agg_fiber *f, struct ferry_regs *r);
-void agg_futex_timer_done(struct agg_carrier *c, struct agg_timer *t, long res);
+void agg_futex_timer_done(struct agg_timer *t);
 void agg_futex_idle(struct agg_carrier *c);
 void agg_futex_recheck(struct agg_carrier *c);
-void agg_futex_wake_all(struct agg_carrier *c, void *addr);
+void agg_futex_wake_all(void *addr);
 int agg_futex_interrupt(struct agg_fiber *f);
 void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f);
 void agg_futex_forget(void);

@@ -35,13 +35,6 @@ int ferry_agg_fsgsbase = -1;
 #define AT_HWCAP2 26
 #define HWCAP2_FSGSBASE (1UL << 1)
 
-unsigned long agg_tp(void)
-{
-    unsigned long tp;
-    __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
-    return tp;
-}
-
 static void detect_fsgsbase(void)
 {
     if (ferry_agg_fsgsbase >= 0)
@@ -74,7 +67,7 @@ static void *new_tcb(struct agg_fiber *f, void *tcb)
 {
     if (!_dl_allocate_tls(tcb))
         return 0;
-    unsigned long old = agg_tp(), nw = (unsigned long)tcb;
+    unsigned long old = ferry_tp(), nw = (unsigned long)tcb;
     size_t size = pthread_size();
     void *dtv = ((void **)tcb)[1];
     ferry_memcpy(tcb, (void *)old, size);
@@ -85,9 +78,9 @@ static void *new_tcb(struct agg_fiber *f, void *tcb)
             w[i] = w[i] - old + nw;
     /* the shim's own per-thread state: the fiber counts into its carrier's
      * block and knows itself */
-    *TLS_IN(nw, ferry_tls_block) = ferry_tls_block;
-    *TLS_IN(nw, agg_carrier) = agg_carrier;
-    *TLS_IN(nw, agg_self) = f;
+    *FERRY_TLS_IN(nw, ferry_tls_block) = ferry_tls_block;
+    *FERRY_TLS_IN(nw, agg_carrier) = agg_carrier;
+    *FERRY_TLS_IN(nw, agg_self) = f;
     if (f && agg_carrier)
         ferry_catchall_adopt(nw, agg_carrier->tp);
     return tcb;
@@ -214,7 +207,7 @@ char *agg_thread_block(size_t stack, size_t *size, unsigned long *tp, char **sta
         ferry_raw2(SYS_munmap, map, *size);
         return 0;
     }
-    *TLS_IN(tcb, ferry_tls_block) = 0;  /* it counts into a block of its own, if ever */
+    *FERRY_TLS_IN(tcb, ferry_tls_block) = 0;  /* it counts into a block of its own, if ever */
     *tp = tcb;
     *stack_top = (char *)(tls_low & ~(uintptr_t)63);
     return map;

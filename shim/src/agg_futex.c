@@ -122,20 +122,15 @@ static void kick_all(struct kicks *k)
 
 /* On the timer's carrier: the wait ends with ETIMEDOUT unless it already
  * ended another way (then that wake is on its way to this carrier). */
-void agg_futex_timer_done(struct agg_carrier *c, struct agg_timer *t, long res)
+void agg_futex_timer_done(struct agg_timer *t)
 {
-    (void)res;
-    (void)c;
     struct agg_fiber *f = t->fiber;
     if (f) {
         struct bucket *b = bucket_of(t->addr);
         agg_lock(&b->lock);
-        if (f->queued) {
-            f->timer = 0;
+        f->timer = 0;
+        if (f->queued)
             release(b, f, -ETIMEDOUT, 0);
-        } else {
-            f->timer = 0;
-        }
         agg_unlock(&b->lock);
     }
     agg_free(t);
@@ -295,9 +290,8 @@ int agg_futex(struct agg_fiber *f, struct ferry_regs *r)
 }
 
 /* A thread's exit clears its tid word: every fiber waiting on it goes. */
-void agg_futex_wake_all(struct agg_carrier *c, void *addr)
+void agg_futex_wake_all(void *addr)
 {
-    (void)c;
     wake_fibers(addr, ~0u, 0x7fffffff);
 }
 

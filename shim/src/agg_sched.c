@@ -232,7 +232,7 @@ static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *
         break;
     case AGG_TAG_TIMER:
         c->pools[pool].misc--;
-        agg_futex_timer_done(c, p, cqe->res);
+        agg_futex_timer_done(p);
         break;
     default:
         c->pools[pool].misc--;
@@ -434,7 +434,7 @@ done:
  * (freeing a fiber's block, leaving). */
 void agg_carrier_tls(struct agg_carrier *c)
 {
-    if (agg_tp() == c->tp)
+    if (ferry_tp() == c->tp)
         return;
     if (ferry_agg_fsgsbase > 0)
         __asm__ volatile("wrfsbase %0" ::"r"(c->tp) : "memory");
@@ -563,7 +563,7 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
         return -AGG_ENOMEM;
     c->g = g;
     c->ops = &agg_sched_round_robin;
-    c->tp = agg_tp();
+    c->tp = ferry_tp();
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->sched.fsbase = 0;  /* switching to the scheduler leaves fs alone */
     c->efd = -1;

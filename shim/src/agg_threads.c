@@ -209,8 +209,8 @@ static int become_fiber0(struct ferry_group *g)
         return -AGG_ENOMEM;
     f->thread = 1;
     f->carrier = c;
-    f->tcb = (void *)agg_tp();
-    f->ctx.fsbase = agg_tp();
+    f->tcb = (void *)ferry_tp();
+    f->ctx.fsbase = ferry_tp();
     f->state = AGG_RUNNING;
     f->joined = -1;
     f->sigmask = kernel_mask();
@@ -436,8 +436,8 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     if (flags & CLONE_CHILD_CLEARTID)
         f->clear_tid = ctid;
     /* the thread's own copy of the shim's per-thread state */
-    *TLS_IN(tls, agg_self) = f;
-    *TLS_IN(tls, agg_carrier) = c;
+    *FERRY_TLS_IN(tls, agg_self) = f;
+    *FERRY_TLS_IN(tls, agg_carrier) = c;
     ferry_catchall_adopt(tls, c->tp);
     /* its first switch starts thread_entry on the new stack, well below what
      * the resume writes at its top */
@@ -511,7 +511,7 @@ void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f)
         __atomic_store_n(f->clear_tid, 0, __ATOMIC_RELEASE);
         /* pthread_join waits on it as a shared futex, through the kernel */
         ferry_raw6(SYS_futex, (long)f->clear_tid, FUTEX_WAKE_, 0x7fffffff, 0, 0, 0);
-        agg_futex_wake_all(c, f->clear_tid);
+        agg_futex_wake_all(f->clear_tid);
     }
     agg_lock(&world_lock);
     if (f->vtid >= VTID_BASE)

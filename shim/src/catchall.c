@@ -96,13 +96,9 @@ void ferry_catchall_adopt(unsigned long tp, unsigned long carrier_tp)
 {
     if (!ferry_catchall_on)
         return;
-    unsigned long here;
-    __asm__ volatile("mov %%fs:0, %0" : "=r"(here));
-#define IN(t, v) ((__typeof__(&(v)))((t) + ((unsigned long)&(v) - here)))
-    volatile unsigned char *at = *IN(carrier_tp, selector_at);
-    *IN(tp, selector_at) = at ? at : IN(carrier_tp, selector);
-    *IN(tp, armed) = *IN(carrier_tp, armed);
-#undef IN
+    volatile unsigned char *at = *FERRY_TLS_IN(carrier_tp, selector_at);
+    *FERRY_TLS_IN(tp, selector_at) = at ? at : FERRY_TLS_IN(carrier_tp, selector);
+    *FERRY_TLS_IN(tp, armed) = *FERRY_TLS_IN(carrier_tp, armed);
 }
 
 void ferry_catchall_check(void)

@@ -47,4 +47,15 @@ void ferry_buf_i64(struct ferry_buf *b, int64_t v);
 /* A JSON string literal, quotes included. */
 void ferry_buf_json_str(struct ferry_buf *b, const char *s);
 
+/* The calling thread's thread pointer (its TCB, where %fs points). */
+static inline unsigned long ferry_tp(void)
+{
+    unsigned long tp;
+    __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+    return tp;
+}
+
+/* Where initial-exec TLS variable `v` lives in the thread block at `tp`. */
+#define FERRY_TLS_IN(tp, v) ((__typeof__(&(v)))((tp) + ((unsigned long)&(v) - ferry_tp())))
+
 #endif
