@@ -95,14 +95,19 @@ static uint64_t kernel_mask(void)
     return m;
 }
 
+/* The carrier thread's mask in the kernel, changed only when it differs. */
+static void carrier_mask(struct agg_carrier *c, uint64_t m)
+{
+    if (c->kmask != m) {
+        ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &m, 0, 8);
+        c->kmask = m;
+    }
+}
+
 /* The carrier's mask becomes the fiber's when it runs again. */
 void agg_thread_resumed(struct agg_fiber *f)
 {
-    struct agg_carrier *c = f->carrier;
-    if (c->kmask != f->sigmask) {
-        ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &f->sigmask, 0, 8);
-        c->kmask = f->sigmask;
-    }
+    carrier_mask(f->carrier, f->sigmask);
 }
 
 static int restarts(int sig)
@@ -161,10 +166,7 @@ void agg_threads_idle(struct agg_carrier *c)
         }
         want = idle_mask;
     }
-    if (c->kmask != want) {
-        ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &want, 0, 8);
-        c->kmask = want;
-    }
+    carrier_mask(c, want);
 }
 
 /* ---- fiber 0 and the scheduler's own context ----------------------------- */
