@@ -508,6 +508,11 @@ void agg_route_watch(void)
         __atomic_store_n(&ferry_action[fd_calls[i]], 1, __ATOMIC_RELAXED);
 }
 
+/* A write(2) or sendto(2) that would wait for room on a stream socket. */
+static int blocking_send(const struct ferry_regs *r)
+{
+    return (r->rax == SYS_write || r->rax == SYS_sendto) && r->rdx > 0 && blocking_socket(r->rdi);
+}
 
 /* io_uring may end a write to a blocking stream socket with part of it
  * sent (what the socket buffer took); the system call waits for room and
@@ -515,8 +520,7 @@ void agg_route_watch(void)
  * as the call did; an error after some bytes went leaves their count. */
 static long write_rest(const struct ferry_regs *r, long done)
 {
-    long nr = r->rax;
-    if ((nr != SYS_write && nr != SYS_sendto) || done <= 0 || done >= r->rdx || !blocking_socket(r->rdi))
+    if (done <= 0 || done >= r->rdx || !blocking_send(r))
         return done;
     struct ferry_regs rest = *r;
     rest.rsi += done;
@@ -537,7 +541,7 @@ static long write_rest(const struct ferry_regs *r, long done)
 static int send_now(struct ferry_group *g, struct ferry_regs *r)
 {
     long nr = r->rax;
-    if ((nr != SYS_write && nr != SYS_sendto) || r->rdx <= 0 || !blocking_socket(r->rdi))
+    if (!blocking_send(r))
         return 0;
     long flags = nr == SYS_sendto ? r->r10 : 0;
     long addr = nr == SYS_sendto ? r->r8 : 0, alen = nr == SYS_sendto ? r->r9 : 0;
