@@ -21,6 +21,8 @@ NOT_ENABLED = {
     procfile.EXEC_SETUID: "set-user-ID or set-group-ID program: never enabled",
     procfile.EXEC_STATIC: "statically linked program without a rewritten image",
     procfile.EXEC_UNKNOWN: "not an ELF program the shim could read",
+    procfile.EXEC_FOREIGN: "a program the shim cannot be loaded into (32-bit, or a dynamic "
+                           "loader other than glibc's x86-64 ld.so, such as musl's)",
 }
 PREINIT_NOTE = ("calls made before the shim initialized (the dynamic loader mapping the "
                 "program's libraries) are not seen and not counted")

@@ -8,14 +8,14 @@ describes; the previous one is kept as DIR.old.
 """
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, catchdata, runindex
+from . import __version__, catchdata, runindex, runlock
 from .rewriter.errors import FerryError, InputError
 from .rewriter.manifest import write_json
 
@@ -27,75 +27,27 @@ FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, sign
 FROM_TERMINAL = (signal.SIGINT, signal.SIGQUIT)
 
 
-@dataclass
-class Prepared:
-    argv: list            # what the program sees as its argv
-    executable: str       # the file actually executed
-    original: str         # the program the user named
-    manifest: dict        # of the instrumented program, or None
-    enabled: bool
-    reason: str = None
-
-
-def _resolve(command):
-    if "/" in command:
-        path = command
-    else:
-        path = shutil.which(command)
-        if path is None:
-            raise FerryError(command, "command not found")
-    if not os.path.exists(path):
-        raise FerryError(path, "no such file")
-    if os.path.isdir(path):
-        raise FerryError(path, "is a directory, not a program")
-    # root passes access(X_OK) for any file with an x bit; the mode is what
-    # the kernel's exec checks first.
-    if not os.stat(path).st_mode & 0o111 or not os.access(path, os.X_OK):
-        raise FerryError(path, "not executable")
-    return os.path.abspath(path)
-
-
-def _shebang(path):
-    with open(path, "rb") as f:
-        head = f.read(256)
-    if not head.startswith(b"#!"):
-        return None
-    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
-    parts = line.split(None, 1)
-    return parts if parts else None
-
-
 def prepare(argv, progress=None):
-    """What to execute for `argv`, instrumenting what is needed."""
-    from .rewriter.instrument import instrument
-    path = _resolve(argv[0])
-    interp = _shebang(path)
-    if interp:
-        # A script: instrument its interpreter, run it on the script.
-        inner = prepare([interp[0]] + interp[1:] + [path] + list(argv[1:]), progress)
-        inner.original = path
-        return inner
-    try:
-        result = instrument(path, progress=progress or (lambda *a, **k: None))
-    except InputError as e:
-        if e.problem.startswith(("not an ELF", "truncated", "corrupt")):
-            raise
-        return Prepared(list(argv), path, path, None, False, e.problem)
-    return Prepared(list(argv), str(result.entry), path, result.manifest, True)
+    """How to start `argv` enabled (injector/launch.py)."""
+    from .injector.launch import prepare as _prepare
+    return _prepare(argv, progress)
 
 
 def _rotate(out_dir):
-    """Keep the previous run as DIR.old; refuse to replace anything else."""
+    """Keep the previous run as DIR.old; refuse to replace anything else, or a
+    run that is still going on."""
     if not out_dir.exists() and not out_dir.is_symlink():
         return
     from .rundata import is_run_dir
     if not is_run_dir(out_dir):
         raise FerryError(out_dir, "exists and is not a run directory; not replacing it "
                                   "(choose another with -o)")
+    runlock.refuse_if_live(out_dir)
     old = out_dir.with_name(out_dir.name + ".old")
     if old.exists():
         if not is_run_dir(old):
             raise FerryError(old, "exists and is not a run directory; not replacing it")
+        runlock.refuse_if_live(old)
         shutil.rmtree(old)
     os.rename(out_dir, old)
 
@@ -123,8 +75,13 @@ def open_run_dir(out_dir, manifest, profile):
     """A fresh run directory (the previous run kept as DIR.old) holding the
     site tables, the profile and the manifest; returns its absolute path."""
     out_dir = Path(out_dir).absolute()
-    _rotate(out_dir)
-    out_dir.mkdir(parents=True)
+    try:
+        _rotate(out_dir)
+        out_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise FerryError(out_dir, "another run is starting in this directory (choose another with -o)") from None
+    except OSError as e:
+        raise FerryError(e.filename or out_dir, f"cannot create the run directory: {e.strerror.lower()}") from None
     (out_dir / "proc").mkdir()
     _module_tables(out_dir, manifest)
     (out_dir / "profile.toml").write_text(profile.to_toml())
@@ -196,31 +153,79 @@ def learn(out_dir):
     return done
 
 
-def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
-    """Run `argv` under `profile` into `out_dir`; returns (info, returncode)."""
+def _user_environment():
+    """The environment `ferry run` was given.  Python changes one variable of
+    its own at start-up (LC_CTYPE, when it coerces the C locale to UTF-8,
+    PEP 538); the program must get the user's value, as natively."""
+    env = dict(os.environ)
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            given = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+    except OSError:
+        return env
+    original = given.get(b"LC_CTYPE")
+    if original is None:
+        env.pop("LC_CTYPE", None)
+    else:
+        env["LC_CTYPE"] = os.fsdecode(original)
+    return env
+
+
+def _program_env(launch, profile, out_dir):
+    """The environment the program starts with: its own, and for an enabled
+    program what the shim needs (the shim takes it out again before the
+    program's code runs, shim/src/environ.c)."""
+    from .injector.environment import enabled_env
+    from .rewriter import shimlib
+    base = _user_environment()
+    if not launch.enabled:
+        return base
+    settings = dict(profile.shim_env())
+    settings["FERRY_RUN_DIR"] = str(out_dir)
+    from .rewriter import cache
+    settings["FERRY_CACHE"] = str(cache.root())  # the one this run's images are in
+    # preloaded into children without an image
+    settings["FERRY_SHIM"] = str(shimlib.path().resolve())
+    return enabled_env(base, settings, launch.how, shim=settings["FERRY_SHIM"],
+                       libdir=launch.libdir)
+
+
+def _child_setup(parent):
+    """In the child, before exec: it must not outlive `ferry run` silently
+    (it is killed with `ferry run` if that dies, e.g. of SIGKILL; the run is
+    then reported as cut off)."""
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def setup():
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # `ferry run` died before the line above
+            os._exit(128 + signal.SIGKILL)
+    return setup
+
+
+def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, launch=None):
+    """Run `argv` under `profile` into `out_dir`; returns (info, returncode).
+    `launch` is what prepare(argv) returned, when the caller already has it."""
     if not argv:
         raise FerryError("ferry run", "no command given (usage: ferry run [OPTIONS] -- COMMAND ARGS...)")
-    prepared = prepare(argv, progress)
-    out_dir = open_run_dir(out_dir, prepared.manifest, profile)
-
-    env = dict(os.environ)
-    # A FERRY_AGG left in the environment must not reach a program run in another mode:
-    # the C API's ferry_group_config_default() would take it for this profile's settings.
-    env.pop("FERRY_AGG", None)
-    env.update(profile.shim_env())
-    env["FERRY_RUN_DIR"] = str(out_dir)
-    from .rewriter import shimlib
-    env["FERRY_SHIM"] = str(shimlib.path().resolve())  # preloaded into children without an image
+    launch = launch or prepare(argv, progress)
+    out_dir = open_run_dir(out_dir, launch.manifest, profile)
+    lock = runlock.hold(out_dir)
+    env = _program_env(launch, profile, out_dir)
     started = time.time()
     info = new_info(argv, profile,
-                    {"original": prepared.original, "executable": prepared.executable,
-                     "enabled": prepared.enabled, "reason": prepared.reason},
-                    {prepared.executable: prepared.original})
+                    {"original": launch.original, "executable": launch.executable,
+                     "enabled": launch.enabled, "reason": launch.reason, "how": launch.how,
+                     "note": launch.note},
+                    {os.path.realpath(launch.executable): launch.original})
     write_json(out_dir / "info.json", info)
 
     # The forwarders are in place before the program exists, so a signal sent
     # as soon as its pid is known (from info.json) cannot kill `ferry run`
-    # instead; one that comes before the program started waits for it.
+    # instead; one that comes before the program started waits for it.  A
+    # signal `ferry run` was told to ignore stays ignored, for the program too.
     saved = {s: signal.getsignal(s) for s in FORWARDED + FROM_TERMINAL}
     child, held = [], []
 
@@ -233,15 +238,25 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
         except ProcessLookupError:
             pass
 
+    def survive(_sig, _frame):
+        # The terminal sends these to the whole foreground group: the program
+        # has them already.  A handler, unlike SIG_IGN, is not inherited.
+        pass
+
     for s in FORWARDED:
-        signal.signal(s, forward)
+        if saved[s] is not signal.SIG_IGN:
+            signal.signal(s, forward)
     for s in FROM_TERMINAL:
-        signal.signal(s, signal.SIG_IGN)
+        if saved[s] is not signal.SIG_IGN:
+            signal.signal(s, survive)
     try:
         try:
-            proc = subprocess.Popen(prepared.argv, executable=prepared.executable, env=env)
+            # Descriptors `ferry run` inherited go on to the program, as they
+            # would natively; ferry's own are close-on-exec.
+            proc = subprocess.Popen(launch.argv, executable=launch.executable, env=env,
+                                    close_fds=False, preexec_fn=_child_setup(os.getpid()))
         except OSError as e:
-            raise FerryError(prepared.executable, f"cannot start: {e.strerror.lower()}") from None
+            raise FerryError(launch.executable, f"cannot start: {e.strerror.lower()}") from None
         child.append(proc)
         for sig in held:
             forward(sig, None)
@@ -250,10 +265,12 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
         returncode = proc.wait()
     finally:
         for s, handler in saved.items():
-            signal.signal(s, handler)
+            if handler is not None:
+                signal.signal(s, handler)
     finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
-                else {"code": None, "signal": signal.Signals(-returncode).name})
+                else {"code": None, "signal": _signal_name(-returncode)})
     write_json(out_dir / "info.json", info)
+    runlock.release(lock)
     if index:
         try:
             runindex.add(out_dir, info)
@@ -263,11 +280,22 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     return info, returncode
 
 
+def _signal_name(sig):
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"SIG{sig}"
+
+
 def exit_like(returncode):
     """End `ferry run` the way the program ended: same code, or same signal."""
     if returncode >= 0:
         raise SystemExit(returncode)
     sig = -returncode
-    signal.signal(sig, signal.SIG_DFL)
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(sig, signal.SIG_DFL)
+    # The program may have dumped core; `ferry run` must not add its own.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
     os.kill(os.getpid(), sig)
     raise SystemExit(128 + sig)

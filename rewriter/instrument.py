@@ -138,8 +138,24 @@ def _served(path, out_dir, m, in_cache, started, progress):
     progress("done", Path(path).name)
     entry = out_dir / m["entry"] if m.get("entry") else None
     if entry is not None and in_cache:
-        cache.register_exec(path, entry)
+        cache.register_exec(path, exec_target(out_dir, m))
     return Result(out_dir, entry, m, True, time.monotonic() - started)
+
+
+def own_file_unchanged(m):
+    """Whether the program of manifest `m` runs from its own file, with only
+    its libraries taken from the program directory: no site of the
+    executable itself needed patching (the usual dynamic program, whose
+    system calls are all in libc).  It then keeps what it sees of itself:
+    /proc/self/exe, AT_EXECFN, $ORIGIN."""
+    root = m["modules"][0] if m.get("modules") else {}
+    return m.get("kind") == "executable" and not root.get("sites_patched")
+
+
+def exec_target(out_dir, m):
+    """What the shim's exec hook should use for the program of manifest `m`
+    (shim/src/exec.c): the program directory, or the rewritten executable."""
+    return out_dir if own_file_unchanged(m) else out_dir / m["entry"]
 
 
 def _read_manifest(out_dir):
@@ -278,7 +294,7 @@ def _instrument(path, out_dir, progress):
     progress("done", mods[0].name)
     entry = out_dir / root_name if image.is_executable else None
     if entry is not None and in_cache:
-        cache.register_exec(path, entry)
+        cache.register_exec(path, exec_target(out_dir, m))
     return Result(out_dir, entry, m, False, time.monotonic() - started)
 
 

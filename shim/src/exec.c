@@ -23,8 +23,10 @@
 #include "util.h"
 
 #define MAX_SAVED 16
-#define MAX_ENV 2048
-#define MAX_ARGS 1024
+/* glibc's posix_spawn runs the exec on a stack of 32 KiB and a little: all
+ * of ferry_exec's frame must fit there, with room for glibc's own. */
+#define MAX_ENV 1024
+#define MAX_ARGS 512
 #define PATH_MAX_ 1024
 
 static char saved_buf[8192];
@@ -61,6 +63,9 @@ static void save(const char *entry)
     size_t n = ferry_strlen(entry) + 1;
     if (nsaved >= MAX_SAVED || used + n > sizeof(saved_buf))
         return;
+    /* A marker describes this process's own start, never a child's. */
+    if (ferry_memeq(entry, "FERRY_WAS_", 10))
+        return;
     saved[nsaved++] = ferry_memcpy(saved_buf + used, entry, n);
     used += n;
 }
@@ -96,12 +101,43 @@ void ferry_exec_configure(char **envp)
     }
 }
 
-/* Whether the cache holds a rewritten image of the file at `path` (`out`
- * gets its name); `st` gets the file's status. */
-static int cached_image(const char *path, char *out, size_t cap, struct stat *st)
+enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
+
+/* What the cache holds for the file at `path` (`st` gets the file's status):
+ * a rewritten image to run instead (CACHED_IMAGE, `out` gets its name), or,
+ * for a program whose own file needed no change, the directory of its
+ * rewritten libraries (CACHED_LIBDIR, `out` gets the directory). */
+static enum cached cached_image(const char *path, char *out, size_t cap, struct stat *st)
 {
-    return ferry_identity_path(cache_root, "exec", path, out, cap, st) &&
-           ferry_raw4(SYS_faccessat, AT_FDCWD, out, X_OK, 0) == 0;
+    char link[2300];
+    if (!ferry_identity_path(cache_root, "exec", path, link, sizeof(link), st))
+        return CACHED_NONE;
+    struct stat target;
+    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, link, &target, 0) != 0)
+        return CACHED_NONE;
+    if (S_ISDIR(target.st_mode)) {
+        long n = ferry_raw4(SYS_readlinkat, AT_FDCWD, link, out, cap - 1);
+        if (n <= 0 || out[0] != '/')
+            return CACHED_NONE;
+        out[n] = 0;
+        return CACHED_LIBDIR;
+    }
+    size_t n = ferry_strlen(link);
+    if (n >= cap || ferry_raw4(SYS_faccessat, AT_FDCWD, link, X_OK, 0) != 0)
+        return CACHED_NONE;
+    ferry_memcpy(out, link, n + 1);
+    return CACHED_IMAGE;
+}
+
+/* Whether the program interpreter `interp` is glibc's x86-64 ld.so, the only
+ * loader the shim (built against glibc's) can be loaded by. */
+static int glibc_loader(const char *interp)
+{
+    const char *base = interp;
+    for (const char *p = interp; *p; p++)
+        if (*p == '/')
+            base = p + 1;
+    return ferry_memeq(base, "ld-linux-x86-64.so.2", 21);
 }
 
 /* What the kernel will run for `path`, judged from its first bytes. */
@@ -116,15 +152,24 @@ static uint32_t classify(const char *path, const struct stat *st, char *head, si
     *got = ferry_raw3(SYS_read, fd, head, cap);
     uint32_t kind = FERRY_EXEC_UNKNOWN;
     if (*got >= 64 && ferry_memeq(head, "\177ELF", 4)) {
+        /* 64-bit x86 only: a 32-bit or other program cannot load this shim. */
+        if (head[4] != 2 || *(uint16_t *)(head + 18) != 62 /* EM_X86_64 */) {
+            ferry_raw1(SYS_close, fd);
+            return FERRY_EXEC_FOREIGN;
+        }
         uint64_t phoff = *(uint64_t *)(head + 32);
         uint16_t phnum = *(uint16_t *)(head + 56);
         kind = FERRY_EXEC_STATIC;
         for (uint16_t i = 0; i < phnum && i < 64; i++) {
-            uint32_t type = 0;
-            if (ferry_raw4(SYS_pread64, fd, &type, 4, phoff + (uint64_t)i * 56) != 4)
+            uint64_t ph[7];
+            if (ferry_raw4(SYS_pread64, fd, ph, sizeof(ph), phoff + (uint64_t)i * 56) != sizeof(ph))
                 break;
-            if (type == 3 /* PT_INTERP */) {
-                kind = FERRY_EXEC_PLAIN;
+            if ((uint32_t)ph[0] == 3 /* PT_INTERP */) {
+                char interp[256];
+                uint64_t len = ph[4] < sizeof(interp) - 1 ? ph[4] : sizeof(interp) - 1;
+                long r = ferry_raw4(SYS_pread64, fd, interp, len, ph[1]);
+                interp[r > 0 ? r : 0] = 0;
+                kind = glibc_loader(interp) ? FERRY_EXEC_PLAIN : FERRY_EXEC_FOREIGN;
                 break;
             }
         }
@@ -142,14 +187,52 @@ static int user_pointer(char *const *array, size_t i, char **p)
     return *p != 0;
 }
 
+/* How the new program is started, and so what its environment gets. */
+enum env_kind {
+    ENV_RUN,      /* the run's FERRY_* settings: a rewritten image loads the shim itself */
+    ENV_PRELOAD,  /* ... and LD_PRELOAD of the shim, which patches libraries from plans */
+    ENV_LIBDIR,   /* ... and the cached rewritten libraries first (LD_LIBRARY_PATH) */
+};
+
+struct env_extra {
+    char preload[2100], libpath[2100];
+    char was_preload[1100], was_libpath[1100];
+};
+
+/* "NAME=ours[:old]" into `dst`, and the marker the new program's shim uses
+ * to give NAME its old value back (environ.c). */
+static int prepend_var(const char *name, const char *ours, const char *old, char *dst, size_t cap,
+                       char *marker, size_t mcap)
+{
+    struct ferry_buf b = {dst, 0, cap, 0};
+    ferry_buf_str(&b, name);
+    ferry_buf_str(&b, "=");
+    ferry_buf_str(&b, ours);
+    if (old && old[0]) {
+        ferry_buf_str(&b, ":");
+        ferry_buf_str(&b, old);
+    }
+    dst[b.overflow ? 0 : b.len] = 0;
+    struct ferry_buf m = {marker, 0, mcap, 0};
+    ferry_buf_str(&m, "FERRY_WAS_");
+    ferry_buf_str(&m, name);
+    ferry_buf_str(&m, old ? "=1" : "=0");
+    if (old)
+        ferry_buf_str(&m, old);
+    marker[m.overflow ? 0 : m.len] = 0;
+    return !b.overflow && !m.overflow;
+}
+
 /* The environment the new program gets: the program's own, less any FERRY_*
- * entries, plus the run's.  NULL when it does not fit (the program's own is
- * then passed unchanged). */
-static char **build_env(char *const *user_envp, char **out, size_t cap, char *preload, size_t preload_cap)
+ * entries, plus the run's, plus what `kind` needs (`libdir`: the directory
+ * of cached rewritten libraries).  NULL when it does not fit (the program's
+ * own is then passed unchanged). */
+static char **build_env(char *const *user_envp, char **out, size_t cap, enum env_kind kind,
+                        const char *libdir, struct env_extra *x)
 {
     size_t n = 0;
-    const char *old_preload = 0;
-    char old[1024];
+    int have_preload = 0, have_libpath = 0;
+    char old_preload[1024], old_libpath[1024];
     char *p;
     for (size_t i = 0; user_envp; i++) {
         int got_ptr = user_pointer(user_envp, i, &p);
@@ -157,33 +240,52 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, char *pr
             return 0;
         if (!got_ptr)
             break;
-        char head[11];
+        char head[16];
         long got = ferry_safe_read(head, p, sizeof(head));
         if (got >= 6 && ferry_memeq(head, "FERRY_", 6))
             continue;
-        if (preload && got == (long)sizeof(head) && ferry_memeq(head, "LD_PRELOAD=", 11)) {
-            if (read_string(old, p + 11, sizeof(old)) >= 0)
-                old_preload = old;
+        /* The first entry of a name is the one ld.so reads; later ones go. */
+        if (kind != ENV_RUN && got >= 11 && ferry_memeq(head, "LD_PRELOAD=", 11)) {
+            if (!have_preload && read_string(old_preload, p + 11, sizeof(old_preload)) < 0)
+                return 0;
+            have_preload = 1;
             continue;
         }
-        if (n + nsaved + 2 >= cap)
+        if (kind == ENV_LIBDIR && got >= 16 && ferry_memeq(head, "LD_LIBRARY_PATH=", 16)) {
+            if (!have_libpath && read_string(old_libpath, p + 16, sizeof(old_libpath)) < 0)
+                return 0;
+            have_libpath = 1;
+            continue;
+        }
+        if (n + nsaved + 5 >= cap)
             return 0;
         out[n++] = p;
     }
     for (int i = 0; i < nsaved; i++)
         out[n++] = saved[i];
-    if (preload) {
+    if (kind != ENV_RUN) {
         /* Ours first; whatever the program preloads comes after. */
-        struct ferry_buf b = {preload, 0, preload_cap, 0};
-        ferry_buf_str(&b, "LD_PRELOAD=");
-        ferry_buf_str(&b, shim_path);
-        if (old_preload && old_preload[0]) {
-            ferry_buf_str(&b, ":");
-            ferry_buf_str(&b, old_preload);
+        char shim[1100];
+        struct ferry_buf b = {shim, 0, sizeof(shim), 0};
+        if (kind == ENV_LIBDIR) {
+            ferry_buf_str(&b, libdir);
+            ferry_buf_str(&b, "/libferry.so");
+        } else {
+            ferry_buf_str(&b, shim_path);
         }
-        preload[b.len] = 0;
-        if (!b.overflow)
-            out[n++] = preload;
+        shim[b.overflow ? 0 : b.len] = 0;
+        if (b.overflow || !prepend_var("LD_PRELOAD", shim, have_preload ? old_preload : 0, x->preload,
+                                       sizeof(x->preload), x->was_preload, sizeof(x->was_preload)))
+            return 0;
+        out[n++] = x->preload;
+        out[n++] = x->was_preload;
+    }
+    if (kind == ENV_LIBDIR) {
+        if (!prepend_var("LD_LIBRARY_PATH", libdir, have_libpath ? old_libpath : 0, x->libpath,
+                         sizeof(x->libpath), x->was_libpath, sizeof(x->was_libpath)))
+            return 0;
+        out[n++] = x->libpath;
+        out[n++] = x->was_libpath;
     }
     out[n] = 0;
     return out;
@@ -249,8 +351,16 @@ long ferry_exec(const struct ferry_regs *r)
     const char *upath = (const char *)(at ? r->rsi : r->rdi);
     char *const *argv = (char *const *)(at ? r->rdx : r->rsi);
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
-    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512], preload[2100];
-    char *env[MAX_ENV], *args[MAX_ARGS];
+    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512];
+    char *env[MAX_ENV];
+    /* A script's argv goes with the run's environment only, the extra
+     * variables with the other kinds: they never both serve one exec. */
+    union {
+        char *args[MAX_ARGS];
+        struct env_extra extra;
+    } u;
+    char **args = u.args;
+    struct env_extra *x = &u.extra;
     struct stat st;
     long got = 0;
 
@@ -270,13 +380,23 @@ long ferry_exec(const struct ferry_regs *r)
     }
     target[t.overflow ? 0 : t.len] = 0;
 
-    char **new_env = build_env(envp, env, MAX_ENV, 0, 0);
-    char *const *use_env = new_env ? new_env : envp;
+    /* A program the shim cannot serve keeps exactly the environment it was
+     * given: nothing of Ferry's reaches it. */
+    char *const *use_env = envp;
+    char **built;
     uint32_t kind = FERRY_EXEC_UNKNOWN;
     if (target[0]) {
-        if (cached_image(target, image, sizeof(image), &st)) {
+        enum cached c = cached_image(target, image, sizeof(image), &st);
+        if (c == CACHED_IMAGE && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
             ferry_store_exec_begin(path, FERRY_EXEC_REWRITTEN);
-            ferry_raw3(SYS_execve, image, argv, use_env);  /* returns only on failure */
+            ferry_raw3(SYS_execve, image, argv, built);  /* returns only on failure */
+        }
+        /* The program's own file, its cached libraries first: what it sees
+         * of itself (/proc/self/exe, AT_EXECFN, $ORIGIN) stays its own. */
+        if (c == CACHED_LIBDIR && (built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
+            use_env = built;
+            kind = FERRY_EXEC_REWRITTEN;
+            goto pass;
         }
         if (ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
@@ -284,24 +404,37 @@ long ferry_exec(const struct ferry_regs *r)
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             struct stat ist;
             char **sargv;
-            if (cached_image(interp, image, sizeof(image), &ist) &&
-                (sargv = script_argv(interp, arg, path, argv, args, MAX_ARGS))) {
+            c = cached_image(interp, image, sizeof(image), &ist);
+            if (c == CACHED_IMAGE && (sargv = script_argv(interp, arg, path, argv, args, MAX_ARGS)) &&
+                (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
                 ferry_store_exec_begin(interp, FERRY_EXEC_REWRITTEN);
-                ferry_raw3(SYS_execve, image, sargv, use_env);
+                ferry_raw3(SYS_execve, image, sargv, built);
             }
-            kind = ferry_raw4(SYS_newfstatat, AT_FDCWD, interp, &ist, 0) == 0 &&
-                           (ist.st_mode & (S_ISUID | S_ISGID))
-                       ? FERRY_EXEC_SETUID
-                       : FERRY_EXEC_PLAIN;
+            if (c == CACHED_LIBDIR &&
+                (built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
+                /* The kernel runs the script as it would: only the
+                 * interpreter's libraries change. */
+                use_env = built;
+                kind = FERRY_EXEC_REWRITTEN;
+                goto pass;
+            }
+            /* `interp` lives in `head`, which classify() reads into. */
+            size_t ilen = ferry_strlen(interp);
+            if (ilen >= sizeof(target))
+                ilen = sizeof(target) - 1;
+            ferry_memcpy(target, interp, ilen);
+            target[ilen] = 0;
+            kind = ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &ist, 0) == 0
+                       ? classify(target, &ist, head, sizeof(head) - 1, &got)
+                       : FERRY_EXEC_UNKNOWN;
         }
     }
-    if (kind == FERRY_EXEC_PLAIN && shim_path[0]) {
-        /* No rewritten image: preload the shim, which patches the program's
-         * libraries in memory from their cached plans. */
-        char **with_preload = build_env(envp, env, MAX_ENV, preload, sizeof(preload));
-        if (with_preload)
-            use_env = with_preload;
-    }
+    /* No rewritten image: preload the shim, which patches the program's
+     * libraries in memory from their cached plans. */
+    if (kind == FERRY_EXEC_PLAIN && shim_path[0] &&
+        (built = build_env(envp, env, MAX_ENV, ENV_PRELOAD, 0, x)))
+        use_env = built;
+pass:
     ferry_store_exec_begin(path, kind);
     if (at)
         return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, (long)use_env, r->r8, r->r9);

@@ -39,6 +39,7 @@ enum ferry_exec_kind {
     FERRY_EXEC_SETUID = 3,      /* set-user/group-ID: never enabled */
     FERRY_EXEC_STATIC = 4,      /* statically linked, no rewritten image */
     FERRY_EXEC_UNKNOWN = 5,     /* not readable, or not an ELF program */
+    FERRY_EXEC_FOREIGN = 6,     /* an ELF program this shim cannot serve (32-bit, musl, ...) */
 };
 
 enum ferry_mode { FERRY_MODE_OFF = 0, FERRY_MODE_COUNT = 1, FERRY_MODE_TRACE = 2,

@@ -23,6 +23,7 @@
 
 #include "catchall.h"
 #include "ctl.h"
+#include "environ.h"
 #include "exec.h"
 #include "plan.h"
 #include "ferry.h"
@@ -295,6 +296,7 @@ __attribute__((visibility("default"))) int ferry_detach(void)
 __attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
 {
     (void)argc;
+    char **own_env = envp;
     if (!ferry_env_lookup(envp, "FERRY_MODE")) {
         char **attached = attach_settings();
         if (attached)
@@ -321,6 +323,8 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
         if (agg_threads_start() != 0)
             agg_threads_on = 0;
     }
+    /* Last: everything above has read its settings (and exec.c kept copies). */
+    ferry_environ_restore(own_env);
     active = 1;
 }
 

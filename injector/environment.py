@@ -1,0 +1,32 @@
+"""The environment an enabled program starts with, built as the shim's exec
+hook builds it (shim/src/exec.c, build_env), so that the program `ferry run`
+starts and every child the shim starts are enabled the same way.
+
+What Ferry adds is taken out again by the shim before the program's own code
+runs (shim/src/environ.c): every FERRY_* entry goes, and LD_PRELOAD and
+LD_LIBRARY_PATH get back the values recorded in FERRY_WAS_<NAME> ("0": not
+set; "1" followed by the value).
+"""
+
+RUN, PRELOAD, LIBDIR = "run", "preload", "libdir"
+
+
+def _prepend(env, name, ours):
+    old = env.get(name)
+    env[name] = ours if not old else f"{ours}:{old}"
+    env[f"FERRY_WAS_{name}"] = "0" if old is None else "1" + old
+
+
+def enabled_env(base, settings, how, shim=None, libdir=None):
+    """`base` (the program's own environment) with the run's FERRY_* `settings`
+    and what `how` needs: RUN (a rewritten image loads the shim itself),
+    PRELOAD (the shim at `shim`, which patches libraries from their plans) or
+    LIBDIR (the program's own file, its rewritten libraries from `libdir`)."""
+    env = {k: v for k, v in base.items() if not k.startswith("FERRY_")}
+    env.update(settings)
+    if how == PRELOAD:
+        _prepend(env, "LD_PRELOAD", str(shim))
+    elif how == LIBDIR:
+        _prepend(env, "LD_PRELOAD", f"{libdir}/libferry.so")
+        _prepend(env, "LD_LIBRARY_PATH", str(libdir))
+    return env

@@ -1,0 +1,101 @@
+"""A program run by `ferry run` sees what it would see natively (Etch's
+"original context"): its own environment (no FERRY_* variables, no
+LD_PRELOAD / LD_LIBRARY_PATH of Ferry's), its own file as /proc/self/exe,
+its own argv and $0, the descriptors it was given, and the signal
+dispositions it inherited; programs the shim cannot serve get nothing of
+Ferry's at all."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FERRY, ROOT
+from ferry.rundata import load_run
+
+SELF_VIEW = ROOT / "tests" / "programs" / "py_self_view.py"
+PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture(autouse=True)
+def own_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+
+
+def native_and_ferry(tmp_path, argv, profile="trace", **kw):
+    # FERRY_* variables are settings for Ferry itself (the tests' own image
+    # cache): natively the program would not have them.
+    env = kw.pop("env", os.environ)
+    native = subprocess.run(argv, capture_output=True, timeout=120, **kw,
+                            env={k: v for k, v in env.items() if not k.startswith("FERRY_")})
+    kw["env"] = env
+    under = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(tmp_path / "run"), "--", *argv],
+                           capture_output=True, timeout=120, **kw)
+    return native, under
+
+
+@pytest.mark.parametrize("profile", ["trace", "count", "off"])
+def test_environment_exe_and_argv_are_the_programs_own(tmp_path, profile):
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LD_LIBRARY_PATH": "/opt/none",
+           "FERRY_CACHE": os.environ["FERRY_CACHE"], "FERRY_DATA": str(tmp_path / "data")}
+    native, under = native_and_ferry(tmp_path, [PYTHON, str(SELF_VIEW)], profile, env=env)
+    assert under.returncode == native.returncode == 0, under.stderr
+    assert under.stdout == native.stdout
+    assert load_run(tmp_path / "run")["processes"][0]["enabled"]
+
+
+def test_a_program_started_with_an_empty_environment_sees_none(tmp_path):
+    native, under = native_and_ferry(tmp_path, ["env", "-i", "/usr/bin/env"])
+    assert (under.returncode, under.stdout) == (0, b"") == (native.returncode, native.stdout)
+    native, under = native_and_ferry(tmp_path, ["env", "-i", PYTHON, str(SELF_VIEW)])
+    assert under.stdout == native.stdout
+    procs = load_run(tmp_path / "run")["processes"]
+    assert all(p["enabled"] for p in procs if p["calls"]), procs
+
+
+def test_children_see_their_own_environment_and_exe(tmp_path):
+    # a child without a rewritten image yet is preloaded; the next run takes
+    # its libraries from the cache: both must look native
+    script = f"{PYTHON} {SELF_VIEW}; exec {PYTHON} {SELF_VIEW}"
+    for _ in range(2):
+        native, under = native_and_ferry(tmp_path, ["sh", "-c", script])
+        assert under.stdout == native.stdout
+
+
+def test_scripts_keep_their_dollar_zero(tmp_path):
+    (tmp_path / "s.sh").write_text('#!/bin/sh\necho "$0 $1"; readlink /proc/$$/exe\n')
+    (tmp_path / "noshebang").write_text('echo "no shebang: $0 $1"\n')
+    for name in ("s.sh", "noshebang"):
+        os.chmod(tmp_path / name, 0o755)
+        native = subprocess.run(["env", f"./{name}", "arg"], capture_output=True, cwd=tmp_path)
+        under = subprocess.run([*FERRY, "run", "-o", str(tmp_path / "run"), "--", f"./{name}", "arg"],
+                               capture_output=True, cwd=tmp_path)
+        assert (under.returncode, under.stdout) == (native.returncode, native.stdout), under.stderr
+
+
+def test_inherited_descriptors_reach_the_program(tmp_path):
+    r, w = os.pipe()
+    try:
+        native, under = native_and_ferry(tmp_path, [PYTHON, str(SELF_VIEW)], pass_fds=(r, w))
+    finally:
+        os.close(r)
+        os.close(w)
+    fds = [line for line in under.stdout.splitlines() if line.startswith(b"fds")]
+    assert fds == [line for line in native.stdout.splitlines() if line.startswith(b"fds")]
+    assert str(w).encode() in fds[0]
+
+
+def test_a_32_bit_program_gets_nothing_of_ferry(tmp_path):
+    cc = shutil.which("gcc")
+    src = tmp_path / "m32.c"
+    src.write_text('#include <stdio.h>\n#include <stdlib.h>\nint main(void){'
+                   'puts(getenv("LD_PRELOAD") ? "preloaded" : "clean"); return 0;}\n')
+    build = subprocess.run([cc, "-m32", "-o", str(tmp_path / "m32"), str(src)], capture_output=True)
+    if build.returncode != 0:
+        pytest.skip("no 32-bit toolchain (gcc-multilib)")
+    native, under = native_and_ferry(tmp_path, ["sh", "-c", str(tmp_path / "m32")])
+    assert (under.returncode, under.stdout, under.stderr) == (native.returncode, native.stdout, native.stderr)
+    run = load_run(tmp_path / "run")
+    m32 = [p for p in run["processes"] if not p["enabled"]]
+    assert m32 and "32-bit" in m32[0]["reason"]
