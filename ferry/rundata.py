@@ -10,7 +10,7 @@ import os
 import signal
 from pathlib import Path
 
-from . import aggdata, catchdata, procfile
+from . import aggdata, catchdata, procfile, runlock
 from .rewriter.errors import FerryError
 from .rewriter.syscall_table import name_of
 
@@ -108,6 +108,15 @@ def load_run(run_dir):
             waited[pid] = status
 
     processes = _processes(files, info, images, waited)
+    program = info.get("program") or {}
+    if program.get("enabled") is False and not any(p["pid"] == info.get("pid") for p in processes):
+        # The command itself ran without the shim: it wrote nothing, `ferry
+        # run` knows why.
+        processes.insert(0, _not_enabled_row(info.get("pid"), None, program.get("original"),
+                                             info.get("exit"), program.get("reason") or
+                                             "not enabled", None))
+    if runlock.cut_off(run_dir, info):
+        info = dict(info, state="cut off")
     syscalls, sites, events = {}, {}, []
     for f in files:
         _add_syscalls(syscalls, f)
@@ -217,18 +226,24 @@ def _processes(files, info, images, waited):
                 exit_ = info.get("exit")
             else:
                 exit_ = _exit_from_status(status) if status is not None else None
-            out.append({
-                "pid": f.pid, "ppid": f.ppid, "exe": f.exec_path, "argv": None,
-                "start": _iso(f.end_real_ns), "end": None, "duration_s": None,
-                "exit": exit_, "state": ("killed" if exit_ and exit_.get("signal") else "exited") if exit_
-                else "unfinished",
-                "exec": None, "enabled": False, "enabled_by": None,
-                "reason": NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN]),
-                "exec_kind": f.exec_kind,
-                "mode": None, "threads": None, "calls": None, "errors": None, "time_ns": None,
-                "aggregation": None, "caught": None,
-            })
+            out.append(_not_enabled_row(f.pid, f.ppid, f.exec_path, exit_,
+                                        NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN]),
+                                        f.exec_kind, start=_iso(f.end_real_ns)))
     return out
+
+
+def _not_enabled_row(pid, ppid, exe, exit_, reason, exec_kind, start=None):
+    """The row of a process that ran without the shim."""
+    return {
+        "pid": pid, "ppid": ppid, "exe": exe, "argv": None,
+        "start": start, "end": None, "duration_s": None,
+        "exit": exit_, "state": ("killed" if exit_ and exit_.get("signal") else "exited") if exit_
+        else "unfinished",
+        "exec": None, "enabled": False, "enabled_by": None,
+        "reason": reason, "exec_kind": exec_kind,
+        "mode": None, "threads": None, "calls": None, "errors": None, "time_ns": None,
+        "aggregation": None, "caught": None,
+    }
 
 
 def _add_syscalls(acc, f):

@@ -56,6 +56,9 @@ def command(profile_name, out_dir, learn, verbose, command):
     signal that killed it, becomes ferry's."""
     from ..runner import exit_like
     info, returncode = run_with_progress(list(command), profile_name, out_dir)
+    note = (info.get("program") or {}).get("note")
+    if note and (verbose or err_console.is_terminal):
+        err_console.print(f"ferry: {note}")
     if learn:
         learn_after(out_dir, verbose)
     exit_like(returncode)

@@ -50,6 +50,15 @@ def summary(model):
     if profile.get("name"):
         facts.append(f"profile {profile['name']}")
     lines.append(Text("; ".join(facts)))
+    if info.get("state") == "cut off":
+        lines.append(Text("the run was cut off: `ferry run` ended before the program did (it was "
+                          "killed?); the program was killed with it and the counts stop there",
+                          style="yellow"))
+    elif info.get("state") == "running":
+        lines.append(Text("the run is still going on: these are the counts so far", style="yellow"))
+    program = info.get("program") or {}
+    if program.get("note"):
+        lines.append(Text(f"note: {program['note']}", style="yellow"))
     shim = model.get("shim_calls") or {}
     if shim:
         lines.append(Text(f"the shim's own calls, not in the tables: {sum(shim.values())}",
