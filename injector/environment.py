@@ -3,12 +3,23 @@ hook builds it (shim/src/exec.c, build_env), so that the program `ferry run`
 starts and every child the shim starts are enabled the same way.
 
 What Ferry adds is taken out again by the shim before the program's own code
-runs (shim/src/environ.c): every FERRY_* entry goes, and LD_PRELOAD and
+runs (shim/src/environ.c): its settings go, and LD_PRELOAD and
 LD_LIBRARY_PATH get back the values recorded in FERRY_WAS_<NAME> ("0": not
 set; "1" followed by the value).
 """
 
 RUN, PRELOAD, LIBDIR = "run", "preload", "libdir"
+
+# Ferry's settings: the same list as shim/src/settings.h (a test compares
+# them).  Only these, and the FERRY_WAS_ markers, are Ferry's; a program's
+# own variables are never touched, whatever their names.
+SETTINGS = ("FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS", "FERRY_STATS",
+            "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID")
+WAS_PREFIX = "FERRY_WAS_"
+
+
+def is_setting(name):
+    return name in SETTINGS or name.startswith(WAS_PREFIX)
 
 
 def _prepend(env, name, ours):
@@ -22,7 +33,7 @@ def enabled_env(base, settings, how, shim=None, libdir=None):
     and what `how` needs: RUN (a rewritten image loads the shim itself),
     PRELOAD (the shim at `shim`, which patches libraries from their plans) or
     LIBDIR (the program's own file, its rewritten libraries from `libdir`)."""
-    env = {k: v for k, v in base.items() if not k.startswith("FERRY_")}
+    env = {k: v for k, v in base.items() if not is_setting(k)}
     env.update(settings)
     if how == PRELOAD:
         _prepend(env, "LD_PRELOAD", str(shim))

@@ -1,5 +1,5 @@
 """A program run by `ferry run` sees what it would see natively (Etch's
-"original context"): its own environment (no FERRY_* variables, no
+"original context"): its own environment (none of Ferry's settings, no
 LD_PRELOAD / LD_LIBRARY_PATH of Ferry's), its own file as /proc/self/exe,
 its own argv and $0, the descriptors it was given, and the signal
 dispositions it inherited; programs the shim cannot serve get nothing of
@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import FERRY, ROOT
+from ferry.injector.environment import SETTINGS, is_setting
 from ferry.rundata import load_run
 
 SELF_VIEW = ROOT / "tests" / "programs" / "py_self_view.py"
@@ -24,11 +25,11 @@ def own_index(tmp_path, monkeypatch):
 
 
 def native_and_ferry(tmp_path, argv, profile="trace", **kw):
-    # FERRY_* variables are settings for Ferry itself (the tests' own image
-    # cache): natively the program would not have them.
+    # Ferry's settings (the tests' own image cache) are for Ferry itself:
+    # natively the program would not have them.
     env = kw.pop("env", os.environ)
     native = subprocess.run(argv, capture_output=True, timeout=120, **kw,
-                            env={k: v for k, v in env.items() if not k.startswith("FERRY_")})
+                            env={k: v for k, v in env.items() if not is_setting(k)})
     kw["env"] = env
     under = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(tmp_path / "run"), "--", *argv],
                            capture_output=True, timeout=120, **kw)
@@ -38,7 +39,8 @@ def native_and_ferry(tmp_path, argv, profile="trace", **kw):
 @pytest.mark.parametrize("profile", ["trace", "count", "off"])
 def test_environment_exe_and_argv_are_the_programs_own(tmp_path, profile):
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LD_LIBRARY_PATH": "/opt/none",
-           "FERRY_CACHE": os.environ["FERRY_CACHE"], "FERRY_DATA": str(tmp_path / "data")}
+           "FERRY_CACHE": os.environ["FERRY_CACHE"], "FERRY_DATA": str(tmp_path / "data"),
+           "FERRY_OF_THE_PROGRAM": "its own variable, whatever its name"}
     native, under = native_and_ferry(tmp_path, [PYTHON, str(SELF_VIEW)], profile, env=env)
     assert under.returncode == native.returncode == 0, under.stderr
     assert under.stdout == native.stdout
@@ -99,3 +101,10 @@ def test_a_32_bit_program_gets_nothing_of_ferry(tmp_path):
     run = load_run(tmp_path / "run")
     m32 = [p for p in run["processes"] if not p["enabled"]]
     assert m32 and "32-bit" in m32[0]["reason"]
+
+
+def test_the_shim_and_ferry_run_agree_on_which_variables_are_ferrys():
+    header = (ROOT / "shim" / "src" / "settings.h").read_text()
+    block = header[header.index("#define FERRY_SETTINGS"):header.index("/* Markers")]
+    import re
+    assert tuple(re.findall(r'"(FERRY_[A-Z_]+)"', block)) == SETTINGS

@@ -5,7 +5,7 @@
  * settings, and LD_PRELOAD / LD_LIBRARY_PATH so that ld.so loads the shim and
  * the cached rewritten libraries.  By the time the shim's constructor runs,
  * ld.so has consumed them; the program must see its own environment.  So the
- * shim takes every FERRY_* entry out of the environment array, and gives
+ * shim takes Ferry's settings (settings.h) out of the environment array, and gives
  * LD_PRELOAD / LD_LIBRARY_PATH back the values the program had, which the
  * starter left in FERRY_WAS_<NAME>=<flag><value> ("0": the variable was not
  * set; "1" followed by the value: it was).
@@ -15,6 +15,7 @@
  * every child the program starts see the result.
  */
 #include "environ.h"
+#include "settings.h"
 #include "util.h"
 
 #define WAS "FERRY_WAS_"
@@ -107,7 +108,7 @@ void ferry_environ_restore(char **envp)
     char **out = envp;
     for (char **e = envp; *e; e++) {
         char *entry = *e;
-        if (ferry_memeq(entry, "FERRY_", 6))
+        if (ferry_is_setting(entry))
             continue;
         int drop = 0;
         for (unsigned k = 0; k < sizeof(restored) / sizeof(restored[0]); k++) {

@@ -19,6 +19,7 @@
 
 #include "exec.h"
 #include "raw.h"
+#include "settings.h"
 #include "store.h"
 #include "util.h"
 
@@ -64,7 +65,7 @@ static void save(const char *entry)
     if (nsaved >= MAX_SAVED || used + n > sizeof(saved_buf))
         return;
     /* A marker describes this process's own start, never a child's. */
-    if (ferry_memeq(entry, "FERRY_WAS_", 10))
+    if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10))
         return;
     saved[nsaved++] = ferry_memcpy(saved_buf + used, entry, n);
     used += n;
@@ -85,7 +86,7 @@ void ferry_exec_configure(char **envp)
     }
     cache_root[b.overflow ? 0 : b.len] = 0;
     for (char **e = envp; e && *e; e++)
-        if (ferry_memeq(*e, "FERRY_", 6) && !ferry_memeq(*e, "FERRY_CACHE=", 12))
+        if (ferry_is_setting(*e) && !ferry_memeq(*e, "FERRY_CACHE=", 12))
             save(*e);
     if ((v = ferry_env_lookup(envp, "FERRY_SHIM")) && ferry_strlen(v) < sizeof(shim_path))
         ferry_memcpy(shim_path, v, ferry_strlen(v) + 1);
@@ -223,8 +224,8 @@ static int prepend_var(const char *name, const char *ours, const char *old, char
     return !b.overflow && !m.overflow;
 }
 
-/* The environment the new program gets: the program's own, less any FERRY_*
- * entries, plus the run's, plus what `kind` needs (`libdir`: the directory
+/* The environment the new program gets: the program's own, less Ferry's
+ * settings, plus the run's, plus what `kind` needs (`libdir`: the directory
  * of cached rewritten libraries).  NULL when it does not fit (the program's
  * own is then passed unchanged). */
 static char **build_env(char *const *user_envp, char **out, size_t cap, enum env_kind kind,
@@ -240,9 +241,12 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             return 0;
         if (!got_ptr)
             break;
-        char head[16];
+        char head[64];
         long got = ferry_safe_read(head, p, sizeof(head));
-        if (got >= 6 && ferry_memeq(head, "FERRY_", 6))
+        if (got <= 0)
+            return 0;
+        head[got < (long)sizeof(head) ? got : (long)sizeof(head) - 1] = 0;
+        if (ferry_is_setting(head))
             continue;
         /* The first entry of a name is the one ld.so reads; later ones go. */
         if (kind != ENV_RUN && got >= 11 && ferry_memeq(head, "LD_PRELOAD=", 11)) {

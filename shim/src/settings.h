@@ -1,0 +1,33 @@
+/* The environment variables through which Ferry configures the shim: set by
+ * `ferry run` (injector/environment.py keeps the same list) and by the exec
+ * hook for children, taken out of the program's view by environ.c.  A
+ * program's own variables, whatever their names, are never touched. */
+#ifndef FERRY_SETTINGS_H
+#define FERRY_SETTINGS_H
+
+#include "util.h"
+
+#define FERRY_SETTINGS                                                                        \
+    "FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS", "FERRY_STATS",      \
+        "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID"
+
+/* Markers that give a variable Ferry changed its old value back. */
+#define FERRY_WAS_PREFIX "FERRY_WAS_"
+
+/* Whether `entry` ("NAME=value") is one of Ferry's settings or markers. */
+static inline int ferry_is_setting(const char *entry)
+{
+    static const char *const names[] = {FERRY_SETTINGS};
+    if (!ferry_memeq(entry, "FERRY_", 6))
+        return 0;
+    if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10))
+        return 1;
+    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        size_t n = ferry_strlen(names[i]);
+        if (ferry_memeq(entry, names[i], n) && entry[n] == '=')
+            return 1;
+    }
+    return 0;
+}
+
+#endif
