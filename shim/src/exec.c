@@ -26,6 +26,7 @@
 #define MAX_ENV 2048
 #define MAX_ARGS 1024
 #define PATH_MAX_ 1024
+_Static_assert((MAX_ENV + MAX_ARGS) * sizeof(char *) <= 64 * 1024, "fits ferry_vfork_scratch()");
 
 static char saved_buf[8192];
 static char *saved[MAX_SAVED];
@@ -250,7 +251,11 @@ long ferry_exec(const struct ferry_regs *r)
     char *const *argv = (char *const *)(at ? r->rdx : r->rsi);
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
     char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512], preload[2100];
-    char *env[MAX_ENV], *args[MAX_ARGS];
+    /* Off the stack in a vfork child: posix_spawn's is too small for them. */
+    char **env = ferry_vfork_scratch(), **args;
+    if (!env)
+        env = __builtin_alloca((MAX_ENV + MAX_ARGS) * sizeof(char *));
+    args = env + MAX_ENV;
     struct stat st;
     long got = 0;
 
