@@ -30,6 +30,17 @@ WORKLOADS = {
                      "for _ in range(2):\n"
                      "    pid = os.posix_spawnp('true', ['true'], os.environ)\n"
                      "    os.waitpid(pid, 0)\n"],
+    # the same, to a program the cache has a rewritten image of: the exec hook runs that
+    "posix_spawnp-rewritten": [PYTHON, "-c",
+                               "import os\n"
+                               f"os.environ['PATH'] = '{SEARCH}'\n"
+                               "pid = os.posix_spawnp('python3', ['python3', '-c', 'pass'], os.environ)\n"
+                               "os.waitpid(pid, 0)\n"],
+    # os.execvp's own search, in the process itself, ending in a rewritten image
+    "execvp-rewritten": [PYTHON, "-c",
+                         "import os\n"
+                         f"os.environ['PATH'] = '{SEARCH}'\n"
+                         "os.execvp('python3', ['python3', '-c', 'pass'])\n"],
     # the shell's own search in the child it forked, then env's execvp
     "sh": ["sh", "-c", f"PATH={SEARCH}; env true; env true"],
 }
@@ -104,7 +115,7 @@ def test_a_path_search_is_counted_once_per_call(tmp_path, workload):
     seen, pids = _strace_counts(log.read_text().splitlines(), run_dir, root)
     counted = collections.Counter({s["name"]: s["calls"] for s in model["syscalls"]})
     counted.update(model["shim_calls"])
-    assert seen["execve"] >= 6  # the failed tries were made, and strace saw them
+    assert seen["execve"] >= 4  # the failed tries were made, and strace saw them
     assert seen == counted, {n: (seen[n], counted[n]) for n in set(seen) | set(counted)
                              if seen[n] != counted[n]}
     # One entry per process image: each process once, plus once per exec that succeeded.

@@ -244,6 +244,16 @@ static int parse_shebang(char *head, long got, char **interp, char **arg)
     return **interp != 0;
 }
 
+/* The program's exec, of the image that stands for its file: made on its
+ * behalf, so it is the program's (counted) call; only one that fails, after
+ * which the hook makes another, is the shim's own. */
+static void exec_image(const char *image, char *const *argv, char *const *envp)
+{
+    ferry_pass6(SYS_execve, (long)image, (long)argv, (long)envp, 0, 0, 0);
+    if (ferry_internal)
+        ferry_internal[SYS_execve]++;
+}
+
 long ferry_exec(const struct ferry_regs *r)
 {
     int at = r->rax == SYS_execveat;
@@ -281,7 +291,7 @@ long ferry_exec(const struct ferry_regs *r)
     if (target[0]) {
         if (cached_image(target, image, sizeof(image), &st)) {
             ferry_store_exec_begin(path, FERRY_EXEC_REWRITTEN);
-            ferry_raw3(SYS_execve, image, argv, use_env);  /* returns only on failure */
+            exec_image(image, argv, use_env);
         }
         if (ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
@@ -292,7 +302,7 @@ long ferry_exec(const struct ferry_regs *r)
             if (cached_image(interp, image, sizeof(image), &ist) &&
                 (sargv = script_argv(interp, arg, path, argv, args, MAX_ARGS))) {
                 ferry_store_exec_begin(interp, FERRY_EXEC_REWRITTEN);
-                ferry_raw3(SYS_execve, image, sargv, use_env);
+                exec_image(image, sargv, use_env);
             }
             kind = ferry_raw4(SYS_newfstatat, AT_FDCWD, interp, &ist, 0) == 0 &&
                            (ist.st_mode & (S_ISUID | S_ISGID))
