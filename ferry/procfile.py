@@ -1,10 +1,16 @@
 """Reading one process file (`proc/<pid>-<seq>.ferry`) written by the shim.
 
 Every offset mirrors shim/src/procfile.h (tests/test_layout_matches_shim.py
-checks them).  Files are read whole and checked before use: a truncated or
-corrupt file is a ProcFileError naming it, never a crash.
+checks them).  A file is sized for the most blocks the shim may claim (sparse);
+only its header and the blocks it says were claimed are read, and they are
+checked before use: a truncated or corrupt file is a ProcFileError naming it,
+never a crash.  proc/ may be writable by other users (a run whose processes
+change user): only regular files are read, never through a symlink, and
+never a FIFO that would block.
 """
 import errno as errno_names
+import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +39,7 @@ MODULE_SIZE = 256
 OFF_WAITS = 40960
 WAIT_SIZE = 16
 OFF_INTERNAL = 49152
+OFF_UID = 152
 
 STATE_RUNNING, STATE_EXITED, STATE_EXEC, STATE_DETACHED = 1, 2, 3, 4
 EXEC_REWRITTEN, EXEC_PLAIN, EXEC_SETUID, EXEC_STATIC, EXEC_UNKNOWN, EXEC_FOREIGN = 1, 2, 3, 4, 5, 6
@@ -94,6 +101,9 @@ class ProcFile:
     overflow: int
     blocks: list
     internal: dict      # the shim's own calls: nr -> count
+    uid: int = None     # effective user ID of the process when it made the file
+    exec_uid: int = None  # effective user ID when the exec in exec_path began
+    owner: int = None   # the file's owner
     aggregation: dict = None   # ferry.aggdata record; None: the process made no group
     caught: dict = None        # ferry.catchdata record; None: no catch-all in this process
 
@@ -111,12 +121,30 @@ def _cstr(raw):
     return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
+def _read_used(path):
+    """(file status, bytes): the header and the blocks the header says were
+    claimed; a sparse file's unused room is never read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno_names.ELOOP:
+            raise ProcFileError(path, "a symbolic link, not a process file") from None
+        raise ProcFileError(path, e.strerror.lower()) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ProcFileError(path, "not a regular file")
+        data = f.read(HEADER_SIZE)
+        if len(data) == HEADER_SIZE and data[:16] == MAGIC:
+            block_size, max_blocks, nblocks = struct.unpack_from("<III", data, 24)
+            if block_size % 4096 == 0:
+                data += f.read(min(nblocks, max_blocks, 1024) * block_size)
+    return st, data
+
+
 def read(path):
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ProcFileError(path, e.strerror.lower()) from None
+    st, data = _read_used(path)
     if len(data) < HEADER_SIZE:
         raise ProcFileError(path, "truncated process file (shorter than its header)")
     if data[:16] != MAGIC:
@@ -131,6 +159,7 @@ def read(path):
         struct.unpack_from("<8Q", data, 56)
     nmodules, nsites, nwaits, event_capacity, overflow, seq, exec_kind, load_patched = \
         struct.unpack_from("<8I", data, 120)
+    uid, exec_uid = struct.unpack_from("<II", data, OFF_UID)
     cmdline_len, = struct.unpack_from("<I", data, 1280)
     argv = [a.decode("utf-8", "surrogateescape")
             for a in data[1288:1288 + min(cmdline_len, 4096)].split(b"\0")[:-1]]
@@ -157,8 +186,8 @@ def read(path):
         raise ProcFileError(path, str(e)) from None
     return ProcFile(path, pid, ppid, seq, state, exit_code, MODES.get(mode, "?"), _cstr(data[256:1280]),
                     argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc, end_real, end_mono,
-                    end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal, aggregation,
-                    catchdata.parse(data))
+                    end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal, uid, exec_uid,
+                    st.st_uid, aggregation, catchdata.parse(data))
 
 
 def _block(data, off, mode, capacity, block_size):

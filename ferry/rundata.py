@@ -107,7 +107,7 @@ def load_run(run_dir):
         for pid, status, _ in f.waits:
             waited[pid] = status
 
-    processes = _processes(files, info, images, waited)
+    processes = _processes(files, info, images, waited, _Creators(run_dir))
     program = info.get("program") or {}
     if program.get("enabled") is False and not any(p["pid"] == info.get("pid") for p in processes):
         # The command itself ran without the shim: it wrote nothing, `ferry
@@ -176,9 +176,79 @@ def _original_of(exe, images, memo={}):
     return memo[exe]
 
 
-def _processes(files, info, images, waited):
+class _Creators:
+    """Who can create a process file in the run's proc/: every directory
+    above it searchable, proc/ itself writable and searchable (by owner,
+    group or other bits; ACLs aside).  A process that changed user and left
+    no file is explained by this, not by a guess."""
+
+    def __init__(self, run_dir):
+        self.proc = Path(os.path.abspath(run_dir)) / "proc"
+        self.owner = os.stat(run_dir).st_uid
+        self.memo = {}
+
+    @staticmethod
+    def _groups(uid):
+        import pwd
+        try:
+            pw = pwd.getpwuid(uid)
+            return set(os.getgrouplist(pw.pw_name, pw.pw_gid))
+        except (KeyError, OSError):
+            return set()
+
+    def _allows(self, uid, groups, path, bits):
+        st = os.stat(path)
+        if st.st_uid == uid:
+            mode = (st.st_mode >> 6) & 7
+        elif st.st_gid in groups:
+            mode = (st.st_mode >> 3) & 7
+        else:
+            mode = st.st_mode & 7
+        return mode & bits == bits
+
+    def can_create(self, uid):
+        if uid == 0:
+            return True
+        if uid not in self.memo:
+            groups = self._groups(uid)
+            try:
+                ok = all(self._allows(uid, groups, d, 1) for d in reversed(self.proc.parents)) and \
+                    self._allows(uid, groups, self.proc, 3)
+            except OSError:
+                ok = False
+            self.memo[uid] = ok
+        return self.memo[uid]
+
+    def why_not(self, uid):
+        import pwd
+        try:
+            who = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+        except KeyError:
+            who = f"uid {uid}"
+        if not self.proc.stat().st_mode & 0o002:
+            where = (f"{self.proc} is writable only by its owner (runs started by root open it "
+                     "to the users a process switches to)")
+        else:
+            where = (f"a directory above {self.proc} is not searchable by that user; "
+                     "record into a directory every user can reach (ferry run -o DIR)")
+        return f"switched to {who} before this exec and could not create its process file: {where}"
+
+
+def _not_enabled_reason(f, exit_, creators):
+    """Why the image `f` exec'd left no process file of its own."""
+    if f.exec_kind in (procfile.EXEC_REWRITTEN, procfile.EXEC_PLAIN) and f.exec_uid is not None \
+            and f.exec_uid != creators.owner and not creators.can_create(f.exec_uid):
+        return creators.why_not(f.exec_uid)
+    if exit_ and exit_.get("signal") and f.exec_kind in (procfile.EXEC_REWRITTEN, procfile.EXEC_PLAIN):
+        return f"killed by {exit_['signal']} right after its exec, before the shim started in it"
+    return NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN])
+
+
+def _processes(files, info, images, waited, creators):
     out = []
-    successors = {(f.pid, f.seq) for f in files}
+    later_images = {}
+    for f in files:
+        later_images.setdefault(f.pid, set()).add(f.seq)
     root_pid = info.get("pid")
     for f in files:
         calls = sum(sum(b.calls) + b.invalid for b in f.blocks)
@@ -190,7 +260,7 @@ def _processes(files, info, images, waited):
             "start": _iso(f.start_real_ns), "end": _iso(f.end_real_ns),
             "duration_s": round((f.end_mono_ns - f.start_mono_ns) / 1e9, 6) if f.end_mono_ns else None,
             "exit": None, "state": "unfinished", "exec": None,
-            "enabled": bool(f.modules), "reason": None, "mode": f.mode,
+            "enabled": bool(f.modules), "reason": None, "mode": f.mode, "uid": f.uid,
             "enabled_by": ("load-time patch" if f.load_patched else "rewritten image") if f.modules else None,
             "threads": len(f.blocks), "calls": calls, "errors": errors,
             "time_ns": round(f.ticks_to_ns(ticks)),
@@ -219,7 +289,8 @@ def _processes(files, info, images, waited):
                 entry["exit"] = _exit_from_status(status)
                 entry["state"] = "killed" if entry["exit"]["signal"] else "exited"
         out.append(entry)
-        if f.state == procfile.STATE_EXEC and (f.pid, f.seq + 1) not in successors:
+        # A name another user took first makes the next image's seq skip one.
+        if f.state == procfile.STATE_EXEC and not any(s > f.seq for s in later_images[f.pid]):
             # The exec replaced an enabled image with one that carries no shim.
             status = waited.get(f.pid)
             if status is None and f.pid == root_pid:
@@ -227,12 +298,12 @@ def _processes(files, info, images, waited):
             else:
                 exit_ = _exit_from_status(status) if status is not None else None
             out.append(_not_enabled_row(f.pid, f.ppid, f.exec_path, exit_,
-                                        NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN]),
-                                        f.exec_kind, start=_iso(f.end_real_ns)))
+                                        _not_enabled_reason(f, exit_, creators), f.exec_kind,
+                                        start=_iso(f.end_real_ns), uid=f.exec_uid))
     return out
 
 
-def _not_enabled_row(pid, ppid, exe, exit_, reason, exec_kind, start=None):
+def _not_enabled_row(pid, ppid, exe, exit_, reason, exec_kind, start=None, uid=None):
     """The row of a process that ran without the shim."""
     return {
         "pid": pid, "ppid": ppid, "exe": exe, "argv": None,
@@ -241,7 +312,7 @@ def _not_enabled_row(pid, ppid, exe, exit_, reason, exec_kind, start=None):
         else "unfinished",
         "exec": None, "enabled": False, "enabled_by": None,
         "reason": reason, "exec_kind": exec_kind,
-        "mode": None, "threads": None, "calls": None, "errors": None, "time_ns": None,
+        "mode": None, "uid": uid, "threads": None, "calls": None, "errors": None, "time_ns": None,
         "aggregation": None, "caught": None,
     }
 

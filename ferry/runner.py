@@ -83,6 +83,14 @@ def open_run_dir(out_dir, manifest, profile):
     except OSError as e:
         raise FerryError(e.filename or out_dir, f"cannot create the run directory: {e.strerror.lower()}") from None
     (out_dir / "proc").mkdir()
+    if os.geteuid() == 0:
+        # Processes of the run that switch user (runuser, su, a server's
+        # workers) make their own files here too: anyone may create a file,
+        # no one can list proc/ but its owner, and the sticky bit keeps every
+        # file for its creator alone to replace or remove; the shim creates
+        # with O_EXCL|O_NOFOLLOW and the reader takes only regular files.
+        # Not needed without root: no process of the run can change user.
+        os.chmod(out_dir / "proc", 0o1733)
     _module_tables(out_dir, manifest)
     (out_dir / "profile.toml").write_text(profile.to_toml())
     if manifest:

@@ -29,6 +29,7 @@
 #define MAX_ENV 1024
 #define MAX_ARGS 512
 #define PATH_MAX_ 1024
+_Static_assert((MAX_ENV + MAX_ARGS) * sizeof(char *) <= 64 * 1024, "fits ferry_vfork_scratch()");
 
 static char saved_buf[8192];
 static char *saved[MAX_SAVED];
@@ -349,6 +350,16 @@ static int parse_shebang(char *head, long got, char **interp, char **arg)
     return **interp != 0;
 }
 
+/* The program's exec, of the image that stands for its file: made on its
+ * behalf, so it is the program's (counted) call; only one that fails, after
+ * which the hook makes another, is the shim's own. */
+static void exec_image(const char *image, char *const *argv, char *const *envp)
+{
+    ferry_pass6(SYS_execve, (long)image, (long)argv, (long)envp, 0, 0, 0);
+    if (ferry_internal)
+        ferry_internal[SYS_execve]++;
+}
+
 long ferry_exec(const struct ferry_regs *r)
 {
     int at = r->rax == SYS_execveat;
@@ -356,15 +367,12 @@ long ferry_exec(const struct ferry_regs *r)
     char *const *argv = (char *const *)(at ? r->rdx : r->rsi);
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
     char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512];
-    char *env[MAX_ENV];
-    /* A script's argv goes with the run's environment only, the extra
-     * variables with the other kinds: they never both serve one exec. */
-    union {
-        char *args[MAX_ARGS];
-        struct env_extra extra;
-    } u;
-    char **args = u.args;
-    struct env_extra *x = &u.extra;
+    struct env_extra extra, *x = &extra;
+    /* Off the stack in a vfork child: posix_spawn's is too small for them. */
+    char **env = ferry_vfork_scratch(), **args;
+    if (!env)
+        env = __builtin_alloca((MAX_ENV + MAX_ARGS) * sizeof(char *));
+    args = env + MAX_ENV;
     struct stat st;
     long got = 0;
 
@@ -393,7 +401,7 @@ long ferry_exec(const struct ferry_regs *r)
         enum cached c = cached_image(target, image, sizeof(image), &st);
         if (c == CACHED_IMAGE && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
             ferry_store_exec_begin(path, FERRY_EXEC_REWRITTEN);
-            ferry_raw3(SYS_execve, image, argv, built);  /* returns only on failure */
+            exec_image(image, argv, built);  /* returns only on failure */
         }
         /* The program's own file, its cached libraries first: what it sees
          * of itself (/proc/self/exe, AT_EXECFN, $ORIGIN) stays its own. */
@@ -412,7 +420,7 @@ long ferry_exec(const struct ferry_regs *r)
             if (c == CACHED_IMAGE && (sargv = script_argv(interp, arg, path, argv, args, MAX_ARGS)) &&
                 (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
                 ferry_store_exec_begin(interp, FERRY_EXEC_REWRITTEN);
-                ferry_raw3(SYS_execve, image, sargv, built);
+                exec_image(image, sargv, built);
             }
             if (c == CACHED_LIBDIR &&
                 (built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {

@@ -6,6 +6,11 @@
  * everything it counted.  The header says how the process ended, when it
  * could tell.  Without a run directory the same layout lives in anonymous
  * memory.  ferry/rundata.py reads this layout; every offset is mirrored there.
+ *
+ * The file is sized for max_blocks blocks when it is made (sparse: only what
+ * is written takes room) and the shim keeps no descriptor of it: a thread's
+ * block is mapped from the mappings it already has (store.c), so the program
+ * never finds a descriptor of Ferry's among its own.
  */
 #ifndef FERRY_PROCFILE_H
 #define FERRY_PROCFILE_H
@@ -87,7 +92,9 @@ struct ferry_proc_header {
     uint32_t seq;                   /* 140: image number of this pid */
     uint32_t exec_kind;             /* 144: what the exec in exec_path runs (enum below) */
     uint32_t load_patched;          /* 148: modules enabled by a load-time plan */
-    uint64_t reserved0[13];         /* 152 */
+    uint32_t uid;                   /* 152: effective user ID when the file was made */
+    uint32_t exec_uid;              /* 156: effective user ID when exec_path began */
+    uint64_t reserved0[12];         /* 160 */
     char exe[1024];                 /* 256 */
     uint32_t cmdline_len;           /* 1280 */
     uint32_t reserved1;
@@ -174,6 +181,7 @@ struct ferry_blk {
 };
 
 _Static_assert(sizeof(struct ferry_proc_header) == FERRY_PROC_HEADER_SIZE, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, uid) == 152, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 1288, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 5384, "header layout");

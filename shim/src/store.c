@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "store.h"
 
 #include <fcntl.h>
@@ -12,20 +13,21 @@ __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exe
 static __thread struct ferry_blk *tls_spare __attribute__((tls_model("initial-exec")));
 static __thread struct ferry_blk *tls_vfork_saved __attribute__((tls_model("initial-exec")));
 static __thread int tls_in_vfork_child __attribute__((tls_model("initial-exec")));
+/* seq + 1 of the file a vfork child has written, 0 before its first: every
+ * failed exec of a PATH search rewrites that one file. */
+static __thread uint32_t tls_vfork_file __attribute__((tls_model("initial-exec")));
 
 struct ferry_proc_header *ferry_hdr;
 uint64_t *ferry_internal;
 
 static struct {
-    int fd;                 /* -1: anonymous memory */
+    int in_file;            /* 0: anonymous memory */
     char dir[2048];
     int mode;
     uint32_t event_capacity;
     uint32_t block_size;
-    uint64_t file_size;
-    int grow_lock;
     struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
-} st = {.fd = -1};
+} st;
 
 #define IS_ERR(v) ((unsigned long)(v) > -4096UL)
 
@@ -50,31 +52,32 @@ static void *map(size_t size, int fd, uint64_t off)
     return IS_ERR(p) ? 0 : (void *)p;
 }
 
-static void spin_lock(int *l)
+static int file_name(char *path, size_t cap, const char *dir, int pid, uint32_t seq)
 {
-    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-        __asm__ volatile("pause");
+    struct ferry_buf b = {path, 0, cap, 0};
+    ferry_buf_str(&b, dir);
+    ferry_buf_str(&b, "/proc/");
+    ferry_buf_i64(&b, pid);
+    ferry_buf_str(&b, "-");
+    ferry_buf_u64(&b, seq);
+    ferry_buf_str(&b, ".ferry");
+    path[b.len] = 0;
+    return b.overflow ? -36 : 0;
 }
 
-static void spin_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
-
 /* The file `<dir>/proc/<pid>-<seq>.ferry`, created exclusively; seq counts
- * the images (exec) this pid has had. */
+ * the images (exec) this pid has had.  proc/ may be writable by every user
+ * (sticky, when the run changes users): O_EXCL and O_NOFOLLOW never write
+ * through a name someone else made.  The descriptor is the caller's to
+ * close before the program runs again. */
 static int create_file(const char *dir, int pid, uint32_t *seq_out)
 {
     char path[2300];
     for (uint32_t seq = 0; seq < 1000; seq++) {
-        struct ferry_buf b = {path, 0, sizeof(path), 0};
-        ferry_buf_str(&b, dir);
-        ferry_buf_str(&b, "/proc/");
-        ferry_buf_i64(&b, pid);
-        ferry_buf_str(&b, "-");
-        ferry_buf_u64(&b, seq);
-        ferry_buf_str(&b, ".ferry");
-        path[b.len] = 0;
-        if (b.overflow)
+        if (file_name(path, sizeof(path), dir, pid, seq))
             return -36;
-        long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        long fd = ferry_raw4(SYS_openat, AT_FDCWD, path,
+                             O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd != -17 /* EEXIST */) {
             *seq_out = seq;
             return (int)fd;
@@ -121,6 +124,7 @@ static int header_init(char **argv, int keep_cmdline)
     h->mode = st.mode;
     h->event_capacity = st.event_capacity;
     h->state = FERRY_STATE_RUNNING;
+    h->uid = (uint32_t)ferry_raw0(SYS_geteuid);
     if (!keep_cmdline)
         fill_identity(h, argv);
     else {
@@ -133,17 +137,26 @@ static int header_init(char **argv, int keep_cmdline)
     return 0;
 }
 
+static uint64_t block_offset(uint32_t idx)
+{
+    return FERRY_PROC_HEADER_SIZE + (uint64_t)idx * st.block_size;
+}
+
+/* The file is made at its largest (sparse) and only its header is mapped;
+ * the descriptor is closed before the program runs, so none of the
+ * program's descriptor numbers is ever the shim's, and nothing of the shim
+ * is left for the program to close, dup2 over or pass on. */
 static int open_backing(void)
 {
-    st.fd = -1;
-    st.file_size = 0;
+    st.in_file = 0;
     if (st.dir[0]) {
         uint32_t seq = 0;
         int fd = create_file(st.dir, (int)ferry_raw0(SYS_getpid), &seq);
-        if (fd >= 0 && ferry_raw2(SYS_ftruncate, fd, FERRY_PROC_HEADER_SIZE) == 0) {
-            st.fd = fd;
-            st.file_size = FERRY_PROC_HEADER_SIZE;
-            ferry_hdr = map(FERRY_PROC_HEADER_SIZE, fd, 0);
+        if (fd >= 0) {
+            if (ferry_raw2(SYS_ftruncate, fd, block_offset(FERRY_MAX_BLOCKS)) == 0)
+                ferry_hdr = map(FERRY_PROC_HEADER_SIZE, fd, 0);
+            else
+                ferry_hdr = 0;
             if (ferry_hdr) {
                 ferry_hdr->seq = seq;
                 /* Tallied from the file's creation on: its openat is where a
@@ -151,16 +164,42 @@ static int open_backing(void)
                 ferry_internal = ferry_hdr->internal;
                 ferry_internal[SYS_ftruncate]++;
                 ferry_internal[SYS_mmap]++;
+            }
+            ferry_raw1(SYS_close, fd);
+            if (ferry_hdr) {
+                st.in_file = 1;
                 return 0;
             }
         }
-        if (fd >= 0)
-            ferry_raw1(SYS_close, fd);
-        st.fd = -1;
     }
     ferry_hdr = map(FERRY_PROC_HEADER_SIZE, -1, 0);
     ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
     return ferry_hdr ? 0 : -12;
+}
+
+/* Block `idx` of the file, mapped without a descriptor: mremap with an old
+ * size of 0 maps the same file again from a mapping of it (the nearest block
+ * below, else the header), over the span up to the block; the span's head is
+ * unmapped at once, so only one block's room more is ever reserved. */
+static struct ferry_blk *map_file_block(uint32_t idx)
+{
+    char *anchor = (char *)ferry_hdr;
+    uint64_t anchor_off = 0;
+    for (uint32_t j = idx; j-- > 0;) {
+        struct ferry_blk *b = __atomic_load_n(&st.blocks[j], __ATOMIC_ACQUIRE);
+        if (b) {
+            anchor = (char *)b;
+            anchor_off = block_offset(j);
+            break;
+        }
+    }
+    uint64_t span = block_offset(idx) + st.block_size - anchor_off;
+    long p = ferry_raw6(SYS_mremap, (long)anchor, 0, (long)span, MREMAP_MAYMOVE, 0, 0);
+    if (IS_ERR(p))
+        return 0;
+    if (span > st.block_size)
+        ferry_raw2(SYS_munmap, p, span - st.block_size);
+    return (struct ferry_blk *)(p + (long)(span - st.block_size));
 }
 
 int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv)
@@ -198,16 +237,7 @@ static struct ferry_blk *claim(void)
         __atomic_fetch_add(&ferry_hdr->overflow, 1, __ATOMIC_RELAXED);
         return 0;
     }
-    uint64_t off = FERRY_PROC_HEADER_SIZE + (uint64_t)idx * st.block_size;
-    if (st.fd >= 0) {
-        spin_lock(&st.grow_lock);
-        if (off + st.block_size > st.file_size) {
-            if (ferry_raw2(SYS_ftruncate, st.fd, off + st.block_size) == 0)
-                st.file_size = off + st.block_size;
-        }
-        spin_unlock(&st.grow_lock);
-    }
-    struct ferry_blk *b = map(st.block_size, st.fd, off);
+    struct ferry_blk *b = st.in_file ? map_file_block(idx) : map(st.block_size, -1, 0);
     if (!b)
         return 0;
     b->in_use = 1;
@@ -261,8 +291,6 @@ void ferry_store_after_fork(void)
     tls_in_vfork_child = 0;
     ferry_internal = 0;
     struct ferry_proc_header *parent = ferry_hdr;
-    if (st.fd >= 0)
-        ferry_raw1(SYS_close, st.fd);
     if (open_backing() != 0) {
         ferry_hdr = 0;
         return;
@@ -279,10 +307,30 @@ void ferry_store_after_fork(void)
     header_init(0, 1);
 }
 
+/* A vfork child's own calls (its exec hook's, its file's): they follow the
+ * spare block, so that its file can say them like any process's. */
+static uint64_t *spare_internal(void)
+{
+    return (uint64_t *)((char *)tls_spare + st.block_size);
+}
+
+/* Memory above the spare for a vfork child's exec hook.  posix_spawn gives
+ * its child a stack of about 32 KiB plus argv: the hook's environment and
+ * argument arrays do not fit on it beside everything else, and what went
+ * beyond it landed in whatever was mapped below, or faulted. */
+#define SPARE_SCRATCH (64 * 1024)
+
+void *ferry_vfork_scratch(void)
+{
+    if (!tls_in_vfork_child)
+        return 0;
+    return (char *)spare_internal() + sizeof(ferry_hdr->internal);
+}
+
 int ferry_blk_spare_prepare(void)
 {
     if (!tls_spare)
-        tls_spare = map(st.block_size, -1, 0);
+        tls_spare = map(st.block_size + sizeof(ferry_hdr->internal) + SPARE_SCRATCH, -1, 0);
     return tls_spare ? 0 : -12;
 }
 
@@ -298,7 +346,10 @@ void ferry_blk_enter_vfork_child(void)
     tls_vfork_saved = ferry_tls_block;
     ferry_tls_block = tls_spare;
     tls_in_vfork_child = 1;
-    ferry_internal = 0;  /* the child's own calls are not the parent's */
+    tls_vfork_file = 0;
+    /* the child's own calls are not the parent's */
+    ferry_memset(spare_internal(), 0, sizeof(ferry_hdr->internal));
+    ferry_internal = spare_internal();
 }
 
 void ferry_blk_leave_vfork_child(void)
@@ -311,14 +362,26 @@ void ferry_blk_leave_vfork_child(void)
 }
 
 /* A vfork child's own file, written with pwrite from the parent's header
- * (read only) and its spare block, with its own identity patched in. */
+ * (read only) and its spare block, with its own identity patched in.  One
+ * file, however many execs fail before one succeeds (a PATH search): each
+ * write replaces the last, so the child's calls are in the run once. */
 static void vfork_child_write(uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
 {
     if (!st.dir[0] || !ferry_hdr)
         return;
     uint32_t seq = 0;
     int pid = (int)ferry_raw0(SYS_getpid);
-    int fd = create_file(st.dir, pid, &seq);
+    int fd;
+    if (tls_vfork_file) {
+        char path[2300];
+        seq = tls_vfork_file - 1;
+        fd = file_name(path, sizeof(path), st.dir, pid, seq) ? -36
+             : (int)ferry_raw4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+    } else {
+        fd = create_file(st.dir, pid, &seq);
+        if (fd >= 0)
+            tls_vfork_file = seq + 1;
+    }
     if (fd < 0)
         return;
     struct ferry_proc_header *h = ferry_hdr;
@@ -334,6 +397,10 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     uint64_t times[3] = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
     ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), __builtin_offsetof(struct ferry_proc_header, end_real_ns));
     ferry_raw4(SYS_pwrite64, fd, &kind, 4, __builtin_offsetof(struct ferry_proc_header, exec_kind));
+    /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it). */
+    uint32_t uids[2] = {(uint32_t)ferry_raw0(SYS_geteuid), 0};
+    uids[1] = uids[0];
+    ferry_raw4(SYS_pwrite64, fd, uids, sizeof(uids), __builtin_offsetof(struct ferry_proc_header, uid));
     if (exec_path) {
         char path[1024];
         size_t n = ferry_strlen(exec_path);
@@ -344,7 +411,18 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
         ferry_raw4(SYS_pwrite64, fd, path, n + 1, __builtin_offsetof(struct ferry_proc_header, exec_path));
     }
     ferry_raw4(SYS_pwrite64, fd, ferry_tls_block, sizeof(struct ferry_blk), FERRY_PROC_HEADER_SIZE);
-    ferry_raw1(SYS_close, fd);
+    /* The tally goes last, with the two calls that write it and close the
+     * file already in it; they are made untallied. */
+    uint64_t *own = ferry_internal;
+    if (own) {
+        own[SYS_pwrite64]++;
+        own[SYS_close]++;
+        ferry_pass6(SYS_pwrite64, fd, (long)own, sizeof(ferry_hdr->internal),
+                    __builtin_offsetof(struct ferry_proc_header, internal), 0, 0);
+        ferry_pass6(SYS_close, fd, 0, 0, 0, 0, 0);
+    } else {
+        ferry_raw1(SYS_close, fd);
+    }
 }
 
 /* When the image's life ended (so far): exit, exec, or detach. */
@@ -390,6 +468,7 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
     ferry_memcpy(ferry_hdr->exec_path, path, n);
     ferry_hdr->exec_path[n] = 0;
     ferry_hdr->exec_kind = kind;
+    ferry_hdr->exec_uid = (uint32_t)ferry_raw0(SYS_geteuid);
     stamp_end(FERRY_STATE_EXEC);
 }
 

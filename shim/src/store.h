@@ -29,6 +29,9 @@ int ferry_blk_spare_prepare(void);
 void ferry_blk_enter_vfork_child(void);
 void ferry_blk_leave_vfork_child(void);
 int ferry_in_vfork_child(void);
+/* 64 KiB a vfork child may use instead of its stack (NULL elsewhere): a
+ * posix_spawn child's stack is small. */
+void *ferry_vfork_scratch(void);
 
 void ferry_store_exit(int status);
 void ferry_store_exec_begin(const char *path, uint32_t kind);
