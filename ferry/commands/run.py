@@ -38,7 +38,18 @@ def run_with_progress(argv, profile_name, out_dir):
             if stage == "done":
                 progress.update(task, visible=False)
         info, returncode = run(argv, profile, out_dir, progress=update)
+    if profile.mode == "aggregate":
+        _say_if_engine_unused(profile, out_dir)
     return info, returncode
+
+
+def _say_if_engine_unused(profile, out_dir):
+    """After the program's own output: one line when an aggregating profile aggregated
+    nothing (no process made a group), so that nobody reads its counts as aggregated."""
+    from ..aggdata import any_group
+    from ..report.aggregation import unused_text
+    if not any_group(out_dir):
+        click.echo(f"ferry: note: {unused_text(profile.name)}", err=True)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
