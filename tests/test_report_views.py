@@ -204,3 +204,12 @@ def test_runs_without_a_terminal_is_one_line_per_run(tmp_path):
     assert lines[2].split()[0] == "1" and lines[2].endswith(" /bin/echo " + " ".join(long))
     assert lines[2].split()[7] == str(tmp_path / "a")
     assert lines[1].index("/bin/true") == lines[2].index("/bin/echo")   # aligned columns
+
+
+def test_diff_prints_bracketed_names_as_they_are(tmp_path):
+    model = json.loads(DATA.read_text())
+    model["sites"][0]["id"] = "[vdso]#0"
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(model))
+    out = ok("report", "--diff", DATA, "--by", "site", path).stdout
+    assert "[vdso]#0" in out
