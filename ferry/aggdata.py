@@ -129,6 +129,21 @@ def summarize(processes, profile_pools=()):
     return derive(total)
 
 
+def any_group(run_dir):
+    """Whether a process of the run in `run_dir` created an aggregation group (its area has
+    the magic); reads only that much of each process file."""
+    from pathlib import Path
+    for path in (Path(run_dir) / "proc").glob("*.ferry"):
+        try:
+            with open(path, "rb") as f:
+                f.seek(OFFSET)
+                if f.read(len(MAGIC)) == MAGIC:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def profile_pools(profile):
     """[(name, settings tuple as _settings gives it)] of a Profile in mode aggregate."""
     if profile is None or profile.mode != "aggregate":

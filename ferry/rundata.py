@@ -142,6 +142,7 @@ def load_run(run_dir):
                    "time_ns": sum(s["time_ns"] for s in syscalls.values()),
                    "processes": len(processes)},
         "events": events,
+        "threads": [t for f in files for t in _threads(f, _original_of(f.exe, images))],
         "catch_all": catchdata.summarize([f.caught for f in files]),
         "aggregation": aggdata.summarize([(f.pid, f.aggregation) for f in files],
                                          aggdata.profile_pools(_run_profile(run_dir, info))),
@@ -315,6 +316,23 @@ def _not_enabled_row(pid, ppid, exe, exit_, reason, exec_kind, start=None, uid=N
         "mode": None, "uid": uid, "threads": None, "calls": None, "errors": None, "time_ns": None,
         "aggregation": None, "caught": None,
     }
+
+
+def _threads(f, exe):
+    """One entry per thread of a process file: its counts, and its calls by syscall, most
+    first (the file keeps a block per thread)."""
+    out = []
+    for b in f.blocks:
+        by_name = {}
+        for nr, c in enumerate(b.calls):
+            if c:
+                by_name[name_of(nr)] = by_name.get(name_of(nr), 0) + c
+        out.append({"pid": f.pid, "tid": b.tid, "exe": exe,
+                    "calls": sum(b.calls) + b.invalid,
+                    "errors": sum(s.errors for s in b.nr.values()),
+                    "time_ns": round(f.ticks_to_ns(sum(s.ticks for s in b.nr.values()))),
+                    "syscalls": dict(sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0])))})
+    return out
 
 
 def _add_syscalls(acc, f):

@@ -202,8 +202,12 @@ def _jump_table_targets(region, code_map_read, is_code, in_region):
     return targets
 
 
-def analyze(image):
-    """Build the CodeMap of an ElfImage."""
+SWEEP_REPORTS = 50   # progress reports per module at most: a caller may draw each one
+
+
+def analyze(image, progress=None):
+    """Build the CodeMap of an ElfImage; `progress(done, whole)` is told how many bytes of
+    code were decoded so far (the long part for a large program)."""
     binary = image.binary
     sections = _exec_sections(binary)
     bounds = [(s.address, s.end) for s in sections]
@@ -238,6 +242,10 @@ def analyze(image):
         # and no need to decode (say) 30 MB of cc1 for branch targets.
         return CodeMap(sections, symbols, fdes, targets, [], [], [])
     pending = []
+    whole = sum(sec.end - sec.address for sec in sections)
+    done, step, told = 0, max(1, whole // SWEEP_REPORTS), 0
+    if progress:
+        progress(0, whole)
     for sec in sections:
         cuts = sorted(b for b in boundaries if sec.address < b < sec.end)
         for start, end in zip([sec.address] + cuts, cuts + [sec.end]):
@@ -247,6 +255,12 @@ def analyze(image):
             _sweep(md, sec.data, sec.address, lo, hi, region, targets, in_code, has_syscall, immediates)
             if has_syscall:
                 pending.append((sec, region))
+            done += end - start
+            if progress and done - told >= step:
+                told = done
+                progress(done, whole)
+    if progress and told != done:
+        progress(done, whole)
 
     cmap = CodeMap(sections, symbols, fdes, targets, [], [], [])
     for sec, region in pending:

@@ -46,11 +46,18 @@ def _noop(*_args, **_kw):
     pass
 
 
-def analyze_module(image):
-    """(CodeMap, [Site]) for an ElfImage."""
+def analyze_module(image, progress=_noop, name=None):
+    """(CodeMap, [Site]) for an ElfImage. `progress` hears ("sweep", name, total=bytes of
+    code), then ("swept", name, total=bytes decoded so far) while the code is decoded, and
+    ("sites", name, total=sites found)."""
     from . import code, planner
-    cmap = code.analyze(image)
-    return cmap, planner.plan(cmap)
+
+    def swept(done, whole):
+        progress("sweep" if done == 0 else "swept", name, total=whole if done == 0 else done)
+    cmap = code.analyze(image, swept)
+    sites = planner.plan(cmap)
+    progress("sites", name, total=len(sites))
+    return cmap, sites
 
 
 def module_record(image, mod, sites, cmap, rewritten_name):
@@ -88,7 +95,7 @@ def _library(mod, progress):
     image = elfload.load(mod.path)
     if elfload.ferry_control_block(image):
         raise AlreadyRewritten(mod.path)
-    cmap, sites = analyze_module(image)
+    cmap, sites = analyze_module(image, progress, mod.name)
     mdir = cache.module_dir(sha)
     mdir.mkdir(parents=True, exist_ok=True)
     rewritten = None
@@ -260,7 +267,7 @@ def _instrument(path, out_dir, progress):
             records[0] = record
         else:
             progress("analyze", mods[0].name)
-            cmap, sites = analyze_module(image)
+            cmap, sites = analyze_module(image, progress, mods[0].name)
             # Libraries loaded only indirectly become direct needs, so that they
             # are mapped (from $ORIGIN) before anything looks them up by name.
             direct = {str(n) for n in image.binary.libraries}

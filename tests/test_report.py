@@ -60,18 +60,22 @@ def render_text(parts, width=200):
     return out.getvalue()
 
 
-def strace_rows(text):
-    """{syscall: (pct, seconds, usecs, calls, errors)} and the order, from the strace -c table."""
+def strace_rows(text, minmax=None):
+    """{syscall: (pct, seconds, usecs, calls, errors)} and the order, from the strace -c table
+    (its min and max columns go into the dict `minmax`: {syscall: (min, max)}, None for '-')."""
     lines = text.splitlines()
     head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["%", "time"])
     found, order = {}, []
     for line in lines[head + 2:]:
-        m = re.match(r"^\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(?:(\d+)\s+)?(\S+)\s*$", line)
+        m = re.match(r"^\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)\s+(\d+)\s+"
+                     r"(?:(\d+)\s+)?(\S+)\s*$", line)
         if not m:
             if found and line.strip():
                 break
             continue
-        pct, secs, usecs, calls, errors, name = m.groups()
+        pct, secs, usecs, mn, mx, calls, errors, name = m.groups()
+        if minmax is not None:
+            minmax[name] = tuple(None if v == "-" else float(v) for v in (mn, mx))
         found[name] = (float(pct), float(secs), float(usecs), int(calls), int(errors or 0))
         order.append(name)
     return found, order
@@ -97,6 +101,13 @@ def test_fixture_is_a_consistent_model():
             assert s["min_ns"] <= s["time_ns"] / s["calls"] <= s["max_ns"], s["name"]
     assert [s["time_ns"] for s in sc] == sorted((s["time_ns"] for s in sc), reverse=True)
     assert MODEL["totals"]["calls"] == sum(s["calls"] for s in sc)
+    for p in MODEL["processes"]:
+        mine = [t for t in MODEL["threads"] if t["pid"] == p["pid"]]
+        assert len(mine) == p["threads"]
+        for key in ("calls", "errors", "time_ns"):
+            assert sum(t[key] for t in mine) == p[key], (p["pid"], key)
+    for s in sc:
+        assert sum(t["syscalls"].get(s["name"], 0) for t in MODEL["threads"]) == s["calls"]
     sites = {s["id"]: s for s in MODEL["sites"]}
     for e in MODEL["events"]:
         assert sites[e["site"]]["name"] == e["name"] and e["name"] not in UNTIMED
@@ -107,7 +118,7 @@ def test_fixture_is_a_consistent_model():
 def test_default_report_is_a_strace_c_table_then_the_hottest_sites():
     r = ok(DATA)
     header = next(line for line in r.stdout.splitlines() if "usecs/call" in line)
-    assert header.split() == "% time seconds usecs/call calls errors syscall".split()
+    assert header.split() == "% time seconds usecs/call min usecs max usecs calls errors syscall".split()
     found, order = strace_rows(r.stdout)
     assert set(found) == {s["name"] for s in MODEL["syscalls"]} | {"total"}
     total = found.pop("total")
@@ -241,8 +252,8 @@ def test_csv_has_a_header_and_one_row_per_entry(by):
     assert len(got) == len(entries)
     calls = [int(g["calls"]) for g in got]
     assert calls == sorted(calls, reverse=True)
-    key = {"syscall": "syscall", "site": "site", "process": "pid"}[by]
-    model_key = {"syscall": "name", "site": "id", "process": "pid"}[by]
+    key = {"syscall": "syscall", "site": "site", "process": "pid", "thread": "tid"}[by]
+    model_key = {"syscall": "name", "site": "id", "process": "pid", "thread": "tid"}[by]
     by_key = {str(e[model_key]): e for e in entries}
     assert {g[key] for g in got} == set(by_key)
     whole = sum(e["time_ns"] for e in entries)
@@ -263,6 +274,10 @@ def test_csv_has_a_header_and_one_row_per_entry(by):
         g = next(g for g in got if g["pid"] == "4101")
         assert (g["argv"], g["state"], g["exit_code"], g["exit_signal"]) == \
                ("gzip -c data.txt", "exited", "0", "")
+    if by == "thread":
+        g = next(g for g in got if g["tid"] == "4102")
+        assert (g["pid"], g["exe"], g["syscalls"]) == \
+               ("4100", "/usr/bin/python3.11", "futex=53;write=40;read=25;ioctl=12")
 
 
 # -- --html ------------------------------------------------------------------------------

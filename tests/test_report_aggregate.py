@@ -401,3 +401,47 @@ def test_a_real_aggregate_run_reports_without_error(tmp_path):
         assert agg["calls"] == agg["aggregated"] + agg["native"] + agg["worker"]
     r = ferry("report", "--csv", "--by", "pool", tmp_path / "run")
     assert r.returncode == 0, r.stderr
+
+
+def summary_line(out):
+    return next(line for line in " ".join(out.split()).split("aggregation ") if "calls of fibers" in line)
+
+
+def test_more_crossings_than_calls_is_no_saving(recorded, tmp_path):
+    # e.g. redis under fibers: batches of one call plus the engine's waits cost more
+    # crossings than the calls would make natively; never a negative "saved"
+    d = one_process_run(recorded, tmp_path, area([POOL0], aggregated=10, native=5, worker=0,
+                                                  crossings=40))
+    out = ferry("report", d).stdout
+    line = summary_line(out)
+    assert "15 calls of fibers" in line
+    assert "40 kernel crossings, 25 more than the calls make natively (none saved)" in line
+    assert "saved;" not in line.replace("(none saved);", "") and "-" not in line.split(";")[1]
+    html = ferry("report", "--html", "-o", tmp_path / "r.html", d)
+    assert html.returncode == 0 and "more than the calls make natively" in \
+        " ".join((tmp_path / "r.html").read_text().split())
+    model = json.loads(ferry("report", "--json", d).stdout)
+    assert model["aggregation"]["crossings_saved"] == pytest.approx(1 - 40 / 15)   # as documented
+
+
+def test_nothing_aggregated_claims_no_saving_and_no_avoided_switches(recorded, tmp_path):
+    d = one_process_run(recorded, tmp_path, area([POOL0], aggregated=0, native=30, worker=4,
+                                                  crossings=20, switches=50))
+    line = summary_line(ferry("report", d).stdout)
+    assert "20 kernel crossings, none saved (no call was aggregated)" in line
+    assert "50 fiber switches" in line and "avoided" not in line and "%" not in line
+
+
+def test_submitted_calls_without_a_completion_are_named(run):
+    out = " ".join(ferry("report", run).stdout.split())
+    assert "pool 1: 1 submitted call with no completion recorded" in out
+    assert "pool 0" not in out.split("submitted call")[0][-40:]       # pool 0: all completed
+
+
+def test_an_aggregating_profile_that_aggregated_nothing_says_so(recorded, tmp_path):
+    # recorded[1] ran `sh -c` under -p aggregate: no process creates a group there
+    model = load_run(recorded[1])
+    assert model["aggregation"] is None and model["info"]["profile"]["mode"] == "aggregate"
+    out = " ".join(ferry("report", recorded[1]).stdout.split())
+    assert "profile aggregate: no process used the aggregation engine" in out
+    assert "no process used the aggregation engine" not in ferry("report", recorded[0]).stdout

@@ -9,11 +9,18 @@ from .run import profile_option
 
 
 def _cmdline(pid):
+    """The process's command line as it shows it now. A program that set its title
+    (nginx, postgres, setproctitle) wrote it over its arguments and padded the rest of
+    their area with NULs: those read as trailing empty arguments, and are dropped (so
+    is a real trailing "" argument, which cannot be told apart)."""
     try:
         raw = open(f"/proc/{pid}/cmdline", "rb").read()
     except OSError:
         return [str(pid)]
-    return [a.decode("utf-8", "surrogateescape") for a in raw.split(b"\0")[:-1]]
+    args = raw.split(b"\0")
+    while args and not args[-1]:
+        args.pop()
+    return [a.decode("utf-8", "surrogateescape") for a in args] or [str(pid)]
 
 
 @click.command("attach")

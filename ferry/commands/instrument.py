@@ -1,5 +1,6 @@
 """`ferry instrument BINARY [-o DIR]`: rewrite a program and its libraries."""
 import json
+import time
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -9,15 +10,81 @@ from ..console import console, err_console, percent
 from ..rewriter.instrument import AlreadyRewritten, instrument
 
 
-def _progress_callback(progress, task):
-    def update(stage, name, total=None):
+class InstrumentProgress:
+    """What the rewriter is doing, as it does it. On a terminal (`bar`): a line per module
+    being analyzed or rewritten with a bar over the bytes of code decoded (the long part
+    of a large program), and a bar over the modules. With `lines` (-v without a terminal):
+    one line per module when it is done, on stderr. The rewriter's progress protocol is
+    `callback(stage, name, total=None)` (ferry.rewriter.instrument)."""
+
+    def __init__(self, title, bar=False, lines=False):
+        self.lines, self.title = lines, title
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                                 console=err_console, transient=True, disable=not bar)
+        self.modules = self.progress.add_task(title, total=None, detail="")
+        self.work = self.progress.add_task("", total=None, detail="", visible=False)
+        self.module, self.how, self.started, self.whole = None, None, time.monotonic(), 0
+        self.rewriting = False     # a "start": modules are analyzed, not served whole
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def _begin(self, name, doing, how):
+        self.module, self.how, self.started, self.whole = name, how, time.monotonic(), 0
+        self.progress.reset(self.work, total=None, description=f"{doing} {name}", detail="",
+                            visible=True)
+
+    def _line(self, name, text):
+        if self.lines:
+            click.echo(f"ferry: {name}: {text} ({time.monotonic() - self.started:.1f} s)", err=True)
+
+    def __call__(self, stage, name=None, total=None):
+        p = self.progress
         if stage == "start":
-            progress.update(task, total=total, completed=0)
+            self.rewriting = True
+            p.update(self.modules, total=total, completed=0,
+                     detail=f"0/{total} modules")
+        elif stage in ("analyze", "cached"):
+            if stage == "cached":
+                self._begin(name, "from the cache:", "rewritten before: from the cache")
+            else:
+                self._begin(name, "analyze", "analyzed")
+        elif stage == "sweep":
+            self.whole = total
+            p.update(self.work, description=f"analyze {name}: decoding code", total=total,
+                     completed=0, detail=f"0/{_mb(total)}")
+        elif stage == "swept":
+            p.update(self.work, completed=total, detail=f"{_mb(total)}/{_mb(self.whole)}")
+        elif stage == "sites":
+            self.how = f"{total} syscall site{'s' * (total != 1)}"
+            p.update(self.work, description=f"plan {name}: {self.how}", detail="")
+        elif stage == "rewrite":
+            p.update(self.work, description=f"rewrite {name}: {self.how}", total=None, detail="")
+            self.how += ", rewritten"
         elif stage == "advance":
-            progress.advance(task)
-        elif stage in ("analyze", "rewrite", "cached"):
-            progress.update(task, description=f"{stage} {name}")
-    return update
+            task = p.tasks[self.modules]
+            p.update(self.modules, advance=1,
+                     detail=f"{int(task.completed) + 1}/{task.total} modules")
+            if name == self.module:
+                self._line(name, self.how)
+            else:        # the dynamic loader, or the shim: never rewritten
+                self.started = time.monotonic()
+                self._line(name, "not rewritten")
+            p.update(self.work, visible=False)
+            self.module = None
+        elif stage == "done":
+            p.stop()        # before the program runs: the terminal is the program's then
+            if not self.rewriting:
+                self._line(name, "rewritten before: served from the cache")
+
+
+def _mb(n):
+    return f"{n / 1e6:.1f} MB"
 
 
 def summary_table(result):
@@ -45,14 +112,15 @@ def summary_table(result):
               help="Directory to write into (default: the image cache).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the path of the rewritten program.")
-def command(binary, out_dir, as_json, quiet):
+@click.option("-v", "--verbose", is_flag=True,
+              help="Without a terminal, a line per module on stderr as it is done.")
+def command(binary, out_dir, as_json, quiet, verbose):
     """Rewrite BINARY and every library it loads that makes system calls."""
-    show = not (as_json or quiet) and err_console.is_terminal
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err_console, transient=True, disable=not show) as progress:
-        task = progress.add_task(f"instrument {binary}", total=None)
+    bar = not (as_json or quiet) and err_console.is_terminal
+    with InstrumentProgress(f"instrument {binary}", bar=bar,
+                            lines=verbose and not err_console.is_terminal) as progress:
         try:
-            result = instrument(binary, out_dir, progress=_progress_callback(progress, task))
+            result = instrument(binary, out_dir, progress=progress)
         except AlreadyRewritten as e:
             # Idempotent: a rewritten file is recognized and left as it is.
             err_console.print(f"ferry: {e}")

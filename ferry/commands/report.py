@@ -69,10 +69,10 @@ def _render(model, other, fmt, by, key, source, other_source):
 
 @click.command("report")
 @click.argument("run_dir", metavar="[DIR]", default="ferry.data", required=False)
-@click.option("--by", type=click.Choice(["syscall", "site", "process", "pool", "carrier"]),
+@click.option("--by", type=click.Choice(["syscall", "site", "process", "thread", "pool", "carrier"]),
               default="syscall", show_default=True,
-              help="One row per syscall, per site, per process, per aggregation pool, or per "
-                   "carrier of fibers.")
+              help="One row per syscall, per site, per process, per thread, per aggregation "
+                   "pool, or per carrier of fibers.")
 @click.option("--sort", "sort_key", type=click.Choice(["time", "calls", "errors", "name", "avg"]),
               default="time", show_default=True,
               help="Order of the rows: most time, calls, errors, longest average call, or by name.")
@@ -97,7 +97,7 @@ def command(run_dir, by, sort_key, as_json, as_csv, as_html, as_chrome, other_di
     if other_dir is not None:
         if fmt in ("html", "chrome"):
             raise click.UsageError(f"--diff gives a table, --json or --csv, not --{fmt}")
-        if by in ("process", "pool", "carrier"):
+        if by in ("process", "thread", "pool", "carrier"):
             raise click.UsageError(f"--diff compares by syscall or by site, not by {by}")
 
     from ..report import source

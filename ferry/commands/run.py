@@ -1,6 +1,5 @@
 """`ferry run [--profile NAME|FILE] [-o DIR] -- COMMAND ARGS...`"""
 import click
-from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from ..console import err_console
 
@@ -23,22 +22,31 @@ def learn_after(out_dir, verbose=False):
 
 
 def run_with_progress(argv, profile_name, out_dir):
-    """Load the profile, instrument with a spinner, run; returns (info, returncode, out_dir)."""
+    """Load the profile, instrument showing what is rewritten, run; returns (info, returncode).
+    On a terminal: the modules being analyzed and rewritten, with bars; with -v and no
+    terminal: a line per module on stderr."""
     from ..profiles import load
     from ..runner import run
+    from .instrument import InstrumentProgress
     profile = load(profile_name)
+    # -v is the command's option; read from its context so that its signature stays as is
+    ctx = click.get_current_context(silent=True)
+    verbose = bool(ctx and ctx.params.get("verbose"))
     show = err_console.is_terminal
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err_console,
-                  transient=True, disable=not show) as progress:
-        task = progress.add_task(f"instrument {argv[0]}", total=None)
-
-        def update(stage, name, total=None):
-            if stage in ("analyze", "rewrite", "cached") and name:
-                progress.update(task, description=f"{stage} {name}")
-            if stage == "done":
-                progress.update(task, visible=False)
+    with InstrumentProgress(f"instrument {argv[0]}", bar=show, lines=verbose and not show) as update:
         info, returncode = run(argv, profile, out_dir, progress=update)
+    if profile.mode == "aggregate":
+        _say_if_engine_unused(profile, out_dir)
     return info, returncode
+
+
+def _say_if_engine_unused(profile, out_dir):
+    """After the program's own output: one line when an aggregating profile aggregated
+    nothing (no process made a group), so that nobody reads its counts as aggregated."""
+    from ..aggdata import any_group
+    from ..report.aggregation import unused_text
+    if not any_group(out_dir):
+        click.echo(f"ferry: note: {unused_text(profile.name)}", err=True)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -56,15 +56,58 @@ def depth(p):
 
 
 def summary(agg):
-    """One paragraph: where the fibers' calls went, and the crossings they cost."""
+    """One paragraph: where the fibers' calls went, and the crossings they cost. Savings
+    and avoided context switches are claimed only when calls were aggregated, and never
+    as a negative saving."""
     n = agg["processes"]
+    switches = _n(agg["switches"], "fiber switch", "fiber switches")
+    if agg["aggregated"] and agg["switches"]:
+        switches += " (kernel context switches avoided)"
     return (f"{agg['calls']} calls of fibers ({n} process{'es' if n != 1 else ''}, "
             f"{agg['groups']} group{'s' if agg['groups'] != 1 else ''}): "
             f"{agg['aggregated']} aggregated, {agg['native']} native, {agg['worker']} by workers; "
-            f"{agg['crossings']} kernel crossings, {percent(agg['crossings_saved'])} saved; "
+            f"{crossings_text(agg)}; "
             f"{_n(agg['fibers'], 'fiber')} on {_n(agg['carriers'], 'carrier')}"
-            f"{per_carrier(agg)}, {_n(agg['switches'], 'fiber switch', 'fiber switches')} "
-            f"(kernel context switches avoided)")
+            f"{per_carrier(agg)}, {switches}")
+
+
+def crossings_text(agg):
+    """The kernel crossings, and what they saved against one crossing per call (natively)."""
+    crossings, calls = agg["crossings"], agg["calls"]
+    text = _n(crossings, "kernel crossing")
+    if not agg["aggregated"]:
+        return f"{text}, none saved (no call was aggregated)"
+    if crossings > calls:
+        return f"{text}, {crossings - calls} more than the calls make natively (none saved)"
+    return f"{text}, {percent(agg['crossings_saved'])} saved"
+
+
+def unfinished(agg):
+    """[(pool, calls)] of the pools with calls submitted and no completion recorded."""
+    return [(p, p["submitted"] - p["completed"]) for p in agg["pools"]
+            if p["submitted"] > p["completed"]]
+
+
+def unfinished_notes(agg):
+    return [f"pool {pool_label(p)}: {n} submitted call{'s' * (n != 1)} with no completion "
+            "recorded (still in flight when the process ended, or completed after the engine "
+            "last wrote its counts)" for p, n in unfinished(agg)]
+
+
+def unused_note(model):
+    """A note for a run in an aggregating profile where no process created a group (so
+    the engine aggregated nothing), or None."""
+    profile = (model.get("info") or {}).get("profile") or {}
+    if profile.get("mode") != "aggregate" or of(model):
+        return None
+    return unused_text(profile.get("name") or "aggregate")
+
+
+def unused_text(profile_name):
+    """Why an aggregating profile aggregated nothing (also said at the end of `ferry run`)."""
+    return (f"profile {profile_name}: no process used the aggregation engine (none created a "
+            "group), so no call was aggregated and calls were only counted; `-p fibers` runs "
+            "a program's own threads as fibers")
 
 
 def per_carrier(agg):
@@ -128,6 +171,7 @@ def text(model, make_table):
         t.add_row(pool_label(p), str(p["submitted"]), str(p["completed"]), str(p["enters"]),
                   depth(p), str(p["max_depth"]), f"{p['wait_ns'] / 1e9:.6f}", settings_text(p))
     out.append(t)
+    out += [Text(note, style="yellow") for note in unfinished_notes(agg)]
     buckets = used_buckets(agg)
     h = make_table("batch sizes", [("pool \\ calls per enter", "left")]
                    + [(bucket_label(i), "right") for i in buckets])

@@ -3,7 +3,6 @@ B and how they changed (B - A), biggest change in time first."""
 import shlex
 
 from rich import box
-from rich.table import Table
 from rich.text import Text
 
 BY = ("syscall", "site")
@@ -84,7 +83,8 @@ def _signed_pct(p):
 
 def table(d):
     """The diff as a rich table, with a legend saying which run is A and which B."""
-    t = Table(title=f"A: {d['a']['run']}   B: {d['b']['run']}   (delta = B - A)",
+    from .table import PlainTable      # names and paths are not markup
+    t = PlainTable(title=Text(f"A: {d['a']['run']}   B: {d['b']['run']}   (delta = B - A)"),
               title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
               pad_edge=False, collapse_padding=True)
     name = d["by"]

@@ -1,5 +1,5 @@
-"""Machine-readable output: the model as JSON, and CSV with one row per syscall, site or
-process (columns: docs/report.md)."""
+"""Machine-readable output: the model as JSON, and CSV with one row per syscall, site,
+process or thread (columns: docs/report.md)."""
 import csv
 import io
 import json
@@ -45,6 +45,13 @@ _COLUMNS = {
         "time_ns": lambda r: r["time_ns"], "avg_ns": lambda r: _round(r["avg_ns"]),
         "pct_time": lambda r: _round(r["pct_time"], 2),
     },
+    "thread": {
+        "pid": lambda r: r["pid"], "tid": lambda r: r["tid"], "exe": lambda r: r.get("exe"),
+        "calls": lambda r: r["calls"], "errors": lambda r: r["errors"],
+        "time_ns": lambda r: r["time_ns"], "avg_ns": lambda r: _round(r["avg_ns"]),
+        "pct_time": lambda r: _round(r["pct_time"], 2),
+        "syscalls": lambda r: _errnos(r.get("syscalls")),
+    },
 }
 
 
@@ -57,7 +64,7 @@ def _bucket(hist, i):
 
 
 def _errnos(errnos):
-    """'ENOENT=41;EACCES=1', most first."""
+    """'ENOENT=41;EACCES=1', most first (also a thread's calls: 'read=120;write=40')."""
     items = sorted((errnos or {}).items(), key=lambda kv: (-kv[1], kv[0]))
     return ";".join(f"{name}={n}" for name, n in items)
 
@@ -84,7 +91,7 @@ def csv_text(header, table):
 
 
 def to_csv(model, by="syscall", key="time"):
-    """One row per syscall, site or process (`by`), sorted by `key`, after a header row;
+    """One row per syscall, site, process or thread (`by`), sorted by `key`, after a header row;
     `by` "pool": the aggregation totals, then one row per pool; "carrier": a row per carrier."""
     if by == "pool":
         return csv_text(aggregation.csv_header(), aggregation.csv_rows(model))

@@ -6,7 +6,8 @@ from html import escape
 
 from . import aggregation, plots
 from . import rows as R
-from .table import counts, process_notes, untimed_note
+from .table import (counts, process_notes, shim_calls_text, top_syscalls, totals_text,
+                    untimed_note)
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
@@ -44,7 +45,6 @@ def _table(columns, rows, total=None):
 
 def _summary(model):
     info = model.get("info") or {}
-    tot = R.totals(model)
     facts = []
     if info.get("command"):
         facts.append(("command", f"<code>{escape(shlex.join(info['command']))}</code>"))
@@ -56,12 +56,11 @@ def _summary(model):
     if info.get("exit") is not None:
         facts.append(("exit", escape(R.exit_text(info["exit"]))))
     facts.append(("processes", str(len(model["processes"]))))
-    facts.append(("system calls", f"{tot['calls']} calls, {tot['errors']} errors, "
-                                  f"{R.secs(tot['time_ns'])} s"))
+    facts.append(("system calls", escape(totals_text(model))))
     shim = model.get("shim_calls") or {}
     if shim:
-        facts.append(("the shim's own calls", escape(f"{sum(shim.values())} (not in the tables: "
-                      + ", ".join(f"{k} {v}" for k, v in sorted(shim.items())) + ")")))
+        facts.append(("the shim's own calls", escape(shim_calls_text(model) + "; all: "
+                      + ", ".join(f"{k} {v}" for k, v in sorted(shim.items())))))
     for key, label in (("host", "host"), ("kernel", "kernel"), ("ferry_version", "ferry")):
         if info.get(key):
             facts.append((label, escape(str(info[key]))))
@@ -74,10 +73,21 @@ def _summary(model):
         out.append(f'<p class="warn">{pre["calls"]} calls made before the shim started are '
                    "not in the tables.</p>")
     out += [f'<p class="warn">{escape(text)}</p>' for text in process_notes(model)]
+    unused = aggregation.unused_note(model)
+    if unused:
+        out.append(f'<p class="warn">{escape(unused)}</p>')
     return "\n".join(out)
 
 
 def _syscalls(model, key):
+    rec = R.recorded(model)
+    if not rec["times"]:       # count mode: the calls only (the note below says why)
+        cols = [("calls", True)] + ([("errors", True)] if rec["errors"] else []) + [("syscall", False)]
+        rows = [[r["calls"], *([r["errors"] or ""] if rec["errors"] else []), r["name"]]
+                for r in R.rows(model, "syscall", key)]
+        tot = R.totals(model)
+        return _table(cols, rows, [tot["calls"], *([tot["errors"] or ""] if rec["errors"] else []),
+                                   "total"])
     cols = [("% time", True), ("seconds", True), ("usecs/call", True), ("min µs", True),
             ("max µs", True), ("calls", True), ("errors", True), ("syscall", False),
             ("errno", False)]
@@ -107,6 +117,7 @@ def _sites(model, key, limit):
 
 
 def _processes(model, key):
+    rec = R.recorded(model)
     cols = [("pid", True), ("ppid", True), ("command", False), ("state", False),
             ("seconds", True), ("threads", True), ("calls", True), ("errors", True),
             ("syscall s", True), ("% time", True)]
@@ -116,9 +127,22 @@ def _processes(model, key):
         dur = r.get("duration_s")
         rows.append([r["pid"], "" if r.get("ppid") is None else r["ppid"], argv, R.state_text(r),
                      "" if dur is None else f"{dur:.3f}",
-                     "" if r.get("threads") is None else r["threads"], *counts(r),
-                     f"{r['pct_time']:.2f}"])
+                     "" if r.get("threads") is None else r["threads"], *counts(r, rec),
+                     f"{r['pct_time']:.2f}" if rec["times"] else "-"])
     return _table(cols, rows)
+
+
+def _threads(model, key):
+    """A row per thread, or "" for a model written before threads were listed."""
+    if not model.get("threads"):
+        return ""
+    rec = R.recorded(model)
+    cols = [("pid", True), ("tid", True), ("program", False), ("calls", True), ("errors", True),
+            ("syscall s", True), ("% time", True), ("top syscalls", False)]
+    rows = [[r["pid"], r["tid"], R.program(r), *counts(r, rec),
+             f"{r['pct_time']:.2f}" if rec["times"] else "-", top_syscalls(r)]
+            for r in R.rows(model, "thread", key)]
+    return "<h2>Threads</h2>\n" + _table(cols, rows)
 
 
 def _aggregation(model):
@@ -138,6 +162,7 @@ def _aggregation(model):
                                     p["enters"], aggregation.depth(p), p["max_depth"],
                                     f"{p['wait_ns'] / 1e9:.6f}", aggregation.settings_text(p)]
                                    for p in agg["pools"]]))
+        parts += [f'<p class="warn">{escape(n)}</p>' for n in aggregation.unfinished_notes(agg)]
         parts.append(_img(plots.batch_sizes(model), "batch sizes")
                      or "<p>No batches submitted.</p>")
         buckets = aggregation.used_buckets(agg)
@@ -168,7 +193,7 @@ def to_html(model, key="time", sites=50):
         f"<p>{escape(untimed_note(model))}</p>" if untimed_note(model) else "",
         f"<h2>{'Sites' if n_sites <= sites else f'The {sites} hottest sites (of {n_sites})'}</h2>",
         _sites(model, key, sites),
-        "<h2>Processes</h2>", _processes(model, key),
+        "<h2>Processes</h2>", _processes(model, key), _threads(model, key),
         _aggregation(model),
         "</body></html>", "",
     ]

@@ -2,7 +2,7 @@
 numbers (avg_ns, pct_time) added, sorted by a --sort key. The model is not modified."""
 import os
 
-BY = ("syscall", "site", "process")
+BY = ("syscall", "site", "process", "thread")
 SORT_KEYS = ("time", "calls", "errors", "name", "avg")
 
 
@@ -39,6 +39,8 @@ def _name_key(by):
     if by == "site":
         return lambda e: (e.get("name") or "", e.get("module") or "", e.get("function") or "",
                           e["id"])
+    if by == "thread":
+        return lambda e: (program(e), e["pid"], e["tid"])
     return lambda e: (program(e), e["pid"])
 
 
@@ -58,6 +60,8 @@ def sort(entries, by, key="time"):
 
 
 def entries(model, by):
+    if by == "thread":
+        return model.get("threads") or []   # models written before threads were listed
     return {"syscall": model["syscalls"], "site": model["sites"], "process": model["processes"]}[by]
 
 
@@ -77,6 +81,30 @@ def rows(model, by="syscall", key="time"):
         row["pct_time"] = 100.0 * num(e, "time_ns") / whole if whole else 0.0
         out.append(row)
     return sort(out, by, key)
+
+
+def _modes(model):
+    """The modes the shim ran in, over the processes that ran it; the profile's mode for a
+    model whose processes do not say."""
+    modes = {p.get("mode") for p in model["processes"] if p.get("enabled") is not False}
+    modes.discard(None)
+    if not modes:
+        mode = ((model.get("info") or {}).get("profile") or {}).get("mode")
+        modes = {mode} if mode else set()
+    return modes
+
+
+def recorded(model):
+    """What the run recorded beyond counting calls: {"times": bool, "errors": bool, "why":
+    text}. Only the trace mode records errors and times, unless a mode that records them
+    too left some in the model; `why` says which mode left them out ("" when recorded)."""
+    modes = _modes(model)
+    timed = any(num(s, "time_ns") or any(s.get("hist") or ()) for s in model["syscalls"])
+    failed = any(num(s, "errors") for s in model["syscalls"])
+    if not modes or "trace" in modes or timed:
+        return {"times": True, "errors": True, "why": ""}
+    why = f"not recorded in {' and '.join(sorted(modes))} mode"
+    return {"times": False, "errors": failed, "why": why}
 
 
 def totals(model):

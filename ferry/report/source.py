@@ -137,6 +137,9 @@ _SCHEMA = {
     "events": {"pid": _need(_INT), "tid": _need(_INT), "nr": _may(_INT), "name": _need(_TEXT),
                "start_ns": _need(_AMOUNT), "dur_ns": _need(_AMOUNT), "result": _may(_INT),
                "site": _may(_TEXT)},
+    "threads": {"pid": _need(_INT), "tid": _need(_INT), "exe": _may(_TEXT),
+                "calls": _need(_COUNT), "errors": _need(_COUNT), "time_ns": _need(_AMOUNT),
+                "syscalls": _may(_COUNTS_BY_NAME)},
 }
 
 
@@ -164,7 +167,7 @@ def _short(v):
 
 
 def _check_entries(model, key, path):
-    entries = model.get(key, [])   # only "events" may be missing: check() saw the others
+    entries = model.get(key, [])   # only events and threads may be missing: check() saw the others
     if not isinstance(entries, list):
         raise FerryError(path, f"not a valid run model: {key} should be a list")
     for i, entry in enumerate(entries):

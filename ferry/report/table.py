@@ -16,9 +16,17 @@ def _errors(n):
     return str(n) if n else ""
 
 
+class PlainTable(Table):
+    """A table whose text is shown as it is: names such as `[vdso]`, a function or a command
+    line are not rich markup (rich would drop what looks like a tag)."""
+
+    def add_row(self, *cells, **kwargs):
+        super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+
+
 def _table(title, columns):
     """A table in the look of `strace -c`: a ruled header, right-aligned numbers."""
-    t = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+    t = PlainTable(title=Text(title) if isinstance(title, str) else title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
               show_edge=False, pad_edge=False, collapse_padding=True)
     for name, justify in columns:
         # On a narrow terminal text folds; numbers never do (rich would cut them short).
@@ -44,8 +52,7 @@ def summary(model):
         facts.append(" ".join(ran))
     n = len(model["processes"])
     facts.append(f"{n} process{'es' if n != 1 else ''}")
-    facts.append(f"{tot['calls']} calls, {tot['errors']} errors, "
-                 f"{R.secs(tot['time_ns'])} s in system calls")
+    facts.append(totals_text(model))
     profile = info.get("profile") or {}
     if profile.get("name"):
         facts.append(f"profile {profile['name']}")
@@ -59,17 +66,46 @@ def summary(model):
     program = info.get("program") or {}
     if program.get("note"):
         lines.append(Text(f"note: {program['note']}", style="yellow"))
-    shim = model.get("shim_calls") or {}
+    shim = shim_calls_text(model)
     if shim:
-        lines.append(Text(f"the shim's own calls, not in the tables: {sum(shim.values())}",
-                          style="dim"))
+        lines.append(Text(shim, style="dim"))
     pre = model.get("preinit") or {}
     if pre.get("calls"):
         lines.append(Text(f"{pre['calls']} calls made before the shim started are not in "
                           "the tables", style="yellow"))
     for text in process_notes(model):
         lines.append(Text(text, style="yellow"))
+    unused = aggregation.unused_note(model)
+    if unused:
+        lines.append(Text(unused, style="yellow"))
     return lines
+
+
+def totals_text(model):
+    """'120 calls, 3 errors, 0.000051 s in system calls', or without what the run did not
+    record: '120 calls (errors and times not recorded in count mode)'."""
+    tot, rec = R.totals(model), R.recorded(model)
+    if rec["times"]:
+        return f"{tot['calls']} calls, {tot['errors']} errors, {R.secs(tot['time_ns'])} s in system calls"
+    if rec["errors"]:
+        return f"{tot['calls']} calls, {tot['errors']} errors (times {rec['why']})"
+    return f"{tot['calls']} calls (errors and times {rec['why']})"
+
+
+SHIM_CALLS_SHOWN = 3
+
+
+def shim_calls_text(model):
+    """What the shim's own calls are, how many, the most frequent first; None without any."""
+    shim = model.get("shim_calls") or {}
+    if not shim:
+        return None
+    top = sorted(shim.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = ", ".join(f"{name} {n}" for name, n in top[:SHIM_CALLS_SHOWN])
+    more = ", ..." if len(top) > SHIM_CALLS_SHOWN else ""
+    return (f"the shim's own calls, not in the tables: {sum(shim.values())} ({named}{more}): "
+            "calls the shim makes itself, not the program (creating the process file, "
+            "calibrating the clock, patching code)")
 
 
 def process_notes(model):
@@ -93,18 +129,33 @@ def process_notes(model):
     return notes
 
 
+def _usecs_or_dash(ns):
+    return "-" if ns is None else R.usecs(ns)
+
+
 def syscall_table(model, key="time"):
-    """The `strace -c` table: % time, seconds, usecs/call, calls, errors, syscall; a total."""
-    t = _table("system calls", [("% time", "right"), ("seconds", "right"),
-                                ("usecs/call", "right"), ("calls", "right"),
-                                ("errors", "right"), ("syscall", "left")])
+    """The `strace -c` table: % time, seconds, usecs/call, the shortest and longest call,
+    calls, errors, syscall; a total. Without recorded times (count mode): calls and syscall."""
+    rec = R.recorded(model)
+    timed = [("% time", "right"), ("seconds", "right"), ("usecs/call", "right"),
+             ("min usecs", "right"), ("max usecs", "right")] if rec["times"] else []
+    errors = [("errors", "right")] if rec["errors"] else []
+    t = _table("system calls", timed + [("calls", "right")] + errors + [("syscall", "left")])
+
+    def row(r, pct, mn, mx):
+        times = [pct, R.secs(r["time_ns"]), R.usecs(R.avg_ns(r)), mn, mx] if timed else []
+        t.add_row(*times, str(r["calls"]), *([_errors(r["errors"])] if errors else []), r["name"])
+
     for r in R.rows(model, "syscall", key):
-        t.add_row(f"{r['pct_time']:.2f}", R.secs(r["time_ns"]), R.usecs(r["avg_ns"]),
-                  str(r["calls"]), _errors(r["errors"]), r["name"])
+        row(r, f"{r['pct_time']:.2f}", _usecs_or_dash(r.get("min_ns")),
+            _usecs_or_dash(r.get("max_ns")))
     tot = R.totals(model)
     t.add_section()
-    t.add_row("100.00" if tot["time_ns"] else "0.00", R.secs(tot["time_ns"]),
-              R.usecs(R.avg_ns(tot)), str(tot["calls"]), _errors(tot["errors"]), "total")
+    known = [s for s in model["syscalls"] if s.get("min_ns") is not None]
+    row(dict(tot, name="total"), "100.00" if tot["time_ns"] else "0.00",
+        _usecs_or_dash(min((s["min_ns"] for s in known), default=None)),
+        _usecs_or_dash(max((s["max_ns"] for s in known if s.get("max_ns") is not None),
+                           default=None)))
     return t
 
 
@@ -115,6 +166,11 @@ def untimed(model):
 
 
 def untimed_note(model):
+    """Which calls are counted but never timed, or what the run did not record at all."""
+    rec = R.recorded(model)
+    if not rec["times"]:
+        what = "times" if rec["errors"] else "errors and times"
+        return f"{what} {rec['why']}: the tables count calls only (profile trace records them)"
     names = untimed(model)
     if not names:
         return None
@@ -167,14 +223,18 @@ def caught_section(model):
     return out
 
 
-def counts(p):
-    """calls, errors, syscall seconds of a process; '-' for one that ran without the shim."""
+def counts(p, rec=None):
+    """calls, errors, syscall seconds of a process; '-' for one that ran without the shim,
+    and for what its mode did not record."""
     if p.get("calls") is None:
         return "-", "", "-"
-    return str(p["calls"]), _errors(p.get("errors") or 0), R.secs(p.get("time_ns") or 0)
+    rec = rec or {"times": True, "errors": True}
+    return (str(p["calls"]), _errors(p.get("errors") or 0) if rec["errors"] else "-",
+            R.secs(p.get("time_ns") or 0) if rec["times"] else "-")
 
 
 def process_table(model, key="time"):
+    rec = R.recorded(model)
     t = _table("processes", [("pid", "right"), ("ppid", "right"), ("program", "left"),
                              ("state", "left"), ("seconds", "right"), ("threads", "right"),
                              ("calls", "right"), ("errors", "right"), ("syscall s", "right"),
@@ -184,13 +244,36 @@ def process_table(model, key="time"):
         t.add_row(str(r["pid"]), str(r.get("ppid") if r.get("ppid") is not None else "?"),
                   R.program(r), R.state_text(r), "?" if dur is None else f"{dur:.3f}",
                   str(r.get("threads") if r.get("threads") is not None else "?"),
-                  *counts(r), f"{r['pct_time']:.2f}")
+                  *counts(r, rec), f"{r['pct_time']:.2f}" if rec["times"] else "-")
+    return t
+
+
+TOP_SYSCALLS = 3
+
+
+def top_syscalls(thread, n=TOP_SYSCALLS):
+    """'read 120, write 40, futex 3, ...': a thread's most frequent calls."""
+    calls = sorted((thread.get("syscalls") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{name} {c}" for name, c in calls[:n]) + (", ..." if len(calls) > n else "")
+
+
+def thread_table(model, key="time"):
+    """One row per thread of every process: calls, errors, seconds in system calls and its
+    most frequent calls (a process file keeps a block per thread)."""
+    rec = R.recorded(model)
+    t = _table("threads", [("pid", "right"), ("tid", "right"), ("program", "left"),
+                           ("calls", "right"), ("errors", "right"), ("syscall s", "right"),
+                           ("% time", "right"), ("top syscalls", "left")])
+    for r in R.rows(model, "thread", key):
+        t.add_row(str(r["pid"]), str(r["tid"]), R.program(r), *counts(r, rec),
+                  f"{r['pct_time']:.2f}" if rec["times"] else "-", top_syscalls(r))
     return t
 
 
 def render(model, by="syscall", key="time"):
     """Everything the text report prints, in order; the aggregation section last when the
-    run aggregated calls (`by` "pool": only that section; "carrier": only its carriers)."""
+    run aggregated calls (`by` "pool": only that section; "carrier": only its carriers;
+    "thread": a row per thread)."""
     out = summary(model)
     if by == "pool":
         return out + (aggregation.text(model, _table)
@@ -198,12 +281,18 @@ def render(model, by="syscall", key="time"):
     if by == "carrier":
         return out + (aggregation.carrier_text(model, _table)
                       or [Text("no carrier data: no process of this run recorded its carriers")])
+    rec = R.recorded(model)
     if by == "process":
         out.append(process_table(model, key))
+    elif by == "thread":
+        out.append(thread_table(model, key) if model.get("threads")
+                   else Text("no thread data: the run model was written before threads were "
+                             "listed"))
     elif not model["syscalls"] and not model["sites"]:
         out.append(Text("no system calls recorded"))
     elif by == "site":
-        out.append(site_table(model, key))
+        out.append(site_table(model, key) if model["sites"] or rec["times"]
+                   else Text(f"sites {rec['why']}: profile trace records them"))
     else:
         out.append(syscall_table(model, key))
         note = untimed_note(model)
