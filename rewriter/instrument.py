@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic, cache, layout, manifest, shimlib
+from . import atomic, cache, elfkind, layout, manifest, shimlib
 from .errors import FerryError, InputError
 
 FERRY_VERSION = "0.1.0"
@@ -174,6 +174,10 @@ def instrument(path, out_dir=None, progress=_noop):
 
 def _instrument(path, out_dir, progress):
     started = time.monotonic()
+    # Refuse what the shim cannot serve before hashing or parsing anything.
+    kind = elfkind.classify(path)
+    if kind.refused:
+        raise InputError(path, kind.reason)
     shim = shimlib.path()
     shim_sha = cache.sha256_file(shim)
     if out_dir is None:
@@ -195,8 +199,7 @@ def _instrument(path, out_dir, progress):
         raise AlreadyRewritten(path)
     if not image.binary.has(lief.ELF.Segment.TYPE.DYNAMIC):
         if image.is_executable:
-            raise InputError(path, "statically linked: it cannot load the shim by itself "
-                                   "(static programs are not supported yet)")
+            raise InputError(path, elfkind.STATIC_REASON)
         raise InputError(path, "corrupt shared object: no dynamic segment")
     try:
         mods = closure(image)
