@@ -5,6 +5,9 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
 
     <root>/modules/<sha>-<format>/module.json   the module's sites and plan
     <root>/modules/<sha>-<format>/<name>        the rewritten library
+    <root>/modules/<sha>-<format>/origin-<h>/<name>  the same, for a library whose
+                                                RPATH/RUNPATH names $ORIGIN: one
+                                                per directory it is found in
     <root>/programs/<sha>-<format>/             a runnable program: the rewritten
                                                 executable, its rewritten
                                                 libraries, libferry.so, manifest.json
@@ -84,6 +87,17 @@ def save_plan(original, plan_bytes):
     atomic.write_bytes(d / exec_key(original), plan_bytes)
 
 
+def rewritten_module(record, origin):
+    """Where the rewritten file of module `record` (found in directory
+    `origin`) is kept, or None if it needs none."""
+    if not record.get("rewritten"):
+        return None
+    d = module_dir(record["sha256"])
+    if record.get("origin_dependent"):
+        d = d / f"origin-{hashlib.sha256(origin.encode()).hexdigest()[:16]}"
+    return d / record["rewritten"]
+
+
 def load_module(sha):
     """The cached module record for `sha`, or None."""
     p = module_dir(sha) / "module.json"
@@ -95,6 +109,6 @@ def load_module(sha):
     if record.get("sha256") != sha or record.get("layout") != FORMAT:
         return None
     rewritten = record.get("rewritten")
-    if rewritten and not (module_dir(sha) / rewritten).is_file():
+    if rewritten and not record.get("origin_dependent") and not (module_dir(sha) / rewritten).is_file():
         return None
     return record

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic, cache, layout, manifest, shimlib
+from . import atomic, cache, elfkind, layout, manifest, shimlib
 from .errors import FerryError, InputError
 
 FERRY_VERSION = "0.1.0"
@@ -84,13 +84,20 @@ def _is_shim(path):
 
 
 def _library(mod, progress):
-    """The cache record of library `mod`, rewriting it on a miss."""
+    """(cache record of library `mod`, its rewritten file or None), rewriting
+    it on a miss.  A library whose RPATH or RUNPATH names $ORIGIN gets the
+    directory it was found in instead (its copy lives elsewhere), so its
+    rewritten file is kept per directory."""
     from . import elfload, patcher
+    from .modules import origin_of
     sha = cache.sha256_file(mod.path)
+    origin = origin_of(mod.path, False)
     record = cache.load_module(sha)
     if record is not None:
-        progress("cached", mod.name)
-        return record
+        path = cache.rewritten_module(record, origin)
+        if path is None or path.is_file():
+            progress("cached", mod.name)
+            return record, path
     progress("analyze", mod.name)
     image = elfload.load(mod.path)
     if elfload.ferry_control_block(image):
@@ -99,14 +106,18 @@ def _library(mod, progress):
     mdir = cache.module_dir(sha)
     mdir.mkdir(parents=True, exist_ok=True)
     rewritten = None
+    record = module_record(image, mod, sites, cmap, None)
     if any(s.patched for s in sites):
         progress("rewrite", mod.name)
-        rewritten = Path(mod.name).name
-        plan_bytes = patcher.rewrite(image, sites, cmap, mdir / rewritten, patcher.DynamicChanges([]))
+        record["rewritten"] = Path(mod.name).name
+        record["origin_dependent"] = patcher.uses_origin(image.binary)
+        rewritten = cache.rewritten_module(record, origin)
+        rewritten.parent.mkdir(parents=True, exist_ok=True)
+        plan_bytes = patcher.rewrite(image, sites, cmap, rewritten,
+                                     patcher.DynamicChanges([], origin_dir=origin))
         cache.save_plan(mod.path, plan_bytes)
-    record = module_record(image, mod, sites, cmap, rewritten)
     manifest.write_json(mdir / "module.json", record)
-    return record
+    return record, rewritten
 
 
 def _current_manifest(out_dir, shim_sha, shas=None):
@@ -186,6 +197,10 @@ def instrument(path, out_dir=None, progress=_noop):
 
 def _instrument(path, out_dir, progress):
     started = time.monotonic()
+    # Refuse what the shim cannot serve before hashing or parsing anything.
+    kind = elfkind.classify(path)
+    if kind.refused:
+        raise InputError(path, kind.reason)
     shim = shimlib.path()
     shim_sha = cache.sha256_file(shim)
     if out_dir is None:
@@ -207,8 +222,7 @@ def _instrument(path, out_dir, progress):
         raise AlreadyRewritten(path)
     if not image.binary.has(lief.ELF.Segment.TYPE.DYNAMIC):
         if image.is_executable:
-            raise InputError(path, "statically linked: it cannot load the shim by itself "
-                                   "(static programs are not supported yet)")
+            raise InputError(path, elfkind.STATIC_REASON)
         raise InputError(path, "corrupt shared object: no dynamic segment")
     try:
         mods = closure(image)
@@ -226,6 +240,7 @@ def _instrument(path, out_dir, progress):
 
     progress("start", None, total=len(mods))
     records = [None] * len(mods)
+    files = [None] * len(mods)
     for i, mod in enumerate(mods):
         if i == 0:
             continue
@@ -243,7 +258,7 @@ def _instrument(path, out_dir, progress):
                           "sites": [], "note": "loaded by the kernel before the shim can run; "
                                               "its calls are made before the shim initializes"}
         else:
-            records[i] = _library(mod, progress)
+            records[i], files[i] = _library(mod, progress)
             records[i]["needed_by"] = mod.needed_by
         progress("advance", mod.name)
 
@@ -252,18 +267,18 @@ def _instrument(path, out_dir, progress):
     os.chmod(tmp, 0o777 & ~atomic.umask())
     try:
         rewritten_libs = {}
-        for mod, record in zip(mods[1:], records[1:]):
-            if record.get("rewritten"):
+        for mod, record, file in zip(mods[1:], records[1:], files[1:]):
+            if file is not None:
                 name = Path(mod.name).name
                 rewritten_libs[mod.name] = name
-                _place(cache.module_dir(record["sha256"]) / record["rewritten"], tmp / name, in_cache)
+                _place(file, tmp / name, in_cache)
         shutil.copy2(shim, tmp / "libferry.so")
 
         root_name = Path(path).name
         if not image.is_executable:
-            record = _library(mods[0], progress)
-            _place(cache.module_dir(record["sha256"]) / record["rewritten"], tmp / root_name, in_cache) \
-                if record.get("rewritten") else shutil.copy2(path, tmp / root_name)
+            record, file = _library(mods[0], progress)
+            _place(file, tmp / root_name, in_cache) if file is not None \
+                else shutil.copy2(path, tmp / root_name)
             records[0] = record
         else:
             progress("analyze", mods[0].name)

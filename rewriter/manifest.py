@@ -2,7 +2,6 @@
 import json
 
 from . import atomic
-from .planner import Site
 from .syscall_table import name_of
 
 
@@ -39,6 +38,7 @@ def site_to_dict(site, module_name, read):
 
 def site_from_dict(d):
     """A Site with the fields a report needs (not the displaced instructions)."""
+    from .planner import Site  # the planner loads capstone: only when needed
     def num(v):
         return None if v is None else int(v, 16)
     window = tuple(num(v) for v in d["window"]) if d.get("window") else None

@@ -1,5 +1,9 @@
 """The DT_NEEDED closure of a program, resolved the way ld.so resolves it.
 
+$ORIGIN is the directory of the executable's real path (ld.so reads
+/proc/self/exe, so a program started through a symlink, as /usr/bin/java,
+finds its libraries beside the file the link leads to), and of a library's
+path as found, symlinks kept (ld.so does not resolve them for libraries).
 For each needed name, in order: a name with a slash is a path ($ORIGIN
 expanded); otherwise DT_RPATH of the requesting object and of the executable
 (ignored when the requester has DT_RUNPATH), LD_LIBRARY_PATH, the requester's
@@ -76,9 +80,14 @@ def _expand(path, origin):
         .replace("${PLATFORM}", "x86_64").replace("$PLATFORM", "x86_64")
 
 
-def find_library(name, requester, requester_binary, exe_binary, exe_path):
-    """Path of the library `name` needed by `requester`, or None."""
-    origin = str(Path(requester).parent)
+def origin_of(path, executable):
+    """What $ORIGIN stands for in the object at `path`."""
+    return os.path.dirname(os.path.realpath(path) if executable else os.path.abspath(path))
+
+
+def find_library(name, origin, requester_binary, exe_binary, exe_origin):
+    """Path of the library `name` needed by an object whose $ORIGIN is
+    `origin`, or None."""
     if "/" in name:
         p = _expand(name, origin)
         return Path(p) if _usable(p) else None
@@ -88,7 +97,6 @@ def find_library(name, requester, requester_binary, exe_binary, exe_path):
         dirs += [_expand(d, origin) for d in _dynamic(requester_binary, TAG.RPATH)]
         if exe_binary is not None and exe_binary is not requester_binary \
                 and not _dynamic(exe_binary, TAG.RUNPATH):
-            exe_origin = str(Path(exe_path).parent)
             dirs += [_expand(d, exe_origin) for d in _dynamic(exe_binary, TAG.RPATH)]
     dirs += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     dirs += [_expand(d, origin) for d in _dynamic(requester_binary, TAG.RUNPATH)]
@@ -145,8 +153,9 @@ def closure(image):
             if name in by_name:
                 by_name[name].needed_by.append(mod.name)
                 continue
-            path = find_library(name, mod.path, mod_binary, binary if image.is_executable else None,
-                                image.path)
+            path = find_library(name, origin_of(mod.path, mod is root and image.is_executable),
+                                mod_binary, binary if image.is_executable else None,
+                                origin_of(image.path, True))
             if path is None:
                 raise MissingLibrary(name, mod.path)
             real = os.path.realpath(path)

@@ -2,22 +2,23 @@
 
 The program header table has no room for two more entries, so LIEF moves it
 first.  Moving it into a gap between segments (or after .bss) keeps every
-existing address where it was; LIEF's other strategy shifts the whole image
-by a page, which we refuse, because trampolines and windows are computed
-from the original addresses.
+existing address where it was; a file without such a gap gets one appended
+first (`room`).  LIEF's other strategy shifts the whole image by a page,
+which we refuse, because trampolines and windows are computed from the
+original addresses.
 """
 import os
 import signal
 import struct
+import tempfile
 from dataclasses import dataclass
 
 import keystone
 import lief
 
-from . import atomic, layout, plan, trampoline
+from . import atomic, layout, plan, room, trampoline
 from .errors import FerryError
 
-_PHDR_STRATEGIES = ("SEGMENT_GAP", "BSS_END")
 _TRAMP_ALIGN = 16
 
 
@@ -60,6 +61,15 @@ def _load_layout(binary):
     may grow a segment into its own page padding; that moves nothing.)"""
     return sorted((s.virtual_address, int(s.flags)) for s in binary.segments
                   if s.type == lief.ELF.Segment.TYPE.LOAD)
+
+
+def uses_origin(binary):
+    """Whether the library search of `binary` depends on where it lies."""
+    TAG = lief.ELF.DynamicEntry.TAG
+    runpath, rpath = binary.get(TAG.RUNPATH), binary.get(TAG.RPATH)
+    values = ([runpath.runpath] if runpath is not None else []) + \
+        ([rpath.rpath] if rpath is not None else [])
+    return any("$ORIGIN" in v or "${ORIGIN}" in v for v in values)
 
 
 def _apply_dynamic(binary, changes):
@@ -121,29 +131,60 @@ def _order_needed(binary, appended):
         binary.add_library(n)
 
 
+def _parse_bytes(data, path):
+    """LIEF parses from a file; the bytes are written beside nothing else of
+    the user's, and LIEF keeps its own copy, so the file goes at once."""
+    with tempfile.NamedTemporaryFile(prefix="ferry-room-", suffix=".elf") as f:
+        f.write(data)
+        f.flush()
+        binary = lief.ELF.parse(f.name)
+    if binary is None:
+        raise FerryError(path, "corrupt ELF file: LIEF could not parse it with room added")
+    return binary
+
+
+def _with_room(image):
+    """A LIEF binary of `image` whose program header table has room for new
+    entries, and the addresses of the segments added to make that room.
+    Each way is meant to keep every existing segment where it was; that is
+    checked after the segments are added.  (LIEF's BSS_END way is not
+    offered: it adds a segment of its own below nothing we can check, and
+    assumes file offsets equal addresses.)"""
+    PHDR = lief.ELF.Binary.PHDR_RELOC
+    if image.binary.relocate_phdr_table(PHDR.SEGMENT_GAP):
+        yield image.binary, set()
+    data, added = room.make_room(image.data, image.path)
+    binary = _parse_bytes(data, image.path)
+    if binary.relocate_phdr_table(PHDR.SEGMENT_GAP):
+        yield binary, added
+
+
+def _add_segments(image, tramp_size, ctl_size):
+    """(binary, trampoline segment, control segment), every original segment
+    at its address and with its permissions."""
+    before = _load_layout(image.binary)
+    end = max(s.virtual_address + s.virtual_size for s in image.binary.segments
+              if s.type == lief.ELF.Segment.TYPE.LOAD)
+    F = lief.ELF.Segment.FLAGS
+    for binary, added in _with_room(image):
+        tramp_seg = binary.add(_new_segment(F.R | F.X, tramp_size, 0xCC))
+        ctl_seg = binary.add(_new_segment(F.R | F.W, ctl_size, 0))
+        if tramp_seg is None or ctl_seg is None:
+            raise FerryError(image.path, "corrupt ELF file: LIEF could not add a segment to it")
+        added = added | {tramp_seg.virtual_address, ctl_seg.virtual_address}
+        after = _load_layout(binary)
+        if [seg for seg in after if seg[0] not in added] == before \
+                and all(v >= end for v, _ in after if v in added):
+            return binary, tramp_seg, ctl_seg
+    raise FerryError(image.path, "no room to add segments without moving the image")
+
+
 def rewrite(image, sites, cmap, out_path, changes):
     """Write `image` with its patched `sites` to `out_path` (atomically)."""
-    binary = image.binary
     patched = [s for s in sites if s.patched]
     offsets, tramp_size = _layout_trampolines(patched)
     ctl = _control_block(sites, patched)
-    before = _load_layout(binary)
-
-    moved = False
-    for name in _PHDR_STRATEGIES:
-        if binary.relocate_phdr_table(getattr(lief.ELF.Binary.PHDR_RELOC, name)):
-            moved = True
-            break
-    if not moved:
-        raise FerryError(image.path, "no room to add segments without moving the image")
-    F = lief.ELF.Segment.FLAGS
-    tramp_seg = binary.add(_new_segment(F.R | F.X, tramp_size, 0xCC))
-    ctl_seg = binary.add(_new_segment(F.R | F.W, len(ctl), 0))
-    if tramp_seg is None or ctl_seg is None:
-        raise FerryError(image.path, "corrupt ELF file: LIEF could not add a segment to it")
-    after = _load_layout(binary)
-    if [seg for seg in after if seg[0] not in (tramp_seg.virtual_address, ctl_seg.virtual_address)] != before:
-        raise FerryError(image.path, "adding segments would move the image")
+    binary, tramp_seg, ctl_seg = _add_segments(image, tramp_size, len(ctl))
 
     tramp_base, ctl_base = tramp_seg.virtual_address, ctl_seg.virtual_address
     vector = ctl_base + layout.CTL_VECTOR_OFFSET

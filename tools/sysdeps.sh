@@ -12,6 +12,9 @@ command -v strace >/dev/null 2>&1 || need="$need strace"
 command -v wrk >/dev/null 2>&1 || need="$need wrk"
 # apache2 with mpm_worker: the threaded server the fiber tests run unmodified
 [ -x /usr/sbin/apache2 ] || need="$need apache2-bin"
+# musl-gcc: the tests build a musl program to check that Ferry says why it
+# cannot serve it
+command -v musl-gcc >/dev/null 2>&1 || need="$need musl-tools"
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need="$need python3-venv"
 # ferry gui (PySide6): the system libraries Qt's xcb and offscreen platforms load,
 # a font, and Xvfb for the GUI tests.
