@@ -28,6 +28,7 @@
 #define POLLNVAL 0x020
 #define TIMER_ABSTIME 1
 #define SOL_SOCKET 1
+#define RWF_HIPRI_ 1
 
 /* What the engine knows of a descriptor: a socket given a receive (1) or
  * send (2) timeout by a fiber (io_uring ignores SO_RCVTIMEO/SO_SNDTIMEO),
@@ -40,6 +41,7 @@
 #define FD_KNOWN 4
 #define FD_NONBLOCK 8
 #define FD_SOCKET 16      /* known with FD_KNOWN */
+#define FD_REGULAR 32     /* known with FD_KNOWN */
 #define FD_MAX 65536
 static unsigned char fd_state[FD_MAX];
 
@@ -89,8 +91,11 @@ static int nonblocking(long fd)
         if (fl < 0)
             return 0;  /* EBADF and the like: the operation says it too */
         struct stat sb;
-        int sock = ferry_pass6(SYS_fstat, fd, (long)&sb, 0, 0, 0, 0) == 0 && S_ISSOCK(sb.st_mode);
-        st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0);
+        int known = ferry_pass6(SYS_fstat, fd, (long)&sb, 0, 0, 0, 0) == 0;
+        int sock = known && S_ISSOCK(sb.st_mode);
+        int reg = known && S_ISREG(sb.st_mode);
+        st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
+             (reg ? FD_REGULAR : 0);
         __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
     }
     return !!(st & FD_NONBLOCK);
@@ -168,8 +173,10 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         CHECK_IO(a[0], rd ? FD_TIMEO_R : FD_TIMEO_W);
         rw(s, rd ? IORING_OP_READV : IORING_OP_WRITEV, a[0], (void *)a[1], (unsigned)a[2],
            (uint64_t)a[3]);
+        /* RWF_HIPRI asks for polled completion, which a ring not made with
+         * IORING_SETUP_IOPOLL refuses (EINVAL); preadv2 takes it as a hint */
         if (v2)
-            s->rw_flags = (int)a[5];
+            s->rw_flags = (int)a[5] & ~RWF_HIPRI_;
         prio = 1;
         break;
     }
@@ -495,6 +502,8 @@ static int fd_call(struct ferry_group *g, struct ferry_regs *r)
     return 1;
 }
 
+static int route(struct ferry_regs *r, int complete);
+
 static const unsigned short fd_calls[] = {
     SYS_fcntl, SYS_ioctl, SYS_dup, SYS_dup2, SYS_dup3, SYS_pipe, SYS_pipe2, SYS_socketpair,
     SYS_eventfd, SYS_eventfd2, SYS_timerfd_create, SYS_signalfd4, SYS_memfd_create,
@@ -514,20 +523,121 @@ static int blocking_send(const struct ferry_regs *r)
     return (r->rax == SYS_write || r->rax == SYS_sendto) && r->rdx > 0 && blocking_socket(r->rdi);
 }
 
-/* io_uring may end a write to a blocking stream socket with part of it
- * sent (what the socket buffer took); the system call waits for room and
- * sends it all unless a signal cuts it short.  The rest goes the same way
- * as the call did; an error after some bytes went leaves their count. */
+/* A descriptor that a blocking write may fill only in part: a pipe, FIFO,
+ * socket or terminal without O_NONBLOCK.  A regular file's short write is
+ * the kernel's own answer (no space, RLIMIT_FSIZE), as it would be natively. */
+static int blocking_stream(long fd)
+{
+    if (fd < 0 || fd >= FD_MAX || nonblocking(fd))
+        return 0;
+    return !(__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & FD_REGULAR);
+}
+
+struct kiovec {
+    const char *base;
+    size_t len;
+};
+struct kmsghdr {
+    void *name;
+    uint32_t namelen;
+    struct kiovec *iov;
+    size_t iovlen;
+    void *control;
+    size_t controllen;
+    int flags;
+};
+
+/* The vector a write-like call writes from (NULL: one buffer). */
+static int call_vector(const struct ferry_regs *r, const struct kiovec **iov, long *n,
+                       const struct kmsghdr **msg)
+{
+    *iov = 0;
+    *n = 0;
+    *msg = 0;
+    switch (r->rax) {
+    case SYS_write:
+    case SYS_pwrite64:
+    case SYS_sendto:
+        return 1;
+    case SYS_writev:
+    case SYS_pwritev:
+    case SYS_pwritev2:
+        *iov = (const struct kiovec *)r->rsi;
+        *n = r->rdx;
+        return 1;
+    case SYS_sendmsg: {
+        const struct kmsghdr *m = (const struct kmsghdr *)r->rsi;
+        *msg = m;
+        *iov = m->iov;
+        *n = (long)m->iovlen;
+        return 1;
+    }
+    }
+    return 0;
+}
+
+/* What the call asked to write, as the kernel caps it (MAX_RW_COUNT). */
+static long call_total(const struct ferry_regs *r, const struct kiovec *iov, long n)
+{
+    if (!iov && !n)
+        return r->rdx < MAX_RW ? r->rdx : MAX_RW;
+    unsigned long t = 0;
+    for (long i = 0; i < n && t < (unsigned long)MAX_RW; i++)
+        t += iov[i].len;
+    return t < (unsigned long)MAX_RW ? (long)t : MAX_RW;
+}
+
+#define REST_IOV 64
+
+/* io_uring may end a blocking write to a pipe, socket or terminal with part
+ * of it written (what the buffer took); the system call waits for room and
+ * writes it all unless a signal cuts it short.  The rest goes the same way
+ * as the call did, a piece at a time; an error after some bytes went, or a
+ * signal for the fiber, leaves their count, as natively. */
 static long write_rest(const struct ferry_regs *r, long done)
 {
-    if (done <= 0 || done >= r->rdx || !blocking_send(r))
+    const struct kiovec *iov;
+    const struct kmsghdr *msg;
+    long n;
+    if (done <= 0 || !call_vector(r, &iov, &n, &msg) || !blocking_stream(r->rdi))
         return done;
-    struct ferry_regs rest = *r;
-    rest.rsi += done;
-    rest.rdx -= done;
-    if (!ferry_agg_route(&rest))
-        rest.rax = ferry_pass6(rest.rax, rest.rdi, rest.rsi, rest.rdx, rest.r10, rest.r8, rest.r9);
-    return rest.rax >= 0 ? done + rest.rax : done;
+    long total = call_total(r, iov, n);
+    struct agg_fiber *f = agg_self;
+    while (done < total && f && !f->interrupted) {
+        struct ferry_regs rest = *r;
+        struct kiovec piece[REST_IOV];
+        struct kmsghdr m;
+        if (!iov) {
+            rest.rsi += done;
+            rest.rdx = total - done;
+        } else {
+            /* the iovecs past `done`, the first one cut */
+            long skip = done, i = 0, k = 0;
+            while (i < n && skip >= (long)iov[i].len)
+                skip -= (long)iov[i++].len;
+            for (; i < n && k < REST_IOV; i++, skip = 0)
+                if (iov[i].len > (size_t)skip)
+                    piece[k++] = (struct kiovec){iov[i].base + skip, iov[i].len - (size_t)skip};
+            if (msg) {
+                /* ancillary data went with the first bytes */
+                m = *msg;
+                m.iov = piece;
+                m.iovlen = (size_t)k;
+                m.control = 0;
+                m.controllen = 0;
+                rest.rsi = (long)&m;
+            } else {
+                rest.rsi = (long)piece;
+                rest.rdx = k;
+            }
+        }
+        if (!route(&rest, 0))
+            rest.rax = ferry_pass6(rest.rax, rest.rdi, rest.rsi, rest.rdx, rest.r10, rest.r8, rest.r9);
+        if (rest.rax <= 0)
+            break;
+        done += rest.rax;
+    }
+    return done;
 }
 
 /* A program's thread (not a fiber made through the API, whose calls its
@@ -556,7 +666,10 @@ static int send_now(struct ferry_group *g, struct ferry_regs *r)
 
 /* From ferry_slow: 1 if the engine ran the call (result in r->rax), 0 to
  * let the shim run it natively as usual. */
-int ferry_agg_route(struct ferry_regs *r)
+int ferry_agg_route(struct ferry_regs *r) { return route(r, 1); }
+
+/* `complete`: a write the ring ends short is carried on to its end. */
+static int route(struct ferry_regs *r, int complete)
 {
     struct agg_fiber *f = agg_self;
     /* not RUNNING: a signal handler on the carrier's scheduler, which keeps
@@ -643,7 +756,7 @@ int ferry_agg_route(struct ferry_regs *r)
     else if (res >= 0 && (nr == SYS_socket || nr == SYS_accept || nr == SYS_accept4 ||
                           nr == SYS_open || nr == SYS_openat || nr == SYS_creat))
         forget_fd(res);
-    if (tr == AGG_TR_RING && !f->interrupted)
+    if (complete && tr == AGG_TR_RING && !f->interrupted)
         res = write_rest(r, res);
     r->rax = res;
     return 1;

@@ -1,0 +1,252 @@
+"""What the fibers profile used to hang on (issue 16, item 4).  One case per
+run (argv[1]); each prints deterministic results, never a time or a count
+that depends on scheduling, so a run under Ferry must print what the native
+run prints.  A case that hangs is caught by the test's timeout."""
+import ctypes
+import errno
+import hashlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Boom(Exception):
+    pass
+
+
+def boom(signum, frame):
+    raise Boom()
+
+
+def later(delay, fn):
+    threading.Timer(delay, fn).start()
+
+
+def killer(delay, sig):
+    """A process that sends `sig` to this one after `delay` s: a signal from
+    outside the process."""
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(delay)
+        os.kill(me, sig)
+        os._exit(0)
+    return pid
+
+
+def sigsuspend(how):
+    got = []
+    signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+    main = threading.main_thread().ident
+    if how == "thread":
+        later(0.2, lambda: signal.pthread_kill(main, signal.SIGUSR1))
+    else:
+        child = killer(0.2, signal.SIGUSR1)
+    empty = ctypes.c_uint64(0)
+    r = libc.sigsuspend(ctypes.byref(empty))
+    print("sigsuspend", r, ctypes.get_errno() == errno.EINTR, got)
+    if how != "thread":
+        os.waitpid(child, 0)
+
+
+def alarm_read():
+    signal.signal(signal.SIGALRM, boom)
+    r, w = os.pipe()
+    signal.alarm(1)
+    try:
+        os.read(r, 10)
+        print("read returned")
+    except Boom:
+        print("handler raised out of read")
+
+
+def interrupt(restart):
+    """siginterrupt: without SA_RESTART a blocked read ends with EINTR; with
+    it the read goes on and gets what a child writes later."""
+    hits = []
+    signal.signal(signal.SIGALRM, lambda s, f: hits.append(s))
+    signal.siginterrupt(signal.SIGALRM, not restart)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(2)
+        os.write(w, b"x")
+        os._exit(0)
+    signal.alarm(1)
+    buf = ctypes.create_string_buffer(10)
+    n = libc.read(r, buf, 10)
+    print("read", n, errno.errorcode.get(ctypes.get_errno(), 0) if n < 0 else buf.raw[:n], hits)
+    os.waitpid(pid, 0)
+
+
+def select_signal():
+    signal.signal(signal.SIGALRM, boom)
+    r, w = os.pipe()
+    signal.alarm(1)
+    try:
+        select.select([r], [], [])
+        print("select returned")
+    except Boom:
+        print("handler raised out of select")
+
+
+def term_from_outside():
+    """SIGTERM from another process while the only thread blocks in a read:
+    the default action ends the process."""
+    r, w = os.pipe()
+    killer(0.3, signal.SIGTERM)
+    os.read(r, 1)
+    print("not reached")
+
+
+def drain(fd, out):
+    h = hashlib.sha256()
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            break
+        h.update(b)
+    out.append(h.hexdigest()[:16])
+
+
+def big_writes():
+    """Blocking writes larger than a pipe's or a socket's buffer: all of it
+    goes, as natively."""
+    data = bytes(range(256)) * 4000  # 1,024,000 bytes
+    for kind in ["write", "writev", "send", "sendmsg", "sendto"]:
+        if kind.startswith("send"):
+            a, b = socket.socketpair()
+            r, w = a.fileno(), b
+        else:
+            r, w = os.pipe()
+        out = []
+        t = threading.Thread(target=drain, args=(r, out))
+        t.start()
+        if kind == "write":
+            n = os.write(w, data)
+        elif kind == "writev":
+            n = os.writev(w, [data[:300000], data[300000:700001], b"", data[700001:]])
+        elif kind == "send":
+            n = w.send(data)
+        elif kind == "sendmsg":
+            n = w.sendmsg([data[:1000], data[1000:]])
+        else:
+            n = libc.sendto(w.fileno(), data, len(data), 0, None, 0)
+        if kind.startswith("send"):
+            w.shutdown(socket.SHUT_WR)
+        else:
+            os.close(w)
+        t.join()
+        print(kind, n, out)
+    # a FIFO
+    path = f"/tmp/ferry-never-hang-{os.getpid()}.fifo"
+    os.mkfifo(path)
+    try:
+        out = []
+        t = threading.Thread(target=lambda: drain(os.open(path, os.O_RDONLY), out))
+        t.start()
+        w = os.open(path, os.O_WRONLY)
+        n = os.write(w, data)
+        os.close(w)
+        t.join()
+        print("fifo", n, out)
+    finally:
+        os.unlink(path)
+
+
+def big_stdout():
+    data = b"".join(b"%07d\n" % i for i in range(500000))  # 4,000,000 bytes
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+
+
+def fork_close_exec():
+    """Children that close every inherited descriptor before exec, one at a
+    time and with close_range, then a child that lists what it inherited."""
+    for how in ["loop", "range"]:
+        pid = os.fork()
+        if pid == 0:
+            if how == "loop":
+                for fd in range(3, 1024):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            else:
+                os.closerange(3, 1 << 20)
+            os.execv("/bin/echo", ["echo", "child", how])
+        _, status = os.waitpid(pid, 0)
+        print(how, os.waitstatus_to_exitcode(status), flush=True)
+    r = subprocess.run(["/bin/ls", "/proc/self/fd"], capture_output=True, text=True)
+    print("fds of a child:", r.stdout.split())
+    r, w = os.pipe()
+    p = subprocess.run(["/bin/ls", "/proc/self/fd"], capture_output=True, text=True, pass_fds=[w])
+    print("fds of a child given one:", len(p.stdout.split()))
+
+
+def change_user():
+    if os.geteuid() != 0:
+        print("not root: nothing to do")
+        return
+    r = subprocess.run(["/usr/bin/id", "-u"], user=65534, group=65534, extra_groups=[],
+                       capture_output=True, text=True)
+    print("as", r.stdout.strip(), "exit", r.returncode)
+
+
+def spin():
+    """One thread spins on a flag another sets after 0.1 s: both must run."""
+    flag = []
+    t = threading.Thread(target=lambda: (time.sleep(0.1), flag.append(1)))
+    t.start()
+    while not flag:
+        pass
+    t.join()
+    print("flag seen")
+
+
+def hipri():
+    fd = os.open("/etc/passwd", os.O_RDONLY)
+    buf = bytearray(64)
+    n = os.preadv(fd, [buf], 0, os.RWF_HIPRI)
+    print("preadv2 RWF_HIPRI", n, bytes(buf[:n]) == open("/etc/passwd", "rb").read(64))
+
+
+def lsfd():
+    """Started with stdout closed: which descriptors are there (on stderr)."""
+    print(sorted(int(x) for x in os.listdir("/proc/self/fd")), file=sys.stderr)
+    try:
+        print("stdout open")
+        sys.stdout.flush()
+    except OSError as e:
+        print("print:", errno.errorcode[e.errno], file=sys.stderr)
+
+
+CASES = {
+    "sigsuspend_thread": lambda: sigsuspend("thread"),
+    "sigsuspend_process": lambda: sigsuspend("process"),
+    "alarm_read": alarm_read,
+    "interrupt": lambda: interrupt(False),
+    "restart": lambda: interrupt(True),
+    "select_signal": select_signal,
+    "term_from_outside": term_from_outside,
+    "big_writes": big_writes,
+    "big_stdout": big_stdout,
+    "fork_close_exec": fork_close_exec,
+    "change_user": change_user,
+    "spin": spin,
+    "hipri": hipri,
+    "lsfd": lsfd,
+}
+
+if __name__ == "__main__":
+    CASES[sys.argv[1]]()
+    sys.stdout.flush()

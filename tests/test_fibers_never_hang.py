@@ -1,0 +1,101 @@
+"""Issue 16, item 4: under the fibers profile (and aggregate, which routes the
+first thread's calls the same way without fibers) a program must never hang,
+spin, lose data or behave otherwise than natively.
+
+Each case of tests/programs/py_never_hang.py runs natively and under Ferry;
+output and exit status must be the same.  A run that does not end within
+RUN_TIMEOUT is killed with its whole session and fails; so does one that
+leaves a process of its session behind (a spinning fork child)."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import FERRY, ROOT
+
+PROGRAM = ROOT / "tests" / "programs" / "py_never_hang.py"
+PYTHON = "/usr/bin/python3"
+RUN_TIMEOUT = 60
+
+CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "restart",
+         "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
+         "change_user", "spin", "hipri"]
+PROFILES = ["fibers", "aggregate"]
+
+
+def session_left(sid):
+    """Processes still in session `sid` (ours all end with the run)."""
+    left = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            left.append(int(pid))
+    return left
+
+
+def run(argv, tmp_path, shell=False):
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                            start_new_session=True, shell=shell)
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        raise AssertionError(f"{argv}: still running after {RUN_TIMEOUT} s (killed)\n"
+                             f"--- stdout\n{out.decode(errors='replace')[-2000:]}\n"
+                             f"--- stderr\n{err.decode(errors='replace')[-2000:]}") from None
+    # a child that outlives the run (it spins, or blocks SIGTERM) is a failure
+    for _ in range(50):
+        left = session_left(proc.pid)
+        if not left:
+            break
+        time.sleep(0.1)
+    else:
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"{argv}: processes {left} outlived the run")
+    return proc.returncode, out, err
+
+
+def ferry(profile, run_dir, *argv):
+    return [*FERRY, "run", "--no-learn", "-p", profile, "-o", str(run_dir), "--", *map(str, argv)]
+
+
+_native = {}
+
+
+def native(case, tmp_path):
+    if case not in _native:
+        _native[case] = run([PYTHON, PROGRAM, case], tmp_path)
+    return _native[case]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("case", CASES)
+def test_same_as_native(case, profile, tmp_path):
+    code, out, err = native(case, tmp_path)
+    got_code, got_out, got_err = run(ferry(profile, tmp_path / "run", PYTHON, PROGRAM, case), tmp_path)
+    assert (got_code, got_out) == (code, out), (
+        f"native: exit {code}\n{out.decode(errors='replace')[-2000:]}\n"
+        f"under {profile}: exit {got_code}\n{got_out.decode(errors='replace')[-2000:]}\n"
+        f"--- stderr\n{got_err.decode(errors='replace')[-2000:]}")
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_engine_descriptors_stay_out_of_the_way(profile, tmp_path):
+    """Started with stdout closed, the program finds the same descriptors as
+    natively, and its print fails the same way: the engine's rings and
+    eventfds never take the program's numbers."""
+    cmd = f"exec {PYTHON} {PROGRAM} lsfd >&-"
+    code, out, err = run(["sh", "-c", cmd], tmp_path)
+    fr = " ".join(ferry(profile, tmp_path / "run", "sh", "-c", cmd))
+    got = run(fr, tmp_path, shell=True)
+    assert (got[0], got[2]) == (code, err), (code, err, got)
