@@ -106,16 +106,19 @@ def _library(mod, progress):
     mdir = cache.module_dir(sha)
     mdir.mkdir(parents=True, exist_ok=True)
     rewritten = None
-    record = module_record(image, mod, sites, cmap, None)
     if any(s.patched for s in sites):
         progress("rewrite", mod.name)
-        record["rewritten"] = Path(mod.name).name
-        record["origin_dependent"] = patcher.uses_origin(image.binary)
-        rewritten = cache.rewritten_module(record, origin)
+        where = {"sha256": sha, "rewritten": Path(mod.name).name,
+                 "origin_dependent": patcher.uses_origin(image.binary)}
+        rewritten = cache.rewritten_module(where, origin)
         rewritten.parent.mkdir(parents=True, exist_ok=True)
         plan_bytes = patcher.rewrite(image, sites, cmap, rewritten,
                                      patcher.DynamicChanges([], origin_dir=origin))
         cache.save_plan(mod.path, plan_bytes)
+    # after the rewrite: the sites know their trampolines now
+    record = module_record(image, mod, sites, cmap, rewritten and rewritten.name)
+    if rewritten is not None:
+        record["origin_dependent"] = where["origin_dependent"]
     manifest.write_json(mdir / "module.json", record)
     return record, rewritten
 
