@@ -329,6 +329,14 @@ static int start_world(void)
     int r = ferry_group_create(&g, &agg_profile);
     if (r)
         return r;
+    /* The pools' own rings serve raw batches, which no one makes on this
+     * group, and SQPOLL threads the carriers attach to: only those stay
+     * (each a descriptor the program would see). */
+    for (unsigned i = 0; i < g->cfg.npools; i++)
+        if (g->pools[i].up && g->cfg.pools[i].sqpoll_cpu < 0) {
+            agg_ring_exit(&g->pools[i].ring, 1);
+            g->pools[i].up = 0;
+        }
     /* the other carriers start with the second thread (see new_thread) */
     return become_fiber0(g);
 }
