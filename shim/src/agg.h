@@ -287,7 +287,7 @@ void agg_carrier_drain(struct agg_carrier *c);
 /* agg_futex.c */
 int agg_futex(struct agg_fiber *f, struct ferry_regs *r);
 void agg_futex_timer_done(struct agg_timer *t);
-void agg_futex_idle(struct agg_carrier *c);
+void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns);
 void agg_futex_recheck(struct agg_carrier *c);
 void agg_futex_wake_all(void *addr);
 int agg_futex_interrupt(struct agg_fiber *f);
@@ -303,6 +303,8 @@ int ferry_agg_thread_call(struct ferry_regs *r);
 void agg_thread_resumed(struct agg_fiber *f);
 int agg_threads_deliver(long result);
 void agg_threads_idle(struct agg_carrier *c);
+uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
+void agg_threads_take_signals(struct agg_carrier *c);
 void agg_threads_signalled(struct agg_fiber *f);
 void agg_vfork_child(void);
 void agg_vfork_parent(void);

@@ -408,8 +408,10 @@ static void wait_for_events(struct agg_carrier *c)
     if (c->worker_pending || others)
         arm_wake(c);
     int busy0 = c->pools[0].inflight || c->pools[0].misc || io_uring_sq_ready(&c->pools[0].ring);
+    uint64_t limit = agg_threads_wait_limit(c);
     if (!busy0 && !others && !c->worker_pending) {
-        agg_futex_idle(c);
+        agg_futex_idle(c, limit);
+        agg_threads_take_signals(c);
         return;
     }
     /* One pool at work: wait on it by its policy.  Several (or workers):
@@ -449,6 +451,8 @@ static void wait_for_events(struct agg_carrier *c)
     }
     if (c->nfwait && (!timeout || timeout > FUTEX_RECHECK_NS))
         timeout = FUTEX_RECHECK_NS;
+    if (limit && (!timeout || timeout > limit))
+        timeout = limit;
     if (posts) {
         __atomic_store_n(&c->sleeping, AGG_SLEEP_RING, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&c->inbox, __ATOMIC_SEQ_CST))
@@ -464,6 +468,7 @@ done:
             reap(c, i);
     if (c->nfwait)
         agg_futex_recheck(c);
+    agg_threads_take_signals(c);
 }
 
 /* The scheduler runs on whatever thread pointer the last fiber left (one
