@@ -23,10 +23,6 @@ CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "
          "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
          "change_user", "spin", "hipri"]
 PROFILES = ["fibers", "aggregate"]
-# Issue 16 item 4: fixed so far: complete writes and RWF_HIPRI.  The others
-# are open; they are run, and reported as XPASS once they pass.
-OPEN = {"sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "restart",
-        "select_signal", "term_from_outside", "fork_close_exec", "change_user", "spin"}
 
 
 def session_left(sid):
@@ -45,9 +41,9 @@ def session_left(sid):
     return left
 
 
-def run(argv, tmp_path, shell=False):
+def run(argv, tmp_path):
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
-                            start_new_session=True, shell=shell)
+                            start_new_session=True)
     try:
         out, err = proc.communicate(timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -82,10 +78,17 @@ def native(case, tmp_path):
     return _native[case]
 
 
+# Not fixed yet (issue 16, item 4): a call a worker thread runs (select) is not
+# cut short by a signal, and a fiber that never makes a call is not preempted.
+NOT_YET = {("select_signal", "fibers"): "a worker's call is not interrupted by a signal",
+           ("spin", "fibers"): "no preemption of a fiber that makes no call"}
+
+
 @pytest.mark.parametrize("profile", PROFILES)
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(reason="open: issue 16 item 4"))
-                                  if c in OPEN else c for c in CASES])
-def test_same_as_native(case, profile, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_same_as_native(case, profile, tmp_path, request):
+    if (case, profile) in NOT_YET:
+        request.applymarker(pytest.mark.xfail(reason=NOT_YET[case, profile], strict=True))
     code, out, err = native(case, tmp_path)
     got_code, got_out, got_err = run(ferry(profile, tmp_path / "run", PYTHON, PROGRAM, case), tmp_path)
     assert (got_code, got_out) == (code, out), (
@@ -94,14 +97,12 @@ def test_same_as_native(case, profile, tmp_path):
         f"--- stderr\n{got_err.decode(errors='replace')[-2000:]}")
 
 
-@pytest.mark.xfail(reason="open: the engine's descriptors (issue 16 items 1b, 4b)")
 @pytest.mark.parametrize("profile", PROFILES)
 def test_engine_descriptors_stay_out_of_the_way(profile, tmp_path):
-    """Started with stdout closed, the program finds the same descriptors as
-    natively, and its print fails the same way: the engine's rings and
-    eventfds never take the program's numbers."""
+    """Started with stdout closed, the program has no io_uring or eventfd of
+    the engine's (one used to become its fd 1): the engine's rings and
+    eventfds are not the program's descriptors."""
     cmd = f"exec {PYTHON} {PROGRAM} lsfd >&-"
     code, out, err = run(["sh", "-c", cmd], tmp_path)
-    fr = " ".join(ferry(profile, tmp_path / "run", "sh", "-c", cmd))
-    got = run(fr, tmp_path, shell=True)
+    got = run(ferry(profile, tmp_path / "run", "sh", "-c", cmd), tmp_path)
     assert (got[0], got[2]) == (code, err), (code, err, got)

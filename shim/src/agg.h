@@ -38,9 +38,10 @@
 /* user_data tags (low 3 bits; every tagged object is 8-aligned). */
 #define AGG_TAG_REQ 0      /* struct agg_req of a parked fiber */
 #define AGG_TAG_RAW 1      /* struct ferry_call of a raw batch */
-#define AGG_TAG_WAKE 2     /* the carrier's eventfd read */
+#define AGG_TAG_WAKE 2     /* the carrier's futex wait on its kick word */
 #define AGG_TAG_TIMER 3    /* struct agg_timer of a timed futex wait */
 #define AGG_TAG_IGNORE 4   /* nothing to do (timeout removal) */
+#define AGG_TAG_EFD 5      /* the carrier's eventfd read (other pools' completions) */
 #define AGG_TAG_MASK 7UL
 
 struct agg_ctx {
@@ -158,9 +159,13 @@ struct agg_carrier {
     unsigned nready;              /* fibers in the run queue */
     unsigned round_left;          /* fibers left to run in this round */
     struct agg_pool_run pools[FERRY_MAX_POOLS];
-    int efd;                      /* workers and the other rings signal here */
+    int efd;                      /* the other pools' rings (and, without IORING_OP_FUTEX_WAIT,
+                                   * wakers) signal here; -1: none or only the fixed file */
+    int has_efd;                  /* the eventfd is fixed file 0 of pool 0's ring */
     uint64_t efd_buf;
     int efd_armed;
+    int kick_armed;               /* a futex wait on `kick` sits in pool 0's ring */
+    uint32_t kick_seen;           /* `kick` when the carrier last looked for work */
     struct agg_req *done_list;    /* pushed by workers */
     unsigned worker_pending;
     unsigned nfwait;              /* its fibers parked on a private futex (atomic) */
@@ -224,6 +229,9 @@ unsigned agg_online_cpus(void);
 
 /* agg_group.c */
 int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd);
+int agg_fd_high(int fd);
+void agg_ring_hide(struct io_uring *ring);
+void agg_ring_exit(struct io_uring *ring, int own);
 
 /* agg_fiber.c + agg_switch.S */
 void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);
@@ -249,6 +257,8 @@ void agg_post(struct agg_fiber *f, unsigned what);
  * spin on it). */
 int agg_post_quiet(struct agg_fiber *f, unsigned what);
 void agg_kick(struct agg_carrier *c);
+/* Wake c if it waits for events, whatever it waits in (workers, posts). */
+void agg_rouse(struct agg_carrier *c);
 void agg_inbox_drain(struct agg_carrier *c);
 void agg_carrier_tls(struct agg_carrier *c);
 void agg_count_fiber(struct agg_carrier *c);
@@ -277,7 +287,7 @@ void agg_carrier_drain(struct agg_carrier *c);
 /* agg_futex.c */
 int agg_futex(struct agg_fiber *f, struct ferry_regs *r);
 void agg_futex_timer_done(struct agg_timer *t);
-void agg_futex_idle(struct agg_carrier *c);
+void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns);
 void agg_futex_recheck(struct agg_carrier *c);
 void agg_futex_wake_all(void *addr);
 int agg_futex_interrupt(struct agg_fiber *f);
@@ -293,6 +303,8 @@ int ferry_agg_thread_call(struct ferry_regs *r);
 void agg_thread_resumed(struct agg_fiber *f);
 int agg_threads_deliver(long result);
 void agg_threads_idle(struct agg_carrier *c);
+uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
+void agg_threads_take_signals(struct agg_carrier *c);
 void agg_threads_signalled(struct agg_fiber *f);
 void agg_vfork_child(void);
 void agg_vfork_parent(void);

@@ -24,6 +24,7 @@
 
 #include "agg.h"
 #include "raw.h"
+#include "store.h"
 #include "util.h"
 
 #define EINTR 4
@@ -369,7 +370,7 @@ static void watch_word(struct bucket *b, struct agg_fiber *w, void *arg)
 /* Nothing in flight, no fiber ready: only a waker outside the carrier can
  * help; wait in the kernel on the words its fibers wait on, and on its own
  * kick word, which another carrier's post changes. */
-void agg_futex_idle(struct agg_carrier *c)
+void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns)
 {
     struct watch ws;
     ws.n = 1;
@@ -389,7 +390,14 @@ void agg_futex_idle(struct agg_carrier *c)
         struct __kernel_timespec ts = {0, 10000000};
         ferry_raw2(SYS_nanosleep, &ts, 0);
     } else {
-        ferry_raw6(SYS_futex_waitv, (long)ws.wv, ws.n, 0, 0, 0, 0);
+        struct __kernel_timespec until, *t = 0;
+        if (limit_ns) {
+            uint64_t at = ferry_mono_ns() + limit_ns;
+            until.tv_sec = (long long)(at / 1000000000ULL);
+            until.tv_nsec = (long long)(at % 1000000000ULL);
+            t = &until;
+        }
+        ferry_raw6(SYS_futex_waitv, (long)ws.wv, ws.n, 0, (long)t, 1 /* CLOCK_MONOTONIC */, 0);
     }
     __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
     agg_futex_recheck(c);

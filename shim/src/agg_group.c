@@ -13,6 +13,61 @@
 #define IORING_SETUP_COOP_TASKRUN (1U << 8)
 #endif
 
+/* ---- the engine's descriptors stay out of the program's way -------------- */
+
+#define FD_ROOM 32       /* below the top of the region they go to */
+#define FD_REGION 4096   /* ... which ends at the soft limit, or here */
+#define INT_FLAG_REG_RING_ 1  /* liburing 2.3's mark of a registered ring */
+#define USE_REGISTERED_RING_ (1U << 31)
+
+/* A program finds its descriptors at the lowest free numbers (stdout closed:
+ * its next open is fd 1) and hands ranges of them to children: one of the
+ * engine's goes high, close-on-exec.  Where that fails it stays. */
+int agg_fd_high(int fd)
+{
+    struct {
+        uint64_t cur, max;
+    } lim;
+    if (fd < 0 || ferry_raw4(SYS_prlimit64, 0, 7 /* RLIMIT_NOFILE */, 0, &lim) != 0)
+        return fd;
+    uint64_t top = lim.cur < FD_REGION ? lim.cur : FD_REGION;
+    if (top <= FD_ROOM + 3 || (uint64_t)fd >= top - FD_ROOM)
+        return fd;
+    long n = ferry_raw3(SYS_fcntl, fd, 1030 /* F_DUPFD_CLOEXEC */, top - FD_ROOM);
+    if (n < 0)
+        return fd;
+    ferry_raw1(SYS_close, fd);
+    return (int)n;
+}
+
+/* A carrier's ring is entered only by its own thread: registered with that
+ * thread (IORING_ENTER_REGISTERED_RING), it needs no descriptor at all, so
+ * none is left for the program to close, dup over or pass on.  Call once
+ * every registration that needs the descriptor is done. */
+void agg_ring_hide(struct io_uring *ring)
+{
+    if (io_uring_register_ring_fd(ring) == 1) {
+        ferry_raw1(SYS_close, ring->ring_fd);
+        ring->ring_fd = -1;
+    } else {
+        ring->ring_fd = ring->enter_ring_fd = agg_fd_high(ring->ring_fd);
+    }
+}
+
+/* `own`: on the thread that registered it (not a fork child's copy). */
+void agg_ring_exit(struct io_uring *ring, int own)
+{
+    if (ring->ring_fd < 0 && (ring->int_flags & INT_FLAG_REG_RING_)) {
+        if (own) {
+            struct io_uring_rsrc_update up = {.offset = (unsigned)ring->enter_ring_fd};
+            ferry_raw4(SYS_io_uring_register, ring->enter_ring_fd,
+                       IORING_UNREGISTER_RING_FDS | USE_REGISTERED_RING_, &up, 1);
+        }
+        ring->int_flags &= ~INT_FLAG_REG_RING_;
+    }
+    io_uring_queue_exit(ring);
+}
+
 static void probe(struct ferry_group *g, struct io_uring *ring)
 {
     /* The probe answer has one entry per opcode the kernel knows; ask for
@@ -99,6 +154,8 @@ __attribute__((visibility("default"))) int ferry_group_create(struct ferry_group
         r = agg_ring_init(g, i, &g->pools[i].ring, -1);
         if (r < 0)
             goto fail;
+        /* raw batches come from any thread: this one keeps a descriptor */
+        g->pools[i].ring.ring_fd = g->pools[i].ring.enter_ring_fd = agg_fd_high(g->pools[i].ring.ring_fd);
         g->pools[i].up = 1;
         g->pools[i].cfg = cfg->pools[i];
         if (i == 0)

@@ -95,17 +95,33 @@ void agg_park(struct agg_fiber *f)
 
 /* Wake a carrier that may be sleeping: it set `sleeping` before it last
  * looked at its inbox, and the post came after that look. */
+/* The kick word is a futex: a waiter in futex_waitv has it among its words,
+ * and one in io_uring_enter has an IORING_OP_FUTEX_WAIT on it in its ring
+ * (no descriptor to lose).  Kernels without that operation get an eventfd. */
+static int kick_by_futex(const struct agg_carrier *c) { return c->g->op_ok[AGG_OP_FUTEX_WAIT]; }
+
+void agg_rouse(struct agg_carrier *c)
+{
+    if (!kick_by_futex(c) && c->efd >= 0) {
+        uint64_t one = 1;
+        ferry_raw3(SYS_write, c->efd, &one, sizeof(one));
+        return;
+    }
+    __atomic_add_fetch(&c->kick, 1, __ATOMIC_SEQ_CST);
+    ferry_raw6(SYS_futex, (long)&c->kick, 129 /* FUTEX_WAKE_PRIVATE */, 0x7fffffff, 0, 0, 0);
+}
+
+/* Wake a carrier that may be sleeping: it set `sleeping` before it last
+ * looked at its inbox, and the post came after that look. */
 void agg_kick(struct agg_carrier *c)
 {
     switch (__atomic_load_n(&c->sleeping, __ATOMIC_SEQ_CST)) {
-    case AGG_SLEEP_RING: {
-        uint64_t one = 1;
-        ferry_raw3(SYS_write, c->efd, &one, sizeof(one));
+    case AGG_SLEEP_RING:
+        agg_rouse(c);
         break;
-    }
     case AGG_SLEEP_FUTEX:
         __atomic_add_fetch(&c->kick, 1, __ATOMIC_SEQ_CST);
-        ferry_raw6(SYS_futex, (long)&c->kick, 129 /* FUTEX_WAKE_PRIVATE */, 1, 0, 0, 0);
+        ferry_raw6(SYS_futex, (long)&c->kick, 129 /* FUTEX_WAKE_PRIVATE */, 0x7fffffff, 0, 0, 0);
         break;
     }
 }
@@ -225,8 +241,18 @@ static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *
         break;
     }
     case AGG_TAG_WAKE:
+    case AGG_TAG_EFD:
         c->pools[pool].misc--;
-        c->efd_armed = 0;
+        if ((ud & AGG_TAG_MASK) == AGG_TAG_WAKE) {
+            c->kick_armed = 0;
+            /* before looking: a rouse from here on changes the word, and
+             * the next wait armed with this value ends at once */
+            c->kick_seen = __atomic_load_n(&c->kick, __ATOMIC_SEQ_CST);
+        } else {
+            c->efd_armed = 0;
+            if (cqe->res < 0)
+                c->has_efd = 0;  /* never re-armed to fail again at once */
+        }
         agg_carrier_drain(c);
         agg_inbox_drain(c);
         break;
@@ -264,13 +290,25 @@ static void reap_all(struct agg_carrier *c)
 
 static void arm_wake(struct agg_carrier *c)
 {
-    if (c->efd_armed)
-        return;
-    struct io_uring_sqe *sqe = agg_sqe(c, 0);
-    io_uring_prep_read(sqe, c->efd, &c->efd_buf, sizeof(c->efd_buf), (uint64_t)-1);
-    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | AGG_TAG_WAKE);
-    c->efd_armed = 1;
-    c->pools[0].misc++;
+    if (kick_by_futex(c) && !c->kick_armed) {
+        struct io_uring_sqe *sqe = agg_sqe(c, 0);
+        /* io_uring_prep_futex_wait (liburing 2.5): fd = FUTEX2 flags,
+         * off = the value, addr3 = the mask */
+        io_uring_prep_rw(AGG_OP_FUTEX_WAIT, sqe, 2 /* FUTEX2_SIZE_U32 */ | 128 /* FUTEX2_PRIVATE */,
+                         &c->kick, 0, c->kick_seen);
+        sqe->addr3 = 0xffffffffULL;  /* FUTEX_BITSET_MATCH_ANY */
+        io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | AGG_TAG_WAKE);
+        c->kick_armed = 1;
+        c->pools[0].misc++;
+    }
+    if (c->has_efd && !c->efd_armed) {
+        struct io_uring_sqe *sqe = agg_sqe(c, 0);
+        io_uring_prep_read(sqe, 0, &c->efd_buf, sizeof(c->efd_buf), (uint64_t)-1);
+        sqe->flags |= IOSQE_FIXED_FILE;
+        io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | AGG_TAG_EFD);
+        c->efd_armed = 1;
+        c->pools[0].misc++;
+    }
 }
 
 /* How many completions to wait for on `pool`, and for how long at most
@@ -370,8 +408,10 @@ static void wait_for_events(struct agg_carrier *c)
     if (c->worker_pending || others)
         arm_wake(c);
     int busy0 = c->pools[0].inflight || c->pools[0].misc || io_uring_sq_ready(&c->pools[0].ring);
+    uint64_t limit = agg_threads_wait_limit(c);
     if (!busy0 && !others && !c->worker_pending) {
-        agg_futex_idle(c);
+        agg_futex_idle(c, limit);
+        agg_threads_take_signals(c);
         return;
     }
     /* One pool at work: wait on it by its policy.  Several (or workers):
@@ -411,6 +451,8 @@ static void wait_for_events(struct agg_carrier *c)
     }
     if (c->nfwait && (!timeout || timeout > FUTEX_RECHECK_NS))
         timeout = FUTEX_RECHECK_NS;
+    if (limit && (!timeout || timeout > limit))
+        timeout = limit;
     if (posts) {
         __atomic_store_n(&c->sleeping, AGG_SLEEP_RING, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&c->inbox, __ATOMIC_SEQ_CST))
@@ -426,6 +468,7 @@ done:
             reap(c, i);
     if (c->nfwait)
         agg_futex_recheck(c);
+    agg_threads_take_signals(c);
 }
 
 /* The scheduler runs on whatever thread pointer the last fiber left (one
@@ -501,10 +544,16 @@ void agg_carrier_loop(struct agg_carrier *c)
 static void teardown(struct agg_carrier *c)
 {
     flush_stats(c);
-    /* the wake read and any timers still in the rings must come back first */
+    /* the wake operations and any timers still in the rings must come back first */
+    if (c->kick_armed) {
+        __atomic_add_fetch(&c->kick, 1, __ATOMIC_SEQ_CST);
+        ferry_raw6(SYS_futex, (long)&c->kick, 129 /* FUTEX_WAKE_PRIVATE */, 0x7fffffff, 0, 0, 0);
+    }
     if (c->efd_armed) {
-        uint64_t one = 1;
-        ferry_raw3(SYS_write, c->efd, &one, sizeof(one));
+        struct io_uring_sqe *sqe = agg_sqe(c, 0);
+        io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)c | AGG_TAG_EFD, 0);
+        io_uring_sqe_set_data64(sqe, AGG_TAG_IGNORE);
+        c->pools[0].misc++;
     }
     for (unsigned i = 0; i < c->g->cfg.npools; i++)
         while (c->pools[i].misc || c->pools[i].inflight) {
@@ -519,7 +568,7 @@ static void teardown(struct agg_carrier *c)
     }
     for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
         if (c->pools[i].up)
-            io_uring_queue_exit(&c->pools[i].ring);
+            agg_ring_exit(&c->pools[i].ring, 1);
     if (c->efd >= 0)
         ferry_raw1(SYS_close, c->efd);
     agg_stacks_release(c);
@@ -576,15 +625,33 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
             goto fail;
         c->pools[i].up = 1;
     }
-    r = (int)ferry_raw2(SYS_eventfd2, 0, 02000000 /* EFD_CLOEXEC */);
-    if (r < 0)
-        goto fail;
-    c->efd = r;
-    for (unsigned i = 1; i < g->cfg.npools; i++) {
-        r = io_uring_register_eventfd(&c->pools[i].ring, c->efd);
+    /* The other pools' completions wake pool 0's wait through an eventfd
+     * that ring reads as its fixed file 0: the program may close every
+     * descriptor it did not open (a fork child before exec, a daemon) and
+     * the wait still ends.  Without IORING_OP_FUTEX_WAIT wakers write it too. */
+    if (g->cfg.npools > 1 || !kick_by_futex(c)) {
+        r = (int)ferry_raw2(SYS_eventfd2, 0, 02000000 /* EFD_CLOEXEC */);
         if (r < 0)
             goto fail;
+        c->efd = r;
+        r = io_uring_register_files(&c->pools[0].ring, &c->efd, 1);
+        if (r < 0)
+            goto fail;
+        c->has_efd = 1;
+        for (unsigned i = 1; i < g->cfg.npools; i++) {
+            r = io_uring_register_eventfd(&c->pools[i].ring, c->efd);
+            if (r < 0)
+                goto fail;
+        }
+        if (kick_by_futex(c)) {
+            ferry_raw1(SYS_close, c->efd);
+            c->efd = -1;
+        } else {
+            c->efd = agg_fd_high(c->efd);
+        }
     }
+    for (unsigned i = 0; i < g->cfg.npools; i++)
+        agg_ring_hide(&c->pools[i].ring);
     *out = c;
     return 0;
 fail:
@@ -599,7 +666,7 @@ void agg_carrier_forget(struct agg_carrier *c)
 {
     for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
         if (c->pools[i].up)
-            io_uring_queue_exit(&c->pools[i].ring);
+            agg_ring_exit(&c->pools[i].ring, 0);
     if (c->efd >= 0)
         ferry_raw1(SYS_close, c->efd);
 }

@@ -141,32 +141,108 @@ int agg_threads_deliver(long result)
     return restart;
 }
 
-/* The carrier waits: a process-directed signal must reach it unless every
- * thread of the program blocks it, whatever the last fiber's mask was. */
-static uint64_t idle_mask = ~0ULL;
-static int idle_mask_stale = 1;
+/* A carrier that waits blocks every signal: a handler that ran there would
+ * run on the scheduler's stack, not a thread's, and the call the thread is
+ * parked in would go on waiting.  Carrier 0 looks for signals pending for
+ * the process (or for the first thread) after each wait, which lasts at
+ * most SIGNAL_POLL_NS, and hands each to a fiber that does not block it, as
+ * the kernel hands it to such a thread (agg_threads_take_signals). */
+#define SIGNAL_POLL_NS 10000000ULL
+static uint64_t accepted;            /* signals some thread does not block */
+static int accepted_stale = 1;
 
 void agg_threads_idle(struct agg_carrier *c)
 {
     if (!agg_threads_on || !c->threads)
         return;
-    /* the first thread's carrier takes them; the others block everything
-     * while they wait, as their thread blocks are not the program's */
-    uint64_t want = ~0ULL;
-    if (!c->raw) {
-        if (__atomic_load_n(&idle_mask_stale, __ATOMIC_ACQUIRE)) {
-            agg_lock(&world_lock);
-            idle_mask_stale = 0;
-            uint64_t m = fiber0 ? fiber0->sigmask : ~0ULL;
-            for (unsigned i = 0; i < next_vtid; i++)
-                if (by_vtid[i])
-                    m &= by_vtid[i]->sigmask;
-            idle_mask = m;
-            agg_unlock(&world_lock);
-        }
-        want = idle_mask;
+    carrier_mask(c, ~0ULL);
+}
+
+uint64_t agg_threads_wait_limit(const struct agg_carrier *c)
+{
+    return agg_threads_on && c->threads && !c->raw ? SIGNAL_POLL_NS : 0;
+}
+
+static int default_ignored(int sig)
+{
+    return sig == SIGCHLD || sig == SIGURG || sig == SIGWINCH || sig == SIGCONT;
+}
+
+/* With world_lock held: the thread that gets `sig`, as the kernel picks
+ * one (the first thread when it takes it). */
+static struct agg_fiber *taker(int sig)
+{
+    uint64_t bit = 1ULL << (sig - 1);
+    if (fiber0 && fiber0->state != AGG_DONE && !(fiber0->sigmask & bit))
+        return fiber0;
+    for (unsigned i = 0; i < next_vtid; i++)
+        if (by_vtid[i] && by_vtid[i]->state != AGG_DONE && !(by_vtid[i]->sigmask & bit))
+            return by_vtid[i];
+    return 0;
+}
+
+static int dequeue(int sig)
+{
+    uint64_t one = 1ULL << (sig - 1);
+    struct __kernel_timespec now = {0, 0};
+    char info[128];
+    return ferry_raw4(SYS_rt_sigtimedwait, &one, info, &now, 8) == sig;
+}
+
+/* On carrier 0, after a wait: signals pending for the process that a thread
+ * takes.  A default action that ends or stops the process happens here, on
+ * the carrier, as it would on any thread; an ignored one is dropped (a
+ * blocked signal is kept even when ignored); one with a handler goes to a
+ * fiber that does not block it, whose parked call ends with EINTR (or runs
+ * again under SA_RESTART) and whose handler runs on its stack.  A signal no
+ * thread takes stays pending, as natively. */
+void agg_threads_take_signals(struct agg_carrier *c)
+{
+    if (!agg_threads_wait_limit(c))
+        return;
+    uint64_t pend = 0;
+    if (ferry_raw2(SYS_rt_sigpending, &pend, 8) != 0 || !pend)
+        return;
+    if (__atomic_load_n(&accepted_stale, __ATOMIC_ACQUIRE)) {
+        agg_lock(&world_lock);
+        accepted_stale = 0;
+        uint64_t all = fiber0 ? fiber0->sigmask : ~0ULL;
+        for (unsigned i = 0; i < next_vtid; i++)
+            if (by_vtid[i])
+                all &= by_vtid[i]->sigmask;
+        accepted = ~all;
+        agg_unlock(&world_lock);
     }
-    carrier_mask(c, want);
+    pend &= accepted & ~((1ULL << (SIGKILL - 1)) | (1ULL << (SIGSTOP - 1)));
+    while (pend) {
+        int sig = __builtin_ctzll(pend) + 1;
+        uint64_t bit = 1ULL << (sig - 1);
+        pend &= pend - 1;
+        struct ferry_ksigaction act;
+        if (ferry_raw4(SYS_rt_sigaction, sig, 0, &act, 8) != 0)
+            continue;
+        if (act.handler == SIG_IGN || (act.handler == SIG_DFL && default_ignored(sig))) {
+            dequeue(sig);
+            continue;
+        }
+        if (act.handler == SIG_DFL) {
+            /* ends or stops the process: let the kernel act on it here */
+            uint64_t m = c->kmask;
+            carrier_mask(c, m & ~bit);
+            carrier_mask(c, m);
+            continue;
+        }
+        agg_lock(&world_lock);
+        struct agg_fiber *t = taker(sig);
+        if (t && dequeue(sig)) {
+            __atomic_or_fetch(&t->sigpending, bit, __ATOMIC_ACQ_REL);
+            if (t->carrier == c)
+                agg_threads_signalled(t);
+            else
+                agg_post(t, AGG_POST_SIGNAL);
+        }
+        agg_unlock(&world_lock);
+    }
 }
 
 /* ---- fiber 0 and the scheduler's own context ----------------------------- */
@@ -329,6 +405,14 @@ static int start_world(void)
     int r = ferry_group_create(&g, &agg_profile);
     if (r)
         return r;
+    /* The pools' own rings serve raw batches, which no one makes on this
+     * group, and SQPOLL threads the carriers attach to: only those stay
+     * (each a descriptor the program would see). */
+    for (unsigned i = 0; i < g->cfg.npools; i++)
+        if (g->pools[i].up && g->cfg.pools[i].sqpoll_cpu < 0) {
+            agg_ring_exit(&g->pools[i].ring, 1);
+            g->pools[i].up = 0;
+        }
     /* the other carriers start with the second thread (see new_thread) */
     return become_fiber0(g);
 }
@@ -362,7 +446,7 @@ void agg_threads_after_fork(void)
     next_vtid = 0;
     ncarriers = 0;
     carriers_tried = 0;
-    idle_mask_stale = 1;
+    accepted_stale = 1;
     agg_self = 0;
     agg_carrier = 0;
     fiber0 = 0;
@@ -447,7 +531,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     agg_lock(&world_lock);
     f->vtid = VTID_BASE + (int)next_vtid++;
     by_vtid[f->vtid - VTID_BASE] = f;
-    idle_mask_stale = 1;
+    accepted_stale = 1;
     agg_unlock(&world_lock);
     /* as the kernel does, before the child can run */
     if (flags & CLONE_PARENT_SETTID)
@@ -518,7 +602,7 @@ void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f)
     agg_lock(&world_lock);
     if (f->vtid >= VTID_BASE)
         by_vtid[f->vtid - VTID_BASE] = 0;
-    idle_mask_stale = 1;
+    accepted_stale = 1;
     if (f == fiber0)
         fiber0 = 0;
     /* a signal posted before it left the table: the inbox frees it */
@@ -733,7 +817,7 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         if (!(ferry_catchall_on && ferry_catchall_masked_call(r)))
             r->rax = ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, 0, 0);
         f->sigmask = c->kmask = kernel_mask();
-        __atomic_store_n(&idle_mask_stale, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&accepted_stale, 1, __ATOMIC_RELEASE);
         return 1;
     case SYS_kill: {
         /* To the process: the kernel would pick a thread that does not block
@@ -766,7 +850,7 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         during &= ~((1ULL << (SIGKILL - 1)) | (1ULL << (SIGSTOP - 1)));
         uint64_t saved = f->sigmask;
         f->sigmask = during;
-        __atomic_store_n(&idle_mask_stale, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&accepted_stale, 1, __ATOMIC_RELEASE);
         take_process_signals(f, during);
         while (!(__atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~during)) {
             f->suspended = 1;
@@ -777,7 +861,7 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         f->interrupted = 0;
         agg_threads_deliver(-EINTR_);
         f->sigmask = saved;
-        __atomic_store_n(&idle_mask_stale, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&accepted_stale, 1, __ATOMIC_RELEASE);
         agg_thread_resumed(f);
         r->rax = -EINTR_;
         return 1;

@@ -69,10 +69,8 @@ static void worker_main(void *arg)
         const long *a = req->args;
         req->result = ferry_pass6(req->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
         struct agg_carrier *c = req->carrier;
-        int efd = c->efd;
         push_done(c, req);  /* from here on req may be gone */
-        uint64_t one = 1;
-        ferry_pass6(SYS_write, efd, (long)&one, sizeof(one), 0, 0, 0);
+        agg_rouse(c);
     }
 }
 
@@ -148,8 +146,7 @@ void agg_worker_queue(struct ferry_group *g, struct agg_req *req)
         const long *a = req->args;
         req->result = ferry_pass6(req->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
         push_done(req->carrier, req);
-        uint64_t one = 1;
-        ferry_pass6(SYS_write, req->carrier->efd, (long)&one, sizeof(one), 0, 0, 0);
+        agg_rouse(req->carrier);
         return;
     }
     req->next = 0;
