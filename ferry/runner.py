@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from . import __version__, catchdata, runindex, runlock
-from .rewriter.errors import FerryError, InputError
+from .rewriter.errors import FerryError
 from .rewriter.manifest import write_json
 
 DEFAULT_DIR = "ferry.data"
@@ -213,12 +213,11 @@ def _child_setup(parent):
     return setup
 
 
-def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, launch=None):
-    """Run `argv` under `profile` into `out_dir`; returns (info, returncode).
-    `launch` is what prepare(argv) returned, when the caller already has it."""
+def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
+    """Run `argv` under `profile` into `out_dir`; returns (info, returncode)."""
     if not argv:
         raise FerryError("ferry run", "no command given (usage: ferry run [OPTIONS] -- COMMAND ARGS...)")
-    launch = launch or prepare(argv, progress)
+    launch = prepare(argv, progress)
     out_dir = open_run_dir(out_dir, launch.manifest, profile)
     lock = runlock.hold(out_dir)
     env = _program_env(launch, profile, out_dir)

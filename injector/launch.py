@@ -17,7 +17,6 @@ A #! script runs as the kernel would run it; a file that is neither ELF nor
 """
 import os
 import shutil
-import struct
 from dataclasses import dataclass, field
 
 from .environment import LIBDIR, PRELOAD, RUN
@@ -41,8 +40,8 @@ class Launch:
 
 
 # What exec.c's classify() says, with the reasons the report gives.
-DYNAMIC, STATIC, FOREIGN, SETUID, SCRIPT, OTHER = (
-    "dynamic", "static", "foreign", "setuid", "script", "other")
+DYNAMIC, STATIC, FOREIGN, SETUID, SCRIPT, NOT_ELF, OTHER = (
+    "dynamic", "static", "foreign", "setuid", "script", "not-elf", "other")
 
 
 def resolve(command):
@@ -67,37 +66,33 @@ def resolve(command):
 def classify(path):
     """(kind, detail) of the file at `path`, judged as the kernel and ld.so
     would: detail is the #! line's words for a script, else a reason."""
-    st = os.stat(path)
-    if st.st_mode & 0o6000:
+    from ..rewriter import elfkind
+    if os.stat(path).st_mode & 0o6000:
         return SETUID, "set-user-ID or set-group-ID program: never enabled"
     try:
         with open(path, "rb") as f:
             head = f.read(256)
-            if head.startswith(b"#!"):
-                line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
-                return SCRIPT, line.split(None, 1)
-            if not head.startswith(b"\x7fELF") or len(head) < 64:
-                return OTHER, "not an ELF program"
-            if head[4] != 2 or struct.unpack_from("<H", head, 18)[0] != 62:
-                return FOREIGN, "not an x86-64 program (32-bit or another machine): the shim cannot be loaded into it"
-            phoff, = struct.unpack_from("<Q", head, 32)
-            phnum, = struct.unpack_from("<H", head, 56)
-            for i in range(min(phnum, 64)):
-                f.seek(phoff + i * 56)
-                ph = f.read(56)
-                if len(ph) < 56:
-                    break
-                p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", ph)
-                if p_type == 3:  # PT_INTERP
-                    f.seek(p_offset)
-                    interp = f.read(min(p_filesz, 255)).split(b"\0", 1)[0].decode("utf-8", "replace")
-                    if os.path.basename(interp) != "ld-linux-x86-64.so.2":
-                        return FOREIGN, (f"uses the dynamic loader {interp}, not glibc's: the shim "
-                                         "(built for glibc) cannot be loaded into it")
-                    return DYNAMIC, None
     except OSError as e:
         return OTHER, f"cannot be read ({e.strerror.lower()})"
-    return STATIC, "statically linked program without a rewritten image"
+    if head.startswith(b"#!"):
+        line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+        return SCRIPT, line.split(None, 1)
+    if not head.startswith(b"\x7fELF"):
+        return NOT_ELF, "not an ELF program"
+    try:
+        kind = elfkind.classify(path)
+    except InputError as e:
+        return OTHER, e.problem
+    if kind.name in ("static", "static-pie"):
+        return STATIC, kind.reason
+    if kind.name in ("elf32", "musl"):
+        return FOREIGN, f"{kind.reason}: the shim cannot be loaded into it"
+    if kind.name != "dynamic":
+        return OTHER, kind.reason or "not an ELF program the shim can serve"
+    if os.path.basename(kind.interpreter) != "ld-linux-x86-64.so.2":
+        return FOREIGN, (f"uses the dynamic loader {kind.interpreter}, not glibc's: the shim "
+                         "(built for glibc) cannot be loaded into it")
+    return DYNAMIC, None
 
 
 def _instrumented(path, progress):
@@ -152,7 +147,7 @@ def prepare(argv, progress=None, depth=0):
             interp.argv, interp.executable = list(argv), given
         interp.original = original
         return interp
-    if kind == OTHER and detail == "not an ELF program":
+    if kind == NOT_ELF:
         # execvp's fallback: /bin/sh runs a file that is neither ELF nor #!.
         inner = prepare(["/bin/sh", given] + list(argv[1:]), progress, depth + 1)
         inner.original = original

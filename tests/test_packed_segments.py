@@ -121,12 +121,18 @@ def _rustc():
     return rustc
 
 
-def test_rust_release_program_runs_rewritten(tmp_path):
+def _rust_program(tmp_path):
+    """A Rust release build of RUST_SOURCE: (executable, source)."""
     rustc = _rustc()
     src = tmp_path / "prog.rs"
     src.write_text(RUST_SOURCE)
     exe = tmp_path / "prog"
     subprocess.run([rustc, "-C", "opt-level=3", "-o", str(exe), str(src)], check=True)
+    return exe, src
+
+
+def test_rust_release_program_runs_rewritten(tmp_path):
+    exe, src = _rust_program(tmp_path)
     out = tmp_path / "out"
     run_ferry("instrument", exe, "-o", out)
     _kept_in_place(exe, out / "prog")
@@ -135,11 +141,7 @@ def test_rust_release_program_runs_rewritten(tmp_path):
 
 
 def test_rust_program_under_ferry_run_is_enabled(tmp_path):
-    rustc = _rustc()
-    src = tmp_path / "prog.rs"
-    src.write_text(RUST_SOURCE)
-    exe = tmp_path / "prog"
-    subprocess.run([rustc, "-C", "opt-level=3", "-o", str(exe), str(src)], check=True)
+    exe, src = _rust_program(tmp_path)
     native = subprocess.run([str(exe), str(src), "5"], capture_output=True, text=True)
     run = tmp_path / "run"
     got = run_ferry("run", "-o", run, "--", exe, src, "5", check=False)
