@@ -142,9 +142,16 @@ def _read_used(path):
     return st, data
 
 
+class NeverStarted(ProcFileError):
+    """A file the shim created but never filled in: its process was killed
+    while the shim was starting (e.g. with a `ferry run` that was killed)."""
+
+
 def read(path):
     path = Path(path)
     st, data = _read_used(path)
+    if not any(data[:HEADER_SIZE]):
+        raise NeverStarted(path, "the process was killed before the shim wrote its file")
     if len(data) < HEADER_SIZE:
         raise ProcFileError(path, "truncated process file (shorter than its header)")
     if data[:16] != MAGIC:

@@ -84,6 +84,8 @@ def load_processes(run_dir):
     for p in sorted((Path(run_dir) / "proc").glob("*.ferry")):
         try:
             files.append(procfile.read(p))
+        except procfile.NeverStarted:
+            continue  # nothing was counted in it
         except procfile.ProcFileError as e:
             raise FerryError(e.path, e.problem) from None
     files.sort(key=lambda f: (f.start_mono_ns, f.pid, f.seq))

@@ -9,6 +9,8 @@ import re
 import subprocess
 
 import pytest
+
+from ferry.rundata import load_run
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import FERRY
@@ -468,13 +470,17 @@ def test_ferry_run_with_an_aggregate_profile_runs_the_program(tmp_path, profile)
     assert model["totals"]["calls"] >= 1
 
 
-def test_the_program_gets_ferry_agg_from_the_profile_and_no_stale_one(tmp_path):
+def test_the_shim_gets_ferry_agg_from_the_profile_and_no_stale_one(tmp_path, test_programs):
+    # The profile's settings reach the shim (the group the program makes from
+    # them has the profile's pools), never the program's environment, and a
+    # stale FERRY_AGG in ferry's own environment reaches neither.
     stale = {**os.environ, "FERRY_AGG": "workers=1;pool=2,0,0,-1,0,any,0,0"}
-    r, _ = _run(tmp_path, "net", "/usr/bin/env", env=stale)
+    r, out = _run(tmp_path, "net", test_programs / "agg_results", "fiber", "pipes", tmp_path, env=stale)
     assert r.returncode == 0, r.stderr
-    got = dict(line.split("=", 1) for line in r.stdout.splitlines() if line.startswith("FERRY_"))
-    assert got["FERRY_MODE"] == "aggregate"
-    assert aggenv.decode(got["FERRY_AGG"]) == aggenv.config(load("net"))
-    r, _ = _run(tmp_path, "count", "/usr/bin/env", env=stale)
-    assert r.returncode == 0, r.stderr
-    assert not re.search(r"^FERRY_AGG=", r.stdout, re.M)
+    want = aggenv.config(load("net")).pools
+    pools = load_run(out)["aggregation"]["pools"]
+    assert [(p["entries"], p["wait"]) for p in pools] == [(p.entries, p.wait) for p in want]
+    for profile in ("net", "count"):
+        r, _ = _run(tmp_path, profile, "/usr/bin/env", env=stale)
+        assert r.returncode == 0, r.stderr
+        assert not re.search(r"^FERRY_(AGG|MODE)=", r.stdout, re.M)

@@ -143,3 +143,14 @@ def test_corrupt_process_file_is_reported_by_name(tmp_path):
     victim.write_bytes(b"garbage" * 20000)
     with pytest.raises(FerryError, match="not a Ferry process file"):
         load_run(tmp_path / "run")
+
+
+def test_a_process_killed_before_its_file_was_written_is_skipped(tmp_path):
+    # The shim creates its file at full size, then writes the header: a
+    # process killed in between leaves zeros (or nothing), not a corrupt run.
+    ferry_run(tmp_path, "true", check=True)
+    proc = tmp_path / "run" / "proc"
+    (proc / "99998-0.ferry").write_bytes(b"")
+    (proc / "99999-0.ferry").write_bytes(bytes(1 << 16))
+    model = load_run(tmp_path / "run")
+    assert [p["exe"] for p in model["processes"]] == ["/usr/bin/true"]

@@ -42,6 +42,7 @@
 #pragma weak ferry_group_destroy
 #pragma weak ferry_carrier_run
 #pragma weak ferry_fiber_spawn
+#pragma weak ferry_is_aggregating
 
 #define PROG "net_server"
 
@@ -481,19 +482,19 @@ static void *carrier_thread(void *arg)
 
 static void cluster_check(void)
 {
-    if (!ferry_group_config_default || !ferry_group_create || !ferry_carrier_run || !ferry_fiber_spawn) {
+    if (!ferry_group_config_default || !ferry_group_create || !ferry_carrier_run || !ferry_fiber_spawn ||
+        !ferry_is_aggregating) {
         fprintf(stderr, PROG ": --model cluster needs the Ferry aggregation engine: run it as "
                         "`ferry run -p profiles/net.toml -- " PROG " --model cluster ...` (%s)\n",
-                getenv("FERRY_MODE") ? "the loaded libferry.so has no ferry_group_create" : "no shim loaded");
+                ferry_group_create ? "the loaded libferry.so has no ferry_group_create" : "no shim loaded");
         exit(3);
     }
-    const char *mode = getenv("FERRY_MODE");
-    if (!mode || strcmp(mode, "aggregate") != 0) {
+    if (!ferry_is_aggregating()) {
         /* Without the shim in aggregate mode a fiber's blocking accept would
          * block its whole carrier: the server would hang, not run slowly. */
         fprintf(stderr, PROG ": --model cluster needs the aggregation engine: run it as "
                         "`ferry run -p profiles/net.toml -- " PROG " --model cluster ...` "
-                        "(FERRY_MODE is %s)\n", mode ? mode : "unset");
+                        "(the shim is loaded, but not in aggregate mode)\n");
         exit(3);
     }
 }

@@ -36,6 +36,10 @@ int ferry_stats_write(const char *path);
 /* Non-zero once the shim has initialized and enabled the loaded modules. */
 int ferry_is_active(void);
 
+/* Non-zero when the profile runs the shim in aggregate mode (its settings
+ * reach the shim, not the program's environment: ask here, not getenv). */
+int ferry_is_aggregating(void);
+
 
 /* ---- Aggregation: Cluster Calls on io_uring ------------------------------
  *

@@ -484,3 +484,8 @@ __attribute__((visibility("default"))) int ferry_is_active(void)
 {
     return active;
 }
+
+__attribute__((visibility("default"))) int ferry_is_aggregating(void)
+{
+    return active && mode == FERRY_MODE_AGGREGATE;
+}
