@@ -21,7 +21,7 @@ RUN_TIMEOUT = 60
 
 CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "restart",
          "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
-         "change_user", "spin", "hipri"]
+         "change_user", "spin", "hipri", "rtmax", "rtmax_default", "poll_restart"]
 PROFILES = ["fibers", "aggregate"]
 
 
@@ -78,17 +78,9 @@ def native(case, tmp_path):
     return _native[case]
 
 
-# Not fixed yet (issue 16, item 4): a call a worker thread runs (select) is not
-# cut short by a signal, and a fiber that never makes a call is not preempted.
-NOT_YET = {("select_signal", "fibers"): "a worker's call is not interrupted by a signal",
-           ("spin", "fibers"): "no preemption of a fiber that makes no call"}
-
-
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("case", CASES)
-def test_same_as_native(case, profile, tmp_path, request):
-    if (case, profile) in NOT_YET:
-        request.applymarker(pytest.mark.xfail(reason=NOT_YET[case, profile], strict=True))
+def test_same_as_native(case, profile, tmp_path):
     code, out, err = native(case, tmp_path)
     got_code, got_out, got_err = run(ferry(profile, tmp_path / "run", PYTHON, PROGRAM, case), tmp_path)
     assert (got_code, got_out) == (code, out), (

@@ -58,6 +58,8 @@ struct agg_req {
     struct agg_carrier *carrier;
     struct agg_req *next;         /* worker queue, then the carrier's done list */
     int done;
+    int cancel;                   /* a signal for the fiber: a worker's call ends with EINTR */
+    int worker_tid;               /* the worker running it (0: queued, -1: finished) */
     /* room for translations that need a kernel structure */
     struct {
         void *name;
@@ -107,8 +109,8 @@ struct agg_fiber {
     uint64_t sigpending;          /* signals sent to it while it was not running */
     uint64_t affinity;            /* what sched_setaffinity asked for it */
     struct agg_thread_start *start;
-    struct agg_req *req;          /* the call it is parked in, if on a ring */
-    int req_pool;                 /* ... and that ring's pool */
+    struct agg_req *req;          /* the call it is parked in */
+    int req_pool;                 /* ... and that ring's pool, -1: a worker's */
     /* what other carriers asked of this fiber's carrier (agg_post) */
     unsigned posted;              /* AGG_POST_* bits, atomic */
     struct agg_fiber *post_next;  /* in its carrier's inbox */
@@ -181,6 +183,12 @@ struct agg_carrier {
     char *stack_cache[16];
     size_t stack_cache_size[16];
     unsigned nstack_cache;
+    /* preemption (agg_signal.c): a timer on the carrier thread's CPU time */
+    unsigned long runs;           /* fibers switched to, ever */
+    unsigned long tick_runs;      /* `runs` at the last tick */
+    int tick_timer;               /* its POSIX timer, -1: none */
+    int tick_slot;                /* its index in the ticking carriers' table */
+    int tick_armed;
     /* hot counters, added to the group's (shared, atomic) once per wait */
     uint64_t acc_switches, acc_aggregated, acc_crossings, acc_completed[FERRY_MAX_POOLS];
 };
@@ -301,17 +309,38 @@ void agg_threads_after_fork(void);
 void agg_threads_watch(void);
 int ferry_agg_thread_call(struct ferry_regs *r);
 void agg_thread_resumed(struct agg_fiber *f);
-int agg_threads_deliver(long result);
+int agg_threads_deliver(long nr, long result);
 void agg_threads_idle(struct agg_carrier *c);
 uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
 void agg_threads_take_signals(struct agg_carrier *c);
 void agg_threads_signalled(struct agg_fiber *f);
 void agg_vfork_child(void);
 void agg_vfork_parent(void);
+int agg_in_vfork_child(void);
 extern int agg_threads_alive;
 extern unsigned agg_threads_carriers;
 void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f);
 void agg_interrupt(struct agg_fiber *f);
+
+/* agg_signal.c: the engine's own signal (SIGRTMAX), hidden from the program */
+#define AGG_SIGNAL 64
+extern int agg_signal_owned;
+int agg_signal_start(void);
+int agg_signal_call(struct ferry_regs *r);
+int agg_signal_action(int sig, struct ferry_ksigaction *act);
+void agg_signal_before_exec(void);
+void agg_signal_exec_failed(void);
+void agg_tick_create(struct agg_carrier *c);
+void agg_tick_update(struct agg_carrier *c);
+void agg_tick_delete(struct agg_carrier *c);
+void agg_tick_forget(void);
+/* a worker's thread block says so (its TCB's word 8, unused by glibc's) */
+#define AGG_WORKER_MAGIC_AT 8
+#define AGG_WORKER_MAGIC 0x666572727977726bUL
+void agg_worker_cancel(struct agg_req *req);
+void agg_worker_signals(void);
+/* agg_cancel.S: a worker's call that a signal for its fiber can cut short */
+long ferry_cp_call(int *cancel, const long *call);
 
 /* agg_stats.c */
 void agg_stats_group(struct ferry_group *g);

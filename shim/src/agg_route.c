@@ -716,6 +716,8 @@ static int route(struct ferry_regs *r, int complete)
     req.carrier = c;
     req.done = 0;
     req.next = 0;
+    req.cancel = 0;
+    req.worker_tid = 0;
     enum agg_tr tr = AGG_TR_WORKER;
     struct io_uring_sqe local;
     if (t != FERRY_ROUTE_WORKER)
@@ -739,8 +741,8 @@ static int route(struct ferry_regs *r, int complete)
         c->worker_pending++;
         agg_worker_queue(g, &req);
     }
-    f->req = tr == AGG_TR_RING ? &req : 0;
-    f->req_pool = (int)t;
+    f->req = &req;
+    f->req_pool = tr == AGG_TR_RING ? (int)t : -1;
     f->interrupted = 0;
     agg_park(f);
     f->busy = 0;

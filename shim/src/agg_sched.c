@@ -82,6 +82,7 @@ void agg_park(struct agg_fiber *f)
         c->current = n;
         n->state = AGG_RUNNING;
         c->acc_switches++;
+        c->runs++;
         ferry_agg_switch(&f->ctx, &n->ctx);
     } else {
         c->current = 0;
@@ -154,6 +155,7 @@ void agg_count_fiber(struct agg_carrier *c)
         c->peak = c->alive;
         agg_stat_carrier_peak(c);
     }
+    agg_tick_update(c);
 }
 
 void agg_inbox_drain(struct agg_carrier *c)
@@ -180,6 +182,7 @@ void agg_fiber_finish(struct agg_fiber *f)
     struct agg_carrier *c = f->carrier;
     f->state = AGG_DONE;
     c->alive--;
+    agg_tick_update(c);
     if (f->joiner)
         agg_wake(f->joiner);
     c->finished = f;  /* the scheduler releases it, off its stack */
@@ -490,6 +493,7 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
     c->current = f;
     f->state = AGG_RUNNING;
     c->acc_switches++;
+    c->runs++;
     ferry_agg_switch(&c->sched, &f->ctx);
     /* back here from whichever fiber of the round parked last or finished */
     f = c->finished;
@@ -571,6 +575,7 @@ static void teardown(struct agg_carrier *c)
             agg_ring_exit(&c->pools[i].ring, 1);
     if (c->efd >= 0)
         ferry_raw1(SYS_close, c->efd);
+    agg_tick_delete(c);
     agg_stacks_release(c);
 }
 
@@ -616,6 +621,7 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->sched.fsbase = 0;  /* switching to the scheduler leaves fs alone */
     c->efd = -1;
+    c->tick_timer = -1;
     c->slot = agg_stat_carrier_slot();
     int r = 0;
     for (unsigned i = 0; i < g->cfg.npools; i++) {

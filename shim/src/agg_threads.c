@@ -113,15 +113,43 @@ void agg_thread_resumed(struct agg_fiber *f)
 static int restarts(int sig)
 {
     struct ferry_ksigaction act;
-    if (ferry_raw4(SYS_rt_sigaction, sig, 0, &act, 8) != 0)
+    if (agg_signal_action(sig, &act) != 0)
         return 0;
     return act.handler == SIG_IGN || act.handler == SIG_DFL || (act.flags & SA_RESTART);
 }
 
+/* Calls the kernel never restarts after a handler, SA_RESTART or not
+ * (signal(7)): they end with EINTR. */
+static int never_restarted(long nr)
+{
+    switch (nr) {
+    case SYS_select:
+    case SYS_pselect6:
+    case SYS_poll:
+    case SYS_ppoll:
+    case SYS_epoll_wait:
+    case SYS_epoll_pwait:
+    case SYS_epoll_pwait2:
+    case SYS_nanosleep:
+    case SYS_clock_nanosleep:
+    case SYS_io_getevents:
+    case SYS_io_pgetevents:
+    case SYS_msgrcv:
+    case SYS_msgsnd:
+    case SYS_semop:
+    case SYS_semtimedop:
+    case SYS_rt_sigtimedwait:
+    case SYS_rt_sigsuspend:
+    case SYS_pause:
+        return 1;
+    }
+    return 0;
+}
+
 /* Signals sent to the running fiber while it was away: raised now, on the
  * carrier, so that each handler runs on the fiber's stack with its thread
- * pointer.  1 when the call they cut short is to run again. */
-int agg_threads_deliver(long result)
+ * pointer.  1 when the call they cut short (`nr`) is to run again. */
+int agg_threads_deliver(long nr, long result)
 {
     struct agg_fiber *f = agg_self;
     if (!f || !f->thread || f->state != AGG_RUNNING || f->busy)
@@ -129,7 +157,7 @@ int agg_threads_deliver(long result)
     int interrupted = f->interrupted;
     f->interrupted = 0;
     uint64_t due = __atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~f->sigmask;
-    int restart = interrupted && result == -EINTR_;
+    int restart = interrupted && result == -EINTR_ && !never_restarted(nr);
     while (due) {
         int sig = __builtin_ctzll(due) + 1;
         due &= due - 1;
@@ -219,7 +247,7 @@ void agg_threads_take_signals(struct agg_carrier *c)
         uint64_t bit = 1ULL << (sig - 1);
         pend &= pend - 1;
         struct ferry_ksigaction act;
-        if (ferry_raw4(SYS_rt_sigaction, sig, 0, &act, 8) != 0)
+        if (agg_signal_action(sig, &act) != 0)
             continue;
         if (act.handler == SIG_IGN || (act.handler == SIG_DFL && default_ignored(sig))) {
             dequeue(sig);
@@ -296,6 +324,7 @@ static int become_fiber0(struct ferry_group *g)
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->threads = 1;
     c->placed = 1;  /* fiber 0 is one of its threads */
+    agg_tick_create(c);
     agg_count_fiber(c);
     c->current = f;
     main_vtid = c->tid;
@@ -330,6 +359,7 @@ static void carrier_main(void *arg)
         c->raw = 1;
         c->threads = 1;
         c->kmask = ~0ULL;   /* as it was cloned: every signal blocked */
+        agg_tick_create(c);
         agg_carrier = c;
         agg_self = 0;
         ferry_catchall_thread();
@@ -450,6 +480,7 @@ void agg_threads_after_fork(void)
     agg_self = 0;
     agg_carrier = 0;
     fiber0 = 0;
+    agg_tick_forget();
     start_world();
 }
 
@@ -466,6 +497,8 @@ void agg_vfork_child(void)
     vfork_parent = agg_self;
     agg_self = 0;
 }
+
+int agg_in_vfork_child(void) { return vfork_parent != 0; }
 
 void agg_vfork_parent(void)
 {
@@ -495,6 +528,11 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
          * as in ferry_fiber_spawn.  Fewer carriers than asked (out of
          * memory) still run the program. */
         carriers_tried = 1;
+        /* fibers to share a carrier between: they are preempted from now on
+         * (without the signal they still run, but one that makes no call
+         * keeps its carrier) */
+        if (agg_signal_start() == 0)
+            agg_tick_create(carriers[0]);
         int busy = self->busy;
         self->busy = 1;
         start_carriers(self->carrier->g, agg_threads_carriers);
@@ -859,7 +897,7 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         }
         agg_thread_resumed(f);
         f->interrupted = 0;
-        agg_threads_deliver(-EINTR_);
+        agg_threads_deliver(SYS_rt_sigsuspend, -EINTR_);
         f->sigmask = saved;
         __atomic_store_n(&accepted_stale, 1, __ATOMIC_RELEASE);
         agg_thread_resumed(f);
@@ -910,13 +948,13 @@ void agg_threads_watch(void)
                                            SYS_tgkill, SYS_rt_sigprocmask, SYS_sched_yield,
                                            SYS_rseq, SYS_set_robust_list, SYS_sched_getaffinity,
                                            SYS_sched_setaffinity, SYS_futex, SYS_rt_sigsuspend, SYS_kill,
-                                           SYS_rt_sigtimedwait};
+                                           SYS_rt_sigtimedwait, SYS_rt_sigaction};
     for (unsigned i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
         __atomic_store_n(&ferry_action[calls[i]], 1, __ATOMIC_RELAXED);
 }
 
 /* A signal for a parked fiber: its call ends early, as a blocked thread's
- * would (a worker's call cannot be cut short: it finishes first). */
+ * would. */
 void agg_interrupt(struct agg_fiber *f)
 {
     if (f->futex_addr) {
@@ -928,6 +966,10 @@ void agg_interrupt(struct agg_fiber *f)
     if (!req || req->done || f->interrupted)
         return;
     f->interrupted = 1;
+    if (f->req_pool < 0) {
+        agg_worker_cancel(req);
+        return;
+    }
     struct agg_carrier *c = f->carrier;
     struct io_uring_sqe *sqe = agg_sqe(c, (unsigned)f->req_pool);
     io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)req | AGG_TAG_REQ, 0);

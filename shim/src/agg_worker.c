@@ -4,8 +4,9 @@
  *
  * The threads are raw clones with their own stacks and a minimal thread
  * block: they run only shim code (their calls leave from the shim's text,
- * so they are never intercepted again) and block every signal, so that no
- * handler of the program ever runs on a thread without a real glibc TLS.
+ * so they are never intercepted again) and block every signal but the
+ * engine's own (agg_signal.c), so that no handler of the program ever runs
+ * on a thread without a real glibc TLS.
  * A finished call goes onto its carrier's done list; an eventfd write wakes
  * the carrier, whose read of it sits in its ring with the other calls.
  */
@@ -50,6 +51,8 @@ static void push_done(struct agg_carrier *c, struct agg_req *req)
 static void worker_main(void *arg)
 {
     struct agg_worker_set *w = arg;
+    int tid = (int)ferry_raw0(SYS_gettid);
+    int open = 0;
     for (;;) {
         uint32_t seq = __atomic_load_n(&w->seq, __ATOMIC_ACQUIRE);
         agg_lock(&w->lock);
@@ -66,8 +69,14 @@ static void worker_main(void *arg)
             ferry_pass6(SYS_futex, (long)&w->seq, FUTEX_WAIT_PRIVATE, seq, 0, 0, 0);
             continue;
         }
-        const long *a = req->args;
-        req->result = ferry_pass6(req->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+        if (!open && __atomic_load_n(&agg_signal_owned, __ATOMIC_ACQUIRE)) {
+            agg_worker_signals();
+            open = 1;
+        }
+        /* a signal for the fiber from here on reaches this thread */
+        __atomic_store_n(&req->worker_tid, tid, __ATOMIC_SEQ_CST);
+        req->result = ferry_cp_call(&req->cancel, &req->nr);
+        __atomic_store_n(&req->worker_tid, -1, __ATOMIC_SEQ_CST);
         struct agg_carrier *c = req->carrier;
         push_done(c, req);  /* from here on req may be gone */
         agg_rouse(c);
@@ -95,6 +104,7 @@ int agg_workers_start(struct ferry_group *g)
         unsigned long tp = (unsigned long)mem + TLS_SIZE / 2;
         ((unsigned long *)tp)[0] = tp;
         ((unsigned long *)tp)[2] = tp;
+        ((unsigned long *)tp)[AGG_WORKER_MAGIC_AT] = AGG_WORKER_MAGIC;
         w->t[i].mem = mem;
         long tid = ferry_agg_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
                                        CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID |
@@ -139,6 +149,9 @@ void agg_workers_stop(struct ferry_group *g)
 void agg_worker_queue(struct ferry_group *g, struct agg_req *req)
 {
     struct agg_worker_set *w = g->workers;
+    /* a signal for the fiber must be able to cut the call short */
+    if (agg_threads_on)
+        agg_signal_start();
     agg_stat(g, AGG_ST(worker), 1);
     agg_stat(g, AGG_ST(crossings), 1);
     if (!w || !w->n) {

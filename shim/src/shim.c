@@ -411,7 +411,7 @@ long ferry_slow(struct ferry_regs *r)
     struct ferry_regs call = *r;
     for (;;) {
         long ret = slow_call(r);
-        if (ret != FERRY_DONE || !agg_threads_deliver(r->rax))
+        if (ret != FERRY_DONE || !agg_threads_deliver(call.rax, r->rax))
             return ret;
         *r = call;
     }
@@ -424,7 +424,7 @@ static long slow_call(struct ferry_regs *r)
         ferry_blk_count(nr);
     if (ferry_catchall_on)
         ferry_catchall_check();
-    if (agg_threads_on && ferry_agg_thread_call(r))
+    if (agg_threads_on && (agg_signal_call(r) || ferry_agg_thread_call(r)))
         return FERRY_DONE;
     switch (nr) {
     case SYS_rt_sigreturn:
@@ -452,7 +452,9 @@ static long slow_call(struct ferry_regs *r)
         break;
     case SYS_execve:
     case SYS_execveat:
+        agg_signal_before_exec();
         r->rax = ferry_exec(r);  /* returns only if the exec failed */
+        agg_signal_exec_failed();
         ferry_store_exec_failed();
         return FERRY_DONE;
     }

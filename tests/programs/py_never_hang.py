@@ -218,6 +218,51 @@ def spin():
     print("flag seen")
 
 
+class PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+
+def poll_restart():
+    """A handler with SA_RESTART: read runs again, poll never does (signal(7))."""
+    signal.signal(signal.SIGALRM, lambda s, f: None)
+    signal.siginterrupt(signal.SIGALRM, False)
+    r, w = os.pipe()
+    pfd = PollFd(r, select.POLLIN, 0)
+    signal.alarm(1)
+    n = libc.poll(ctypes.byref(pfd), 1, -1)
+    print("poll", n, errno.errorcode.get(ctypes.get_errno()) if n < 0 else "")
+
+
+def rtmax():
+    """The program's own SIGRTMAX (under fibers the engine preempts with it):
+    its handler, its disposition, what a child inherits, while the engine's
+    own ticks come and go (the spin below lasts many of them)."""
+    got = []
+    print("before", signal.signal(signal.SIGRTMAX, lambda s, f: got.append(s)))
+    os.kill(os.getpid(), signal.SIGRTMAX)
+    flag = []
+    t = threading.Thread(target=lambda: (time.sleep(0.2), flag.append(1)))
+    t.start()
+    while not flag:
+        pass
+    t.join()
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGRTMAX)
+    print("handled", got)
+    signal.signal(signal.SIGRTMAX, signal.SIG_IGN)
+    status = subprocess.run(["/bin/cat", "/proc/self/status"], capture_output=True, text=True).stdout
+    ign = int(next(line for line in status.splitlines() if line.startswith("SigIgn")).split()[1], 16)
+    print("child ignores SIGRTMAX", bool(ign >> (signal.SIGRTMAX - 1) & 1))
+    print("after", signal.signal(signal.SIGRTMAX, signal.SIG_DFL))
+
+
+def rtmax_default():
+    """SIGRTMAX with its default action ends the process."""
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGRTMAX)
+    time.sleep(5)
+    print("not reached")
+
+
 def hipri():
     fd = os.open("/etc/passwd", os.O_RDONLY)
     buf = bytearray(64)
@@ -251,6 +296,9 @@ CASES = {
     "change_user": change_user,
     "spin": spin,
     "hipri": hipri,
+    "rtmax": rtmax,
+    "poll_restart": poll_restart,
+    "rtmax_default": rtmax_default,
     "lsfd": lsfd,
 }
 

@@ -1,0 +1,316 @@
+/* The engine's own signal, with the program's threads as fibers.
+ *
+ * Two things need a signal that the program never sees:
+ *
+ *  - Preemption.  The kernel gives every runnable thread its turn; fibers on
+ *    a carrier only switch when one makes a call.  A thread that spins on a
+ *    flag another thread of its carrier sets would spin for ever.  So each
+ *    carrier that runs more than one fiber has a timer on its thread's CPU
+ *    time (it does not run while the carrier waits or blocks); when it fires
+ *    and the same fiber has had the carrier for a whole tick, in the
+ *    program's own code, the handler parks that fiber behind the others and
+ *    lets the scheduler run them (their completions are reaped on the way).
+ *    The handler's frame stays on the fiber's stack until it runs again.
+ *
+ *  - Cutting a worker's call short.  A fiber whose call (select, poll,
+ *    flock, wait4, ...) a worker thread runs gets a signal: natively its
+ *    call would end with EINTR.  The worker is sent this signal; the call
+ *    runs through ferry_cp_call (agg_cancel.S), whose layout lets the
+ *    handler end it without a race.
+ *
+ * The signal is SIGRTMAX, as Go takes SIGURG: the program's own use of it
+ * still works.  Its disposition is kept here (rt_sigaction answers from it);
+ * a SIGRTMAX that is not the engine's goes where the program said; an
+ * ignored SIGRTMAX is ignored again across exec.
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/ucontext.h>
+#include <time.h>
+
+#include "agg.h"
+#include "raw.h"
+#include "util.h"
+
+#define KSIGSET 8
+#define EINTR_ 4
+#define EFAULT_ 14
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000
+#endif
+#define SIGEV_THREAD_ID_ 4
+#define SI_TIMER_ (-2)
+#define AGG_SI_CANCEL (-0x46)           /* si_code of a worker's cancel signal */
+#define TICK_NS 10000000L               /* a fiber's slice of its carrier's CPU */
+#define TICK_TAG 0x4652000000000000UL   /* sival of a tick: tag | slot */
+#define MAX_TICKING 64
+#define BIT(sig) (1ULL << ((sig) - 1))
+
+int agg_signal_owned;
+static struct ferry_ksigaction program_act;   /* what the program set for AGG_SIGNAL */
+static struct agg_carrier *ticking[MAX_TICKING];
+static unsigned nticking;
+
+extern char __ehdr_start[] __attribute__((visibility("hidden")));
+extern char __etext[] __attribute__((visibility("hidden")));
+void ferry_sigreturn(void);  /* entry.S: the handlers' restorer */
+extern char ferry_cp_begin[], ferry_cp_syscall[], ferry_cp_end[], ferry_cp_cancelled[];
+
+/* ---- the program's disposition --------------------------------------------- */
+
+int agg_signal_action(int sig, struct ferry_ksigaction *act)
+{
+    if (agg_signal_owned && sig == AGG_SIGNAL) {
+        *act = program_act;
+        return 0;
+    }
+    return (int)ferry_raw4(SYS_rt_sigaction, sig, 0, act, KSIGSET);
+}
+
+/* rt_sigaction(SIGRTMAX): answered from the program's record.  A vfork
+ * child has a table of its own (its changes must not reach the parent's
+ * record), so its calls go to the kernel. */
+int agg_signal_call(struct ferry_regs *r)
+{
+    if (!agg_signal_owned || r->rax != SYS_rt_sigaction || r->rdi != AGG_SIGNAL || r->r10 != KSIGSET ||
+        agg_in_vfork_child())
+        return 0;
+    struct ferry_ksigaction act, scratch;
+    if (r->rsi && ferry_safe_read(&act, (void *)r->rsi, sizeof(act)) != sizeof(act)) {
+        r->rax = -EFAULT_;
+        return 1;
+    }
+    /* the kernel still sees the call, as a query, so that a tracer counts it */
+    ferry_pass6(SYS_rt_sigaction, AGG_SIGNAL, 0, (long)&scratch, KSIGSET, 0, 0);
+    if (r->rdx && ferry_safe_write((void *)r->rdx, &program_act, sizeof(program_act))) {
+        r->rax = -EFAULT_;
+        return 1;
+    }
+    if (r->rsi) {
+        act.mask &= ~(BIT(SIGKILL) | BIT(SIGSTOP));
+        program_act = act;
+    }
+    r->rax = 0;
+    return 1;
+}
+
+/* exec resets a handled signal to SIG_DFL but keeps SIG_IGN: what the new
+ * program inherits must be what the program set. */
+void agg_signal_before_exec(void)
+{
+    if (agg_signal_owned && program_act.handler == SIG_IGN)
+        ferry_raw4(SYS_rt_sigaction, AGG_SIGNAL, &program_act, 0, KSIGSET);
+}
+
+static void on_signal(int sig, siginfo_t *si, void *ucv);
+
+static int install(void)
+{
+    struct ferry_ksigaction act = {(void *)on_signal, SA_SIGINFO | SA_RESTART | SA_RESTORER,
+                                   (void *)ferry_sigreturn, 0};
+    return (int)ferry_raw4(SYS_rt_sigaction, AGG_SIGNAL, &act, 0, KSIGSET);
+}
+
+void agg_signal_exec_failed(void)
+{
+    if (agg_signal_owned && program_act.handler == SIG_IGN)
+        install();
+}
+
+/* Taken only once the program has a second thread or a worker's call: a
+ * single-threaded program (most of a shell script's commands) keeps its
+ * SIGRTMAX exactly as it was, down to what /proc/self/status says. */
+int agg_signal_start(void)
+{
+    static int lock;
+    if (__atomic_load_n(&agg_signal_owned, __ATOMIC_ACQUIRE))
+        return 0;
+    agg_lock(&lock);
+    int r = 0;
+    if (!agg_signal_owned) {
+        r = (int)ferry_raw4(SYS_rt_sigaction, AGG_SIGNAL, 0, &program_act, KSIGSET);
+        if (r == 0)
+            r = install();
+        if (r == 0)
+            __atomic_store_n(&agg_signal_owned, 1, __ATOMIC_RELEASE);
+    }
+    agg_unlock(&lock);
+    return r;
+}
+
+/* A SIGRTMAX that is not the engine's: as the program's disposition says,
+ * with the mask its handler asked for. */
+static void forward(int sig, siginfo_t *si, ucontext_t *uc)
+{
+    struct ferry_ksigaction a = program_act;
+    if (a.handler == SIG_IGN)
+        return;
+    if (a.handler == SIG_DFL) {
+        /* a real-time signal's default ends the process: blocked while this
+         * handler runs, it is delivered, and fatal, when it returns */
+        struct ferry_ksigaction dfl = {SIG_DFL, 0, 0, 0};
+        ferry_raw4(SYS_rt_sigaction, sig, &dfl, 0, KSIGSET);
+        ferry_raw3(SYS_tgkill, ferry_raw0(SYS_getpid), ferry_raw0(SYS_gettid), sig);
+        return;
+    }
+    if (a.flags & SA_RESETHAND) {
+        program_act.handler = SIG_DFL;
+        program_act.flags &= ~SA_SIGINFO;
+    }
+    uint64_t was;
+    ferry_memcpy(&was, &uc->uc_sigmask, 8);
+    uint64_t during = was | a.mask | ((a.flags & SA_NODEFER) ? 0 : BIT(sig));
+    uint64_t now;
+    ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &during, &now, KSIGSET);
+    if (a.flags & SA_SIGINFO)
+        ((void (*)(int, siginfo_t *, void *))a.handler)(sig, si, uc);
+    else
+        ((void (*)(int))a.handler)(sig);
+    ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &now, 0, KSIGSET);
+}
+
+/* ---- preemption ------------------------------------------------------------ */
+
+struct ksigevent {
+    void *value;
+    int signo;
+    int notify;
+    int tid;
+    int pad[11];
+};
+
+/* The CPU clock of thread `tid` (the kernel's MAKE_THREAD_CPUCLOCK). */
+static long thread_cpu_clock(int tid) { return (long)(((unsigned long)~(unsigned)tid << 3) | 6); }
+
+void agg_tick_create(struct agg_carrier *c)
+{
+    if (!agg_signal_owned || c->tick_timer >= 0)
+        return;
+    unsigned slot = __atomic_fetch_add(&nticking, 1, __ATOMIC_ACQ_REL);
+    if (slot >= MAX_TICKING)
+        return;
+    c->tick_slot = (int)slot;
+    __atomic_store_n(&ticking[slot], c, __ATOMIC_RELEASE);
+    struct ksigevent ev = {(void *)(TICK_TAG | slot), AGG_SIGNAL, SIGEV_THREAD_ID_, c->tid, {0}};
+    int id;
+    if (ferry_raw3(SYS_timer_create, thread_cpu_clock(c->tid), &ev, &id) == 0) {
+        c->tick_timer = id;
+        agg_tick_update(c);
+    }
+}
+
+/* Ticks only while the carrier has fibers to share it between. */
+void agg_tick_update(struct agg_carrier *c)
+{
+    if (c->tick_timer < 0 || !c->threads)
+        return;
+    int want = c->alive > 1;
+    if (want == c->tick_armed)
+        return;
+    struct __kernel_timespec spec[2] = {{0, want ? TICK_NS : 0}, {0, want ? TICK_NS : 0}};
+    if (ferry_raw4(SYS_timer_settime, c->tick_timer, 0, spec, 0) == 0)
+        c->tick_armed = want;
+}
+
+void agg_tick_delete(struct agg_carrier *c)
+{
+    if (c->tick_timer >= 0)
+        ferry_raw1(SYS_timer_delete, c->tick_timer);
+    c->tick_timer = -1;
+}
+
+/* A fork child has none of its parent's timers. */
+void agg_tick_forget(void) { nticking = 0; }
+
+static void tick(struct agg_carrier *c, ucontext_t *uc)
+{
+    struct agg_fiber *f = c->current;
+    if (!f || f != agg_self || !f->thread || f->busy || f->state != AGG_RUNNING)
+        return;
+    if (c->runs != c->tick_runs) {
+        c->tick_runs = c->runs;  /* it has not had a whole tick yet */
+        return;
+    }
+    /* only in the program's code: the shim's own may hold the carrier's state */
+    unsigned long rip = (unsigned long)uc->uc_mcontext.gregs[REG_RIP];
+    if (rip >= (unsigned long)__ehdr_start && rip < (unsigned long)__etext)
+        return;
+    /* not inside a handler of the program's (its mask is not the fiber's) */
+    uint64_t m;
+    ferry_memcpy(&m, &uc->uc_sigmask, 8);
+    if (m != f->sigmask)
+        return;
+    c->kmask = m | BIT(AGG_SIGNAL);  /* what the kernel has while this handler runs */
+    c->round_left = 0;               /* through the scheduler, which reaps */
+    agg_wake(f);
+    agg_park(f);
+    f->state = AGG_RUNNING;
+    c->tick_runs = c->runs;
+}
+
+/* ---- workers --------------------------------------------------------------- */
+
+/* On the carrier of the fiber whose call `req` a worker runs (or will). */
+void agg_worker_cancel(struct agg_req *req)
+{
+    __atomic_store_n(&req->cancel, 1, __ATOMIC_SEQ_CST);
+    int tid = __atomic_load_n(&req->worker_tid, __ATOMIC_SEQ_CST);
+    if (tid <= 0)
+        return;  /* queued: the worker sees the word before it starts */
+    siginfo_t si;
+    ferry_memset(&si, 0, sizeof(si));
+    si.si_signo = AGG_SIGNAL;
+    si.si_code = AGG_SI_CANCEL;
+    si.si_pid = (int)ferry_raw0(SYS_getpid);
+    si.si_value.sival_ptr = &req->cancel;
+    ferry_raw4(SYS_rt_tgsigqueueinfo, si.si_pid, tid, AGG_SIGNAL, &si);
+}
+
+/* A worker lets only this signal through, once it is the engine's. */
+void agg_worker_signals(void)
+{
+    uint64_t m = ~BIT(AGG_SIGNAL);
+    ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &m, 0, KSIGSET);
+}
+
+static int on_worker(int sig, siginfo_t *si, ucontext_t *uc)
+{
+    unsigned long *tcb = (unsigned long *)ferry_tp();
+    if (tcb[AGG_WORKER_MAGIC_AT] != AGG_WORKER_MAGIC)
+        return 0;
+    greg_t *g = uc->uc_mcontext.gregs;
+    unsigned long rip = (unsigned long)g[REG_RIP];
+    if (rip >= (unsigned long)ferry_cp_begin && rip <= (unsigned long)ferry_cp_end) {
+        int cancelled = __atomic_load_n((int *)g[REG_RBX], __ATOMIC_SEQ_CST);
+        if (cancelled && rip <= (unsigned long)ferry_cp_syscall)
+            g[REG_RIP] = (greg_t)ferry_cp_cancelled;  /* not run, or about to run again */
+        else if (!cancelled && rip == (unsigned long)ferry_cp_end && g[REG_RAX] == -EINTR_)
+            g[REG_RIP] = (greg_t)ferry_cp_begin;     /* cut short by a signal not for it */
+    }
+    long pid = ferry_raw0(SYS_getpid);
+    if (si->si_code != AGG_SI_CANCEL || si->si_pid != pid) {
+        /* the program's own SIGRTMAX, sent to the process, landed on a
+         * worker, which has no thread block of the program's: its first
+         * thread (carrier 0's) takes it */
+        ferry_raw4(SYS_rt_tgsigqueueinfo, pid, pid, sig, si);
+    }
+    return 1;
+}
+
+static void on_signal(int sig, siginfo_t *si, void *ucv)
+{
+    ucontext_t *uc = ucv;
+    if (on_worker(sig, si, uc))
+        return;
+    if (si->si_code == SI_TIMER_) {
+        unsigned long v = (unsigned long)si->si_value.sival_ptr;
+        if ((v & ~0xffUL) == TICK_TAG && (v & 0xff) < MAX_TICKING) {
+            struct agg_carrier *c = __atomic_load_n(&ticking[v & 0xff], __ATOMIC_ACQUIRE);
+            if (c && c->tid == (int)ferry_raw0(SYS_gettid))
+                tick(c, uc);
+            return;
+        }
+    }
+    forward(sig, si, uc);
+}
