@@ -107,6 +107,8 @@ struct agg_fiber {
     uint64_t waitset;             /* the signals it waits for in rt_sigtimedwait */
     uint64_t sigmask;             /* its signal mask (the carrier's while it runs) */
     uint64_t sigpending;          /* signals sent to it while it was not running */
+    char *siginfo;                /* 64 siginfos of 128 bytes, once one is kept (world_lock) */
+    uint64_t siginfo_set;         /* ... which of them hold a sender's siginfo */
     uint64_t affinity;            /* what sched_setaffinity asked for it */
     struct agg_thread_start *start;
     struct agg_req *req;          /* the call it is parked in */

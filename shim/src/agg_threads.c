@@ -118,6 +118,47 @@ static int restarts(int sig)
     return act.handler == SIG_IGN || act.handler == SIG_DFL || (act.flags & SA_RESTART);
 }
 
+/* ---- what a handler is told about its signal (siginfo) ---------------------- */
+
+#define SIGINFO_SIZE 128
+
+/* A signal taken from the kernel's queue on the fiber's behalf keeps the
+ * siginfo its sender gave it (si_code, si_pid, a child's exit status, a
+ * sigqueue value) until it is raised again for the fiber.  With world_lock
+ * held. */
+static void keep_info(struct agg_fiber *f, int sig, const char *info)
+{
+    if (!f->siginfo && !(f->siginfo = agg_calloc(64, SIGINFO_SIZE)))
+        return;
+    ferry_memcpy(f->siginfo + (sig - 1) * SIGINFO_SIZE, info, SIGINFO_SIZE);
+    f->siginfo_set |= 1ULL << (sig - 1);
+}
+
+/* 1 and the kept siginfo in `out`, or 0. */
+static int take_info(struct agg_fiber *f, int sig, char *out)
+{
+    uint64_t bit = 1ULL << (sig - 1);
+    agg_lock(&world_lock);
+    int have = (f->siginfo_set & bit) != 0;
+    if (have) {
+        ferry_memcpy(out, f->siginfo + (sig - 1) * SIGINFO_SIZE, SIGINFO_SIZE);
+        f->siginfo_set &= ~bit;
+    }
+    agg_unlock(&world_lock);
+    return have;
+}
+
+/* What tgkill from this process says of itself. */
+static void own_info(int sig, int code, char *out)
+{
+    int32_t *w = (int32_t *)out;
+    ferry_memset(out, 0, SIGINFO_SIZE);
+    w[0] = sig;
+    w[2] = code;
+    w[4] = (int32_t)ferry_raw0(SYS_getpid);   /* si_pid */
+    w[5] = (int32_t)ferry_raw0(SYS_getuid);   /* si_uid */
+}
+
 /* Calls the kernel never restarts after a handler, SA_RESTART or not
  * (signal(7)): they end with EINTR. */
 static int never_restarted(long nr)
@@ -164,7 +205,11 @@ int agg_threads_deliver(long nr, long result)
         __atomic_and_fetch(&f->sigpending, ~(1ULL << (sig - 1)), __ATOMIC_ACQ_REL);
         if (restart && !restarts(sig))
             restart = 0;
-        ferry_raw3(SYS_tgkill, ferry_raw0(SYS_getpid), real_tid(f->carrier), sig);
+        char info[SIGINFO_SIZE];
+        if (take_info(f, sig, info))
+            ferry_raw4(SYS_rt_tgsigqueueinfo, ferry_raw0(SYS_getpid), real_tid(f->carrier), sig, info);
+        else
+            ferry_raw3(SYS_tgkill, ferry_raw0(SYS_getpid), real_tid(f->carrier), sig);
     }
     return restart;
 }
@@ -209,11 +254,10 @@ static struct agg_fiber *taker(int sig)
     return 0;
 }
 
-static int dequeue(int sig)
+static int dequeue(int sig, char *info)
 {
     uint64_t one = 1ULL << (sig - 1);
     struct __kernel_timespec now = {0, 0};
-    char info[128];
     return ferry_raw4(SYS_rt_sigtimedwait, &one, info, &now, 8) == sig;
 }
 
@@ -249,8 +293,9 @@ void agg_threads_take_signals(struct agg_carrier *c)
         struct ferry_ksigaction act;
         if (agg_signal_action(sig, &act) != 0)
             continue;
+        char info[SIGINFO_SIZE];
         if (act.handler == SIG_IGN || (act.handler == SIG_DFL && default_ignored(sig))) {
-            dequeue(sig);
+            dequeue(sig, info);
             continue;
         }
         if (act.handler == SIG_DFL) {
@@ -262,7 +307,8 @@ void agg_threads_take_signals(struct agg_carrier *c)
         }
         agg_lock(&world_lock);
         struct agg_fiber *t = taker(sig);
-        if (t && dequeue(sig)) {
+        if (t && dequeue(sig, info)) {
+            keep_info(t, sig, info);
             __atomic_or_fetch(&t->sigpending, bit, __ATOMIC_ACQ_REL);
             if (t->carrier == c)
                 agg_threads_signalled(t);
@@ -625,6 +671,7 @@ static int clone_thread(struct agg_fiber *self, struct ferry_regs *r)
  * glibc may reuse that stack as soon as the tid word reads 0. */
 static void free_thread(struct agg_fiber *f)
 {
+    agg_free(f->siginfo);
     agg_free(f->start);
     agg_free(f);
 }
@@ -709,11 +756,13 @@ static void take_process_signals(struct agg_fiber *f, uint64_t mask)
     while (pend) {
         int sig = __builtin_ctzll(pend) + 1;
         pend &= pend - 1;
-        uint64_t one = 1ULL << (sig - 1);
-        struct __kernel_timespec now = {0, 0};
-        char info[128];
-        if (ferry_raw4(SYS_rt_sigtimedwait, &one, info, &now, 8) == sig)
-            __atomic_or_fetch(&f->sigpending, one, __ATOMIC_ACQ_REL);
+        char info[SIGINFO_SIZE];
+        if (dequeue(sig, info)) {
+            agg_lock(&world_lock);
+            keep_info(f, sig, info);
+            agg_unlock(&world_lock);
+            __atomic_or_fetch(&f->sigpending, 1ULL << (sig - 1), __ATOMIC_ACQ_REL);
+        }
     }
 }
 
@@ -756,10 +805,11 @@ static long wait_for_signal(struct agg_fiber *f, struct ferry_regs *r)
             int sig = __builtin_ctzll(hit) + 1;
             __atomic_and_fetch(&f->sigpending, ~(1ULL << (sig - 1)), __ATOMIC_ACQ_REL);
             res = sig;
-            if (r->rsi) {
-                int32_t info[32] = {sig, 0, -6 /* SI_TKILL */, (int32_t)ferry_raw0(SYS_getpid)};
-                ferry_memcpy((void *)r->rsi, info, sizeof(info));
-            }
+            char info[SIGINFO_SIZE];
+            if (!take_info(f, sig, info))
+                own_info(sig, -6 /* SI_TKILL */, info);
+            if (r->rsi && ferry_safe_write((void *)r->rsi, info, sizeof(info)))
+                res = -EFAULT_;
             break;
         }
         if (__atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~f->sigmask & ~set) {
@@ -872,8 +922,12 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         for (unsigned i = 0; !t && i < next_vtid; i++)
             if (by_vtid[i] && by_vtid[i] != f && !(by_vtid[i]->sigmask & (1ULL << (sig - 1))))
                 t = by_vtid[i];
-        if (t)
+        if (t) {
+            char info[SIGINFO_SIZE];
+            own_info((int)sig, 0 /* SI_USER */, info);
+            keep_info(t, (int)sig, info);
             r->rax = signal_fiber(f, t, sig);
+        }
         agg_unlock(&world_lock);
         return t != 0;  /* none: every thread blocks it, pending for the process */
     }

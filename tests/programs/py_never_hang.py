@@ -218,6 +218,29 @@ def spin():
     print("flag seen")
 
 
+def siginfo():
+    """What sigwaitinfo says of a signal: a child's exit, a kill from this
+    process, from another of its threads."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, signal.SIGUSR1})
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    si = signal.sigwaitinfo({signal.SIGCHLD})
+    print("child", si.si_signo, si.si_code, si.si_status, si.si_pid == pid)
+    os.waitpid(pid, 0)
+    os.kill(os.getpid(), signal.SIGUSR1)
+    si = signal.sigwaitinfo({signal.SIGUSR1})
+    print("kill", si.si_code, si.si_pid == os.getpid(), si.si_uid == os.getuid())
+    t = threading.Thread(target=lambda: os.kill(os.getpid(), signal.SIGUSR1))
+    t.start()
+    t.join()
+    si = signal.sigwaitinfo({signal.SIGUSR1})
+    print("kill from a thread", si.si_code, si.si_pid == os.getpid())
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+    si = signal.sigwaitinfo({signal.SIGUSR1})
+    print("tgkill", si.si_code, si.si_pid == os.getpid())
+
+
 class PollFd(ctypes.Structure):
     _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
 
@@ -298,6 +321,7 @@ CASES = {
     "hipri": hipri,
     "rtmax": rtmax,
     "poll_restart": poll_restart,
+    "siginfo": siginfo,
     "rtmax_default": rtmax_default,
     "lsfd": lsfd,
 }
