@@ -92,3 +92,7 @@ def test_programs():
     if r.returncode != 0:
         raise AssertionError(f"make -C tests/programs failed:\n{r.stdout}\n{r.stderr}")
     return PROGRAMS
+
+# Every built-in profile: a behaviour that must not depend on the profile is
+# checked under each.
+ALL_PROFILES = ["trace", "count", "off", "aggregate", "fibers"]

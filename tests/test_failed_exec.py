@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, PROGRAMS
+from conftest import ALL_PROFILES, FERRY, PROGRAMS
 from ferry.rundata import load_run
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
@@ -126,9 +126,10 @@ def test_a_path_search_is_counted_once_per_call(tmp_path, workload):
     assert all(p["enabled"] for p in model["processes"]), [p["reason"] for p in model["processes"]]
 
 
-def test_a_child_killed_right_after_its_exec_is_said_to_be(tmp_path):
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_a_child_killed_right_after_its_exec_is_said_to_be(tmp_path, profile):
     run_dir = tmp_path / "run"
-    r = subprocess.run([*FERRY, "run", "-o", str(run_dir), "--", str(PROGRAMS / "exec_killed"), "/bin/true"],
+    r = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--", str(PROGRAMS / "exec_killed"), "/bin/true"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "child: signal 9" in r.stdout

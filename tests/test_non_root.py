@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS, ROOT
+from conftest import ALL_PROFILES, PROGRAMS, ROOT
 
 SITE = sysconfig.get_paths()["purelib"]
 SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
@@ -68,7 +68,7 @@ def ferry(home, *args):
     return as_nobody(home, SYSTEM_PYTHON, "-c", boot, *args)
 
 
-@pytest.mark.parametrize("profile", ["trace", "count", "off"])
+@pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_run_and_report_as_nobody(home, profile):
     program = [str(PROGRAMS / "forkexec")]
     native = as_nobody(home, *program)

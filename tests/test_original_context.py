@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import ALL_PROFILES, FERRY, ROOT
 from ferry.injector.environment import SETTINGS, is_setting
 from ferry.rundata import load_run
 
@@ -36,7 +36,7 @@ def native_and_ferry(tmp_path, argv, profile="trace", **kw):
     return native, under
 
 
-@pytest.mark.parametrize("profile", ["trace", "count", "off"])
+@pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_environment_exe_and_argv_are_the_programs_own(tmp_path, profile):
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LD_LIBRARY_PATH": "/opt/none",
            "FERRY_CACHE": os.environ["FERRY_CACHE"], "FERRY_DATA": str(tmp_path / "data"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY
+from conftest import ALL_PROFILES, FERRY
 from ferry.rundata import load_run
 
 PYTHON = "/usr/bin/python3"
@@ -34,17 +34,18 @@ def shared(monkeypatch):
     shutil.rmtree(top, ignore_errors=True)
 
 
-def _run(run_dir, *argv):
-    return subprocess.run([*FERRY, "run", "-o", str(run_dir), "--", *argv],
+def _run(run_dir, *argv, profile="trace"):
+    return subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--", *argv],
                           capture_output=True, text=True, timeout=120)
 
 
-def test_a_program_runuser_starts_is_recorded(shared):
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_a_program_runuser_starts_is_recorded(shared, profile):
     nobody = pwd.getpwnam("nobody").pw_uid
     argv = ["runuser", "-u", "nobody", "--", "ls", "-d", "/"]
     native = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     for attempt in ("first", "second"):  # the second runs ls from its rewritten image
-        r = _run(shared / attempt, *argv)
+        r = _run(shared / attempt, *argv, profile=profile)
         assert (r.returncode, r.stdout) == (native.returncode, native.stdout), r.stderr
         model = load_run(shared / attempt)
         ls = [p for p in model["processes"] if (p["argv"] or [""])[0] == "ls"]

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import ALL_PROFILES, FERRY, ROOT
 from ferry.rundata import load_run
 
 PYTHON = "/usr/bin/python3"
@@ -18,7 +18,7 @@ def _native(argv):
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, close_fds=True)
 
 
-@pytest.mark.parametrize("profile", ["trace", "count", "off"])
+@pytest.mark.parametrize("profile", ALL_PROFILES)
 @pytest.mark.parametrize("extra", [[], ["print"]], ids=["list", "list-and-print"])
 def test_closed_descriptors_stay_the_programs(tmp_path, profile, extra):
     native = _native(CLOSED + extra)

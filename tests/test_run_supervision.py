@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import FERRY
+from conftest import ALL_PROFILES, FERRY
 from ferry.rundata import load_run
 
 
@@ -35,36 +35,40 @@ def _interrupt_group(argv, sig=signal.SIGINT):
     return p.returncode, out, err
 
 
+@pytest.mark.parametrize("profile", ALL_PROFILES)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT])
-def test_terminal_signals_reach_the_program(tmp_path, sig):
+def test_terminal_signals_reach_the_program(tmp_path, sig, profile):
     argv = ["sh", "-c", "sleep 20; echo after"]
     native = _interrupt_group(argv, sig)
-    under = _interrupt_group([*FERRY, "run", "-o", str(tmp_path / "run"), "--", *argv], sig)
+    under = _interrupt_group([*FERRY, "run", "-p", profile, "-o", str(tmp_path / "run"), "--", *argv], sig)
     assert native[:2] == (-sig, b"")
     assert under[:2] == native[:2], under[2]
 
 
-def test_python_gets_keyboard_interrupt(tmp_path):
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_python_gets_keyboard_interrupt(tmp_path, profile):
     argv = ["/usr/bin/python3", "-c", "import time\ntry:\n time.sleep(20)\nexcept KeyboardInterrupt:\n"
             " print('interrupted')\n raise SystemExit(42)"]
     native = _interrupt_group(argv)
-    under = _interrupt_group([*FERRY, "run", "-o", str(tmp_path / "run"), "--", *argv])
+    under = _interrupt_group([*FERRY, "run", "-p", profile, "-o", str(tmp_path / "run"), "--", *argv])
     assert native[:2] == (42, b"interrupted\n")
     assert under[:2] == native[:2], under[2]
 
 
-def test_ignored_signals_stay_ignored(tmp_path):
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_ignored_signals_stay_ignored(tmp_path, profile):
     # nohup-style: what `ferry run` was told to ignore, the program ignores too
     script = "grep SigIgn /proc/self/status"
     run = lambda argv: subprocess.run(argv, capture_output=True, timeout=60,
                                       preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     native = run(["sh", "-c", script])
-    under = run([*FERRY, "run", "-o", str(tmp_path / "run"), "--", "sh", "-c", script])
+    under = run([*FERRY, "run", "-p", profile, "-o", str(tmp_path / "run"), "--", "sh", "-c", script])
     assert under.stdout == native.stdout and native.stdout.strip().endswith(b"1")
 
 
-def test_a_program_killed_by_sigkill_is_mirrored(tmp_path):
-    r = subprocess.run([*FERRY, "run", "-o", str(tmp_path / "run"), "--", "sh", "-c", "kill -9 $$"],
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_a_program_killed_by_sigkill_is_mirrored(tmp_path, profile):
+    r = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(tmp_path / "run"), "--", "sh", "-c", "kill -9 $$"],
                        capture_output=True, timeout=60)
     assert r.returncode == -signal.SIGKILL and b"internal error" not in r.stderr, r.stderr
     assert load_run(tmp_path / "run")["info"]["exit"] == {"code": None, "signal": "SIGKILL"}

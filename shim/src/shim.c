@@ -417,6 +417,14 @@ long ferry_slow(struct ferry_regs *r)
     }
 }
 
+/* A child's end, as its parent learns it: the run's record of the child
+ * (how it ended, when it never recorded it itself) comes from here. */
+static void note_wait(long nr, const struct ferry_regs *r)
+{
+    if (nr == SYS_wait4 && r->rax > 0 && r->rsi)
+        ferry_store_wait((int)r->rax, *(const int *)r->rsi);
+}
+
 static long slow_call(struct ferry_regs *r)
 {
     long nr = r->rax;
@@ -459,8 +467,10 @@ static long slow_call(struct ferry_regs *r)
         return FERRY_DONE;
     }
     /* ferry-agg begin: a fiber's call goes to the aggregation engine */
-    if (agg_self && ferry_agg_route(r))
+    if (agg_self && ferry_agg_route(r)) {
+        note_wait(nr, r);
         return FERRY_DONE;
+    }
     /* ferry-agg end */
     int timed = mode == FERRY_MODE_TRACE && (unsigned long)nr < FERRY_NR_MAX && traced[nr];
     uint64_t t0 = timed ? ferry_rdtsc() : 0;
@@ -468,8 +478,7 @@ static long slow_call(struct ferry_regs *r)
         r->rax = do_syscall(r);
     if (timed)
         ferry_trace_record(ferry_tls_block, nr, r->rax, t0, ferry_rdtsc(), site_of(r));
-    if (nr == SYS_wait4 && r->rax > 0 && r->rsi)
-        ferry_store_wait((int)r->rax, *(const int *)r->rsi);
+    note_wait(nr, r);
     return FERRY_DONE;
 }
 
