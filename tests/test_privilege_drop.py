@@ -50,7 +50,8 @@ def test_a_program_runuser_starts_is_recorded(shared, profile):
         model = load_run(shared / attempt)
         ls = [p for p in model["processes"] if (p["argv"] or [""])[0] == "ls"]
         assert len(ls) == 1 and ls[0]["enabled"], model["processes"]
-        assert ls[0]["uid"] == nobody and ls[0]["state"] == "exited" and ls[0]["calls"] > 0
+        assert ls[0]["uid"] == nobody and ls[0]["state"] == "exited"
+        assert ls[0]["calls"] > 0 or profile == "off"  # mode off counts nothing
         assert all(p["reason"] is None for p in model["processes"]), model["processes"]
     files = list((shared / "second" / "proc").iterdir())
     assert {f.stat().st_uid for f in files} == {0, nobody}
