@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import FERRY, PROGRAMS, ROOT
 
 PROGRAM = ROOT / "tests" / "programs" / "py_never_hang.py"
 PYTHON = "/usr/bin/python3"
@@ -102,3 +102,27 @@ def test_engine_descriptors_stay_out_of_the_way(profile, tmp_path):
     code, out, err = run(["sh", "-c", cmd], tmp_path)
     got = run(ferry(profile, tmp_path / "run", "sh", "-c", cmd), tmp_path)
     assert (got[0], got[2]) == (code, err), (code, err, got)
+
+
+TWO_CARRIERS = """description = "the fibers profile on two carriers"
+mode = "aggregate"
+[aggregate]
+threads = "fibers"
+carriers = 2
+workers = 8
+"""
+
+
+@pytest.mark.parametrize("profile", ["fibers", "two-carriers", "aggregate"])
+@pytest.mark.parametrize("case", ["flag", "signal", "many"])
+def test_threads_that_make_no_call_still_take_turns(case, profile, tmp_path):
+    """Threads that spin without a system call (tests/programs/spinners.c):
+    natively the kernel gives each its turn and delivers a signal to a
+    running thread at once; fibers on one or two carriers must too."""
+    if profile == "two-carriers":
+        (tmp_path / "two.toml").write_text(TWO_CARRIERS)
+        profile = str(tmp_path / "two.toml")
+    argv = [PROGRAMS / "spinners", case]
+    code, out, err = run([str(a) for a in argv], tmp_path)
+    got = run(ferry(profile, tmp_path / "run", *argv), tmp_path)
+    assert (got[0], got[1]) == (code, out), got[2].decode(errors="replace")[-2000:]

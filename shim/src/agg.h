@@ -316,6 +316,7 @@ void agg_threads_idle(struct agg_carrier *c);
 uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
 void agg_threads_take_signals(struct agg_carrier *c);
 void agg_threads_signalled(struct agg_fiber *f);
+void agg_threads_raise(struct agg_fiber *f, uint64_t frame_mask);
 void agg_vfork_child(void);
 void agg_vfork_parent(void);
 int agg_in_vfork_child(void);
@@ -340,6 +341,7 @@ void agg_tick_forget(void);
 #define AGG_WORKER_MAGIC_AT 8
 #define AGG_WORKER_MAGIC 0x666572727977726bUL
 void agg_worker_cancel(struct agg_req *req);
+void agg_signal_kick(struct agg_carrier *c);
 void agg_worker_signals(void);
 /* agg_cancel.S: a worker's call that a signal for its fiber can cut short */
 long ferry_cp_call(int *cancel, const long *call);

@@ -42,6 +42,7 @@
 #define SIGEV_THREAD_ID_ 4
 #define SI_TIMER_ (-2)
 #define AGG_SI_CANCEL (-0x46)           /* si_code of a worker's cancel signal */
+#define AGG_SI_KICK (-0x47)             /* si_code of a carrier's "a signal was posted" */
 #define TICK_NS 10000000L               /* a fiber's slice of its carrier's CPU */
 #define TICK_TAG 0x4652000000000000UL   /* sival of a tick: tag | slot */
 #define MAX_TICKING 64
@@ -172,6 +173,10 @@ static void forward(int sig, siginfo_t *si, ucontext_t *uc)
 
 /* ---- preemption ------------------------------------------------------------ */
 
+/* Each tick also delivers what was sent to the running fiber while it made
+ * no call (agg_threads_raise): natively a running thread gets a signal at
+ * once. */
+
 struct ksigevent {
     void *value;
     int signo;
@@ -223,15 +228,13 @@ void agg_tick_delete(struct agg_carrier *c)
 /* A fork child has none of its parent's timers. */
 void agg_tick_forget(void) { nticking = 0; }
 
-static void tick(struct agg_carrier *c, ucontext_t *uc)
+/* `slice`: a tick of the carrier's timer, which may preempt; otherwise
+ * another carrier posted a signal for the running fiber. */
+static void tick(struct agg_carrier *c, ucontext_t *uc, int slice)
 {
     struct agg_fiber *f = c->current;
     if (!f || f != agg_self || !f->thread || f->busy || f->state != AGG_RUNNING)
         return;
-    if (c->runs != c->tick_runs) {
-        c->tick_runs = c->runs;  /* it has not had a whole tick yet */
-        return;
-    }
     /* only in the program's code: the shim's own may hold the carrier's state */
     unsigned long rip = (unsigned long)uc->uc_mcontext.gregs[REG_RIP];
     if (rip >= (unsigned long)__ehdr_start && rip < (unsigned long)__etext)
@@ -242,11 +245,32 @@ static void tick(struct agg_carrier *c, ucontext_t *uc)
     if (m != f->sigmask)
         return;
     c->kmask = m | BIT(AGG_SIGNAL);  /* what the kernel has while this handler runs */
-    c->round_left = 0;               /* through the scheduler, which reaps */
-    agg_wake(f);
-    agg_park(f);
-    f->state = AGG_RUNNING;
-    c->tick_runs = c->runs;
+    /* what other carriers posted (a signal for f among them) */
+    if (__atomic_load_n(&c->inbox, __ATOMIC_ACQUIRE))
+        agg_inbox_drain(c);
+    if (slice && c->runs == c->tick_runs) {
+        /* it has had the carrier for a whole tick: the others' turn */
+        c->round_left = 0;  /* through the scheduler, which reaps */
+        agg_wake(f);
+        agg_park(f);
+        f->state = AGG_RUNNING;
+    }
+    if (slice)
+        c->tick_runs = c->runs;
+    agg_threads_raise(f, m);
+}
+
+/* Another carrier posted a signal for the fiber c runs. */
+void agg_signal_kick(struct agg_carrier *c)
+{
+    if (!agg_signal_owned)
+        return;
+    siginfo_t si;
+    ferry_memset(&si, 0, sizeof(si));
+    si.si_signo = AGG_SIGNAL;
+    si.si_code = AGG_SI_KICK;
+    si.si_pid = (int)ferry_raw0(SYS_getpid);
+    ferry_raw4(SYS_rt_tgsigqueueinfo, si.si_pid, c->tid, AGG_SIGNAL, &si);
 }
 
 /* ---- workers --------------------------------------------------------------- */
@@ -308,9 +332,15 @@ static void on_signal(int sig, siginfo_t *si, void *ucv)
         if ((v & ~0xffUL) == TICK_TAG && (v & 0xff) < MAX_TICKING) {
             struct agg_carrier *c = __atomic_load_n(&ticking[v & 0xff], __ATOMIC_ACQUIRE);
             if (c && c->tid == (int)ferry_raw0(SYS_gettid))
-                tick(c, uc);
+                tick(c, uc, 1);
             return;
         }
+    }
+    if (si->si_code == AGG_SI_KICK && si->si_pid == ferry_raw0(SYS_getpid)) {
+        struct agg_carrier *c = agg_carrier;
+        if (c && c->threads && c->tid == (int)ferry_raw0(SYS_gettid))
+            tick(c, uc, 0);
+        return;
     }
     forward(sig, si, uc);
 }

@@ -214,6 +214,34 @@ int agg_threads_deliver(long nr, long result)
     return restart;
 }
 
+/* A signal for t, which runs on another carrier: its carrier is told, and
+ * when t is the fiber it runs (maybe making no call at all), interrupted so
+ * that the signal is delivered at once, as to a running thread. */
+static void post_signal(struct agg_fiber *t)
+{
+    struct agg_carrier *c = t->carrier;
+    int running = __atomic_load_n(&c->current, __ATOMIC_ACQUIRE) == t;
+    agg_post(t, AGG_POST_SIGNAL);
+    if (running)
+        agg_signal_kick(c);
+}
+
+/* From the engine's tick (agg_signal.c), in f's own context with the
+ * program's code interrupted: signals sent to f while it made no call are
+ * raised on its carrier with every signal blocked, so that when the tick's
+ * handler returns and rt_sigreturn restores `frame_mask`, the kernel delivers
+ * them there, in the program's own context, as to a running thread. */
+void agg_threads_raise(struct agg_fiber *f, uint64_t frame_mask)
+{
+    struct agg_carrier *c = f->carrier;
+    if (!(__atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~f->sigmask))
+        return;
+    carrier_mask(c, ~0ULL);
+    f->interrupted = 0;
+    agg_threads_deliver(-1, 0);
+    c->kmask = frame_mask;
+}
+
 /* A carrier that waits blocks every signal: a handler that ran there would
  * run on the scheduler's stack, not a thread's, and the call the thread is
  * parked in would go on waiting.  Carrier 0 looks for signals pending for
@@ -313,7 +341,7 @@ void agg_threads_take_signals(struct agg_carrier *c)
             if (t->carrier == c)
                 agg_threads_signalled(t);
             else
-                agg_post(t, AGG_POST_SIGNAL);
+                post_signal(t);
         }
         agg_unlock(&world_lock);
     }
@@ -735,7 +763,7 @@ static long signal_fiber(struct agg_fiber *self, struct agg_fiber *t, long sig)
     if (t->carrier == self->carrier)
         agg_threads_signalled(t);
     else
-        agg_post(t, AGG_POST_SIGNAL);
+        post_signal(t);
     return 0;
 }
 
