@@ -207,14 +207,18 @@ def change_user():
     print("as", r.stdout.strip(), "exit", r.returncode)
 
 
-def spin():
-    """One thread spins on a flag another sets after 0.1 s: both must run."""
+def spin_until_set(delay):
+    """Spin on a flag another thread sets after `delay` s: both must run."""
     flag = []
-    t = threading.Thread(target=lambda: (time.sleep(0.1), flag.append(1)))
+    t = threading.Thread(target=lambda: (time.sleep(delay), flag.append(1)))
     t.start()
     while not flag:
         pass
     t.join()
+
+
+def spin():
+    spin_until_set(0.1)
     print("flag seen")
 
 
@@ -263,12 +267,7 @@ def rtmax():
     got = []
     print("before", signal.signal(signal.SIGRTMAX, lambda s, f: got.append(s)))
     os.kill(os.getpid(), signal.SIGRTMAX)
-    flag = []
-    t = threading.Thread(target=lambda: (time.sleep(0.2), flag.append(1)))
-    t.start()
-    while not flag:
-        pass
-    t.join()
+    spin_until_set(0.2)
     signal.pthread_kill(threading.main_thread().ident, signal.SIGRTMAX)
     print("handled", got)
     signal.signal(signal.SIGRTMAX, signal.SIG_IGN)
