@@ -85,6 +85,9 @@ def totals_text(model):
     """'120 calls, 3 errors, 0.000051 s in system calls', or without what the run did not
     record: '120 calls (errors and times not recorded in count mode)'."""
     tot, rec = R.totals(model), R.recorded(model)
+    if rec["partial"]:
+        return (f"{tot['calls']} calls; in the {R.recorded_calls(model)} whose errors and times "
+                f"were recorded, {tot['errors']} errors, {R.secs(tot['time_ns'])} s")
     if rec["times"]:
         return f"{tot['calls']} calls, {tot['errors']} errors, {R.secs(tot['time_ns'])} s in system calls"
     if rec["errors"]:
@@ -144,7 +147,10 @@ def syscall_table(model, key="time"):
 
     def row(r, pct, mn, mx):
         times = [pct, R.secs(r["time_ns"]), R.usecs(R.avg_ns(r)), mn, mx] if timed else []
-        t.add_row(*times, str(r["calls"]), *([_errors(r["errors"])] if errors else []), r["name"])
+        err = [_errors(r["errors"])] if errors else []
+        if rec["partial"] and r["name"] != "total" and not any(r.get("hist") or ()):
+            times, err = ["-"] * len(times), ["-"] * len(err)   # none of its calls recorded
+        t.add_row(*times, str(r["calls"]), *err, r["name"])
 
     for r in R.rows(model, "syscall", key):
         row(r, f"{r['pct_time']:.2f}", _usecs_or_dash(r.get("min_ns")),
@@ -152,7 +158,8 @@ def syscall_table(model, key="time"):
     tot = R.totals(model)
     t.add_section()
     known = [s for s in model["syscalls"] if s.get("min_ns") is not None]
-    row(dict(tot, name="total"), "100.00" if tot["time_ns"] else "0.00",
+    hist = [sum(b) for b in zip(*(s.get("hist") or () for s in model["syscalls"]))]
+    row(dict(tot, name="total", hist=hist), "100.00" if tot["time_ns"] else "0.00",
         _usecs_or_dash(min((s["min_ns"] for s in known), default=None)),
         _usecs_or_dash(max((s["max_ns"] for s in known if s.get("max_ns") is not None),
                            default=None)))
@@ -174,6 +181,10 @@ def untimed_note(model):
     names = untimed(model)
     if not names:
         return None
+    if rec["partial"]:
+        return (f"errors and times recorded for {R.recorded_calls(model)} of "
+                f"{R.totals(model)['calls']} calls ({rec['why']}); `-`: none recorded "
+                "(profile trace records them all)")
     return (f"not timed: {', '.join(sorted(names))} (counted, but these calls do not return "
             "through the shim)")
 

@@ -54,6 +54,7 @@ struct agg_req {
     long nr;
     long args[6];
     long result;
+    uint64_t done_tsc;            /* when it completed (the CQE reaped, the worker done) */
     struct agg_fiber *fiber;
     struct agg_carrier *carrier;
     struct agg_req *next;         /* worker queue, then the carrier's done list */
@@ -267,6 +268,7 @@ void agg_fiber_finish(struct agg_fiber *f) __attribute__((noreturn));
 int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out);
 void agg_carrier_loop(struct agg_carrier *c);
 void agg_carrier_forget(struct agg_carrier *c);
+void agg_exit_flush(void);
 void agg_group_forget(struct ferry_group *g);
 
 /* agg_route.c */
@@ -276,6 +278,8 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
 int agg_translatable(const struct ferry_group *g, long nr, const long *a, int with_storage);
 long agg_fixup(long nr, const long *a, struct agg_req *req, long res);
 int ferry_agg_route(struct ferry_regs *r);
+/* The same; *done: when the engine saw the call complete (0: it ran at once). */
+int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);
 void agg_route_watch(void);
 
 /* agg_worker.c */
