@@ -480,7 +480,13 @@ static long slow_call(struct ferry_regs *r)
         ferry_store_exec_failed();
         return FERRY_DONE;
     }
-    /* ferry-agg begin: a fiber's call goes to the aggregation engine; its
+    /* ferry-agg begin: the engine's descriptors stay its own */
+    if (agg_fd_guard(r)) {
+        if (timed)
+            record(r, nr, ferry_rdtsc(), 0);
+        return FERRY_DONE;
+    }
+    /* a fiber's call goes to the aggregation engine; its
      * time runs from here to when the engine saw it complete */
     if (agg_self) {
         uint64_t t0 = timed ? ferry_rdtsc() : 0, done = 0;
