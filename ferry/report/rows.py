@@ -125,16 +125,24 @@ def recorded(model):
     return {"times": False, "errors": failed, "why": why, "partial": False}
 
 
+def none_recorded(rec, entry):
+    """True for a syscall entry none of whose calls had errors and times recorded, in a run
+    that recorded some calls only (`rec`: recorded(model)); shown as `-`."""
+    return rec["partial"] and not any(entry.get("hist") or ())
+
+
 def recorded_calls(model):
     """Calls whose errors and times were recorded, over all syscalls."""
     return sum(sum(s.get("hist") or ()) for s in model["syscalls"])
 
 
 def totals(model):
-    """Calls, errors and time over all syscalls."""
+    """Calls, errors, time and the histogram of recorded calls over all syscalls."""
+    hists = [s.get("hist") for s in model["syscalls"] if s.get("hist")]
     return {"calls": sum(s["calls"] for s in model["syscalls"]),
             "errors": sum(s["errors"] for s in model["syscalls"]),
-            "time_ns": sum(s["time_ns"] for s in model["syscalls"])}
+            "time_ns": sum(s["time_ns"] for s in model["syscalls"]),
+            "hist": [sum(b) for b in zip(*hists)]}
 
 
 def exit_text(exit):

@@ -148,7 +148,7 @@ def syscall_table(model, key="time"):
     def row(r, pct, mn, mx):
         times = [pct, R.secs(r["time_ns"]), R.usecs(R.avg_ns(r)), mn, mx] if timed else []
         err = [_errors(r["errors"])] if errors else []
-        if rec["partial"] and r["name"] != "total" and not any(r.get("hist") or ()):
+        if r["name"] != "total" and R.none_recorded(rec, r):
             times, err = ["-"] * len(times), ["-"] * len(err)   # none of its calls recorded
         t.add_row(*times, str(r["calls"]), *err, r["name"])
 
@@ -158,8 +158,7 @@ def syscall_table(model, key="time"):
     tot = R.totals(model)
     t.add_section()
     known = [s for s in model["syscalls"] if s.get("min_ns") is not None]
-    hist = [sum(b) for b in zip(*(s.get("hist") or () for s in model["syscalls"]))]
-    row(dict(tot, name="total", hist=hist), "100.00" if tot["time_ns"] else "0.00",
+    row(dict(tot, name="total"), "100.00" if tot["time_ns"] else "0.00",
         _usecs_or_dash(min((s["min_ns"] for s in known), default=None)),
         _usecs_or_dash(max((s["max_ns"] for s in known if s.get("max_ns") is not None),
                            default=None)))

@@ -236,6 +236,7 @@ void agg_ring_exit(struct io_uring *ring, int own);
 /* The program's close, dup2, dup3 or close_range on the engine's kept
  * descriptors: 1 when done here (result in r->rax). */
 int agg_fd_guard(struct ferry_regs *r);
+void agg_fd_guard_after_fork(void);
 
 /* agg_fiber.c + agg_switch.S */
 void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);

@@ -139,6 +139,10 @@ static long close_around(unsigned first, unsigned last, unsigned flags)
     }
 }
 
+/* A fork child has only the forking thread: a lock another thread held
+ * stays held for good. */
+void agg_fd_guard_after_fork(void) { __atomic_store_n(&kept_lock, 0, __ATOMIC_RELAXED); }
+
 int agg_fd_guard(struct ferry_regs *r)
 {
     long nr = r->rax;

@@ -356,6 +356,7 @@ static long hand_to_trampoline(long nr, unsigned long flags)
 static void after_fork(void)
 {
     ferry_store_after_fork();
+    agg_fd_guard_after_fork();
     agg_threads_after_fork();
     ferry_catchall_fork_child();
 }
