@@ -44,6 +44,9 @@ OFF_UID = 152
 STATE_RUNNING, STATE_EXITED, STATE_EXEC, STATE_DETACHED = 1, 2, 3, 4
 EXEC_REWRITTEN, EXEC_PLAIN, EXEC_SETUID, EXEC_STATIC, EXEC_UNKNOWN, EXEC_FOREIGN = 1, 2, 3, 4, 5, 6
 MODES = {0: "off", 1: "count", 2: "trace", 3: "aggregate"}
+# Modes whose blocks hold errors and times: trace (the traced calls) and aggregate (the calls
+# that reach the shim's slow path, the engine's among them; docs/aggregate.md).
+RECORDING_MODES = (2, 3)
 
 
 class ProcFileError(Exception):
@@ -69,7 +72,7 @@ class Block:
     tid: int
     calls: list
     invalid: int
-    nr: dict            # nr -> NrStats (trace mode; calls filled from `calls`)
+    nr: dict            # nr -> NrStats (RECORDING_MODES; calls filled from `calls`)
     sites: dict         # global site index (0-based) -> (calls, errors, ticks)
     events: list        # (enter_tsc, exit_tsc, result, nr, site)
 
@@ -203,7 +206,7 @@ def _block(data, off, mode, capacity, block_size):
     calls = list(struct.unpack_from(f"<{NR_MAX}Q", data, off + OFF_CALLS))
     invalid, = struct.unpack_from("<Q", data, off + OFF_INVALID)
     nr, sites, events = {}, {}, []
-    if mode == 2:
+    if mode in RECORDING_MODES:
         for n in range(NR_MAX):
             if not calls[n]:
                 continue

@@ -89,18 +89,31 @@ def test_same_as_native(case, profile, tmp_path):
         f"--- stderr\n{got_err.decode(errors='replace')[-2000:]}")
 
 
-@pytest.mark.parametrize("profile", [
-    "fibers",
-    # the aggregate profile's group rings still take ordinary descriptors
-    pytest.param("aggregate", marks=pytest.mark.xfail(reason="open: group rings outside fiber mode")),
-])
-def test_engine_descriptors_stay_out_of_the_way(profile, tmp_path):
+def test_engine_descriptors_stay_out_of_the_way(tmp_path):
     """Started with stdout closed, the program has no io_uring or eventfd of
     the engine's (one used to become its fd 1): the engine's rings and
     eventfds are not the program's descriptors."""
     cmd = f"exec {PYTHON} {PROGRAM} lsfd >&-"
     code, out, err = run(["sh", "-c", cmd], tmp_path)
-    got = run(ferry(profile, tmp_path / "run", "sh", "-c", cmd), tmp_path)
+    got = run(ferry("fibers", tmp_path / "run", "sh", "-c", cmd), tmp_path)
+    assert (got[0], got[2]) == (code, err), (code, err, got)
+
+
+@pytest.mark.parametrize("profile", ["fibers", "aggregate"])
+def test_engine_descriptors_the_program_cannot_disturb(profile, tmp_path, test_programs):
+    """A group made through the API under -p aggregate keeps a descriptor per
+    pool (raw batches come from any thread): started with stdout closed, the
+    program's first open is fd 1 as natively; the engine's descriptors are
+    high and close-on-exec, the program's close of one says EBADF, its dup2
+    onto one and a close_range of everything leave the engine working, and an
+    exec'd child has the descriptors it has natively
+    (tests/programs/agg_fds.c)."""
+    program = test_programs / "agg_fds"
+    cmd = f"exec {program} native >&-"
+    code, out, err = run(["sh", "-c", cmd], tmp_path)
+    assert err.startswith(b"first open 1\n") and err.endswith(b"done\n"), err
+    how = "native" if profile == "fibers" else "fiber"
+    got = run(ferry(profile, tmp_path / "run", "sh", "-c", f"exec {program} {how} >&-"), tmp_path)
     assert (got[0], got[2]) == (code, err), (code, err, got)
 
 

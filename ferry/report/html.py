@@ -93,6 +93,9 @@ def _syscalls(model, key):
             ("errno", False)]
     rows = []
     for r in R.rows(model, "syscall", key):
+        if R.none_recorded(rec, r):
+            rows.append(["-"] * 5 + [r["calls"], "-", r["name"], ""])
+            continue
         errnos = sorted((r.get("errnos") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
         rows.append([f"{r['pct_time']:.2f}", R.secs(r["time_ns"]), R.usecs(r["avg_ns"]),
                      "" if r.get("min_ns") is None else R.usecs(r["min_ns"]),

@@ -19,8 +19,15 @@ def num(entry, key):
     return entry.get(key) or 0
 
 
+def timed_calls(entry):
+    """The calls of a syscall entry whose errors and times were recorded (every recorded
+    call lands in one bucket of its histogram); its calls for an entry without one."""
+    hist = entry.get("hist")
+    return sum(hist) if hist and any(hist) else num(entry, "calls")
+
+
 def avg_ns(entry):
-    calls = num(entry, "calls")
+    calls = timed_calls(entry)
     return num(entry, "time_ns") / calls if calls else 0.0
 
 
@@ -94,24 +101,48 @@ def _modes(model):
     return modes
 
 
+# What the aggregate mode records errors and times of (docs/aggregate.md).
+PARTIAL_WHY = ("the aggregate mode records the calls that reach the shim: those the engine "
+               "ran, and the others of the syscalls it routes")
+
+
 def recorded(model):
     """What the run recorded beyond counting calls: {"times": bool, "errors": bool, "why":
-    text}. Only the trace mode records errors and times, unless a mode that records them
-    too left some in the model; `why` says which mode left them out ("" when recorded)."""
+    text, "partial": bool}. The trace mode records errors and times of every call it
+    traces; the aggregate mode of some calls only ("partial": a syscall whose histogram is
+    empty had none recorded); the others none. `why` says which mode left them out ("" when
+    all were recorded)."""
     modes = _modes(model)
     timed = any(num(s, "time_ns") or any(s.get("hist") or ()) for s in model["syscalls"])
     failed = any(num(s, "errors") for s in model["syscalls"])
-    if not modes or "trace" in modes or timed:
-        return {"times": True, "errors": True, "why": ""}
+    if not modes or "trace" in modes:
+        return {"times": True, "errors": True, "why": "", "partial": False}
+    if timed and modes == {"aggregate"}:
+        return {"times": True, "errors": True, "why": PARTIAL_WHY, "partial": True}
+    if timed:
+        return {"times": True, "errors": True, "why": "", "partial": False}
     why = f"not recorded in {' and '.join(sorted(modes))} mode"
-    return {"times": False, "errors": failed, "why": why}
+    return {"times": False, "errors": failed, "why": why, "partial": False}
+
+
+def none_recorded(rec, entry):
+    """True for a syscall entry none of whose calls had errors and times recorded, in a run
+    that recorded some calls only (`rec`: recorded(model)); shown as `-`."""
+    return rec["partial"] and not any(entry.get("hist") or ())
+
+
+def recorded_calls(model):
+    """Calls whose errors and times were recorded, over all syscalls."""
+    return sum(sum(s.get("hist") or ()) for s in model["syscalls"])
 
 
 def totals(model):
-    """Calls, errors and time over all syscalls."""
+    """Calls, errors, time and the histogram of recorded calls over all syscalls."""
+    hists = [s.get("hist") for s in model["syscalls"] if s.get("hist")]
     return {"calls": sum(s["calls"] for s in model["syscalls"]),
             "errors": sum(s["errors"] for s in model["syscalls"]),
-            "time_ns": sum(s["time_ns"] for s in model["syscalls"])}
+            "time_ns": sum(s["time_ns"] for s in model["syscalls"]),
+            "hist": [sum(b) for b in zip(*hists)]}
 
 
 def exit_text(exit):

@@ -85,6 +85,9 @@ def totals_text(model):
     """'120 calls, 3 errors, 0.000051 s in system calls', or without what the run did not
     record: '120 calls (errors and times not recorded in count mode)'."""
     tot, rec = R.totals(model), R.recorded(model)
+    if rec["partial"]:
+        return (f"{tot['calls']} calls; in the {R.recorded_calls(model)} whose errors and times "
+                f"were recorded, {tot['errors']} errors, {R.secs(tot['time_ns'])} s")
     if rec["times"]:
         return f"{tot['calls']} calls, {tot['errors']} errors, {R.secs(tot['time_ns'])} s in system calls"
     if rec["errors"]:
@@ -144,7 +147,10 @@ def syscall_table(model, key="time"):
 
     def row(r, pct, mn, mx):
         times = [pct, R.secs(r["time_ns"]), R.usecs(R.avg_ns(r)), mn, mx] if timed else []
-        t.add_row(*times, str(r["calls"]), *([_errors(r["errors"])] if errors else []), r["name"])
+        err = [_errors(r["errors"])] if errors else []
+        if r["name"] != "total" and R.none_recorded(rec, r):
+            times, err = ["-"] * len(times), ["-"] * len(err)   # none of its calls recorded
+        t.add_row(*times, str(r["calls"]), *err, r["name"])
 
     for r in R.rows(model, "syscall", key):
         row(r, f"{r['pct_time']:.2f}", _usecs_or_dash(r.get("min_ns")),
@@ -174,6 +180,10 @@ def untimed_note(model):
     names = untimed(model)
     if not names:
         return None
+    if rec["partial"]:
+        return (f"errors and times recorded for {R.recorded_calls(model)} of "
+                f"{R.totals(model)['calls']} calls ({rec['why']}); `-`: none recorded "
+                "(profile trace records them all)")
     return (f"not timed: {', '.join(sorted(names))} (counted, but these calls do not return "
             "through the shim)")
 

@@ -54,6 +54,7 @@ struct agg_req {
     long nr;
     long args[6];
     long result;
+    uint64_t done_tsc;            /* when it completed (the CQE reaped, the worker done) */
     struct agg_fiber *fiber;
     struct agg_carrier *carrier;
     struct agg_req *next;         /* worker queue, then the carrier's done list */
@@ -242,6 +243,10 @@ int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, i
 int agg_fd_high(int fd);
 void agg_ring_hide(struct io_uring *ring);
 void agg_ring_exit(struct io_uring *ring, int own);
+/* The program's close, dup2, dup3 or close_range on the engine's kept
+ * descriptors: 1 when done here (result in r->rax). */
+int agg_fd_guard(struct ferry_regs *r);
+void agg_fd_guard_after_fork(void);
 
 /* agg_fiber.c + agg_switch.S */
 void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);
@@ -277,6 +282,7 @@ void agg_fiber_finish(struct agg_fiber *f) __attribute__((noreturn));
 int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out);
 void agg_carrier_loop(struct agg_carrier *c);
 void agg_carrier_forget(struct agg_carrier *c);
+void agg_exit_flush(void);
 void agg_group_forget(struct ferry_group *g);
 
 /* agg_route.c */
@@ -286,6 +292,8 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
 int agg_translatable(const struct ferry_group *g, long nr, const long *a, int with_storage);
 long agg_fixup(long nr, const long *a, struct agg_req *req, long res);
 int ferry_agg_route(struct ferry_regs *r);
+/* The same; *done: when the engine saw the call complete (0: it ran at once). */
+int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);
 void agg_route_watch(void);
 
 /* agg_worker.c */

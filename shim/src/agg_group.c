@@ -23,21 +23,151 @@
 /* A program finds its descriptors at the lowest free numbers (stdout closed:
  * its next open is fd 1) and hands ranges of them to children: one of the
  * engine's goes high, close-on-exec.  Where that fails it stays. */
-int agg_fd_high(int fd)
+static long region_start(void)
 {
     struct {
         uint64_t cur, max;
     } lim;
-    if (fd < 0 || ferry_raw4(SYS_prlimit64, 0, 7 /* RLIMIT_NOFILE */, 0, &lim) != 0)
-        return fd;
+    if (ferry_raw4(SYS_prlimit64, 0, 7 /* RLIMIT_NOFILE */, 0, &lim) != 0)
+        return -1;
     uint64_t top = lim.cur < FD_REGION ? lim.cur : FD_REGION;
-    if (top <= FD_ROOM + 3 || (uint64_t)fd >= top - FD_ROOM)
+    return top <= FD_ROOM + 3 ? -1 : (long)(top - FD_ROOM);
+}
+
+int agg_fd_high(int fd)
+{
+    long start = region_start();
+    if (fd < 0 || start < 0 || fd >= start)
         return fd;
-    long n = ferry_raw3(SYS_fcntl, fd, 1030 /* F_DUPFD_CLOEXEC */, top - FD_ROOM);
+    long n = ferry_raw3(SYS_fcntl, fd, 1030 /* F_DUPFD_CLOEXEC */, start);
     if (n < 0)
         return fd;
     ferry_raw1(SYS_close, fd);
     return (int)n;
+}
+
+/* The rings that keep a descriptor (a group's pools: raw batches come from
+ * any thread, which a ring registered with one thread cannot serve) sit high
+ * and close-on-exec, and the program's own descriptor calls go round them: a
+ * dup2 onto one moves the ring away first, a close of one says EBADF (the
+ * program never opened it), a close_range closes everything else. */
+#define KEPT_MAX 32
+static struct io_uring *kept[KEPT_MAX];
+static int kept_lock;
+static int kept_n;   /* entries that may be in use (atomic): 0, nothing to guard */
+
+static const unsigned short guarded[] = {SYS_close, SYS_dup2, SYS_dup3, SYS_close_range};
+
+static void ring_keep(struct io_uring *ring)
+{
+    ring->ring_fd = ring->enter_ring_fd = agg_fd_high(ring->ring_fd);
+    agg_lock(&kept_lock);
+    for (int i = 0; i < KEPT_MAX; i++)
+        if (!kept[i]) {
+            kept[i] = ring;
+            if (i >= kept_n)
+                __atomic_store_n(&kept_n, i + 1, __ATOMIC_RELEASE);
+            break;
+        }
+    agg_unlock(&kept_lock);
+    for (unsigned i = 0; i < sizeof(guarded) / sizeof(guarded[0]); i++)
+        __atomic_store_n(&ferry_action[guarded[i]], 1, __ATOMIC_RELAXED);
+}
+
+static void ring_release(struct io_uring *ring)
+{
+    agg_lock(&kept_lock);
+    for (int i = 0; i < KEPT_MAX; i++)
+        if (kept[i] == ring)
+            kept[i] = 0;
+    agg_unlock(&kept_lock);
+}
+
+/* The kept ring whose descriptor is fd, or NULL (under kept_lock). */
+static struct io_uring *kept_ring(long fd)
+{
+    int n = __atomic_load_n(&kept_n, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (kept[i] && kept[i]->ring_fd == fd && fd >= 0)
+            return kept[i];
+    return 0;
+}
+
+/* The program is about to put a descriptor of its own at fd: the ring there
+ * moves to another high number (the program's call replaces the old one). */
+static void ring_move(struct io_uring *ring)
+{
+    int fd = ring->ring_fd;
+    long start = region_start();
+    long n = start < 0 ? -1 : ferry_raw3(SYS_fcntl, fd, 1030 /* F_DUPFD_CLOEXEC */, start);
+    if (n < 0)
+        n = ferry_raw3(SYS_fcntl, fd, 1030, fd + 1);
+    if (n >= 0)
+        ring->ring_fd = ring->enter_ring_fd = (int)n;
+}
+
+#define CLOSE_RANGE_UNSHARE_ (1U << 1)
+#define CLOSE_RANGE_CLOEXEC_ (1U << 2)
+
+/* close_range over [first, last] except the kept rings' descriptors. */
+static long close_around(unsigned first, unsigned last, unsigned flags)
+{
+    if (flags & CLOSE_RANGE_UNSHARE_) {
+        long r = ferry_pass6(SYS_unshare, 0x400 /* CLONE_FILES */, 0, 0, 0, 0, 0);
+        if (r < 0)
+            return r;
+        flags &= ~CLOSE_RANGE_UNSHARE_;
+    }
+    unsigned from = first;
+    for (;;) {
+        /* the lowest kept descriptor in [from, last] */
+        long next = -1;
+        for (int i = 0; i < KEPT_MAX; i++) {
+            long fd = kept[i] ? kept[i]->ring_fd : -1;
+            if (fd >= (long)from && fd <= (long)last && (next < 0 || fd < next))
+                next = fd;
+        }
+        unsigned end = next < 0 ? last : (unsigned)next - 1;
+        if (next != (long)from) {
+            long r = ferry_pass6(SYS_close_range, from, end, flags, 0, 0, 0);
+            if (r < 0)
+                return r;
+        }
+        if (next < 0 || (unsigned long)next >= last)
+            return 0;
+        from = (unsigned)next + 1;
+    }
+}
+
+/* A fork child has only the forking thread: a lock another thread held
+ * stays held for good. */
+void agg_fd_guard_after_fork(void) { __atomic_store_n(&kept_lock, 0, __ATOMIC_RELAXED); }
+
+int agg_fd_guard(struct ferry_regs *r)
+{
+    long nr = r->rax;
+    if ((nr != SYS_close && nr != SYS_dup2 && nr != SYS_dup3 && nr != SYS_close_range) ||
+        !__atomic_load_n(&kept_n, __ATOMIC_ACQUIRE))
+        return 0;
+    int done = 0;
+    agg_lock(&kept_lock);
+    if (nr == SYS_close && kept_ring(r->rdi)) {
+        r->rax = -9;  /* EBADF: not a descriptor of the program's */
+        done = 1;
+    } else if ((nr == SYS_dup2 || nr == SYS_dup3) && kept_ring(r->rdi)) {
+        r->rax = -9;
+        done = 1;
+    } else if (nr == SYS_dup2 || nr == SYS_dup3) {
+        struct io_uring *ring = kept_ring(r->rsi);
+        if (ring && r->rdi != r->rsi)
+            ring_move(ring);
+    } else if (nr == SYS_close_range && (unsigned)r->rdi <= (unsigned)r->rsi &&
+               !(r->rdx & ~(long)(CLOSE_RANGE_UNSHARE_ | CLOSE_RANGE_CLOEXEC_))) {
+        r->rax = close_around((unsigned)r->rdi, (unsigned)r->rsi, (unsigned)r->rdx);
+        done = 1;
+    }
+    agg_unlock(&kept_lock);
+    return done;
 }
 
 /* A carrier's ring is entered only by its own thread: registered with that
@@ -50,13 +180,14 @@ void agg_ring_hide(struct io_uring *ring)
         ferry_raw1(SYS_close, ring->ring_fd);
         ring->ring_fd = -1;
     } else {
-        ring->ring_fd = ring->enter_ring_fd = agg_fd_high(ring->ring_fd);
+        ring_keep(ring);
     }
 }
 
 /* `own`: on the thread that registered it (not a fork child's copy). */
 void agg_ring_exit(struct io_uring *ring, int own)
 {
+    ring_release(ring);
     if (ring->ring_fd < 0 && (ring->int_flags & INT_FLAG_REG_RING_)) {
         if (own) {
             struct io_uring_rsrc_update up = {.offset = (unsigned)ring->enter_ring_fd};
@@ -155,7 +286,7 @@ __attribute__((visibility("default"))) int ferry_group_create(struct ferry_group
         if (r < 0)
             goto fail;
         /* raw batches come from any thread: this one keeps a descriptor */
-        g->pools[i].ring.ring_fd = g->pools[i].ring.enter_ring_fd = agg_fd_high(g->pools[i].ring.ring_fd);
+        ring_keep(&g->pools[i].ring);
         g->pools[i].up = 1;
         g->pools[i].cfg = cfg->pools[i];
         if (i == 0)
@@ -176,7 +307,7 @@ __attribute__((visibility("default"))) int ferry_group_create(struct ferry_group
 fail:
     for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
         if (g->pools[i].up)
-            io_uring_queue_exit(&g->pools[i].ring);
+            agg_ring_exit(&g->pools[i].ring, 1);
     agg_free(g);
     return r;
 }
@@ -190,7 +321,7 @@ __attribute__((visibility("default"))) int ferry_group_destroy(struct ferry_grou
     agg_workers_stop(g);
     for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
         if (g->pools[i].up)
-            io_uring_queue_exit(&g->pools[i].ring);
+            agg_ring_exit(&g->pools[i].ring, 1);
     agg_free(g);
     return 0;
 }
@@ -201,5 +332,5 @@ void agg_group_forget(struct ferry_group *g)
 {
     for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
         if (g->pools[i].up)
-            io_uring_queue_exit(&g->pools[i].ring);
+            agg_ring_exit(&g->pools[i].ring, 0);
 }

@@ -502,7 +502,7 @@ static int fd_call(struct ferry_group *g, struct ferry_regs *r)
     return 1;
 }
 
-static int route(struct ferry_regs *r, int complete);
+static int route(struct ferry_regs *r, int complete, uint64_t *done_at);
 
 static const unsigned short fd_calls[] = {
     SYS_fcntl, SYS_ioctl, SYS_dup, SYS_dup2, SYS_dup3, SYS_pipe, SYS_pipe2, SYS_socketpair,
@@ -594,7 +594,7 @@ static long call_total(const struct ferry_regs *r, const struct kiovec *iov, lon
  * writes it all unless a signal cuts it short.  The rest goes the same way
  * as the call did, a piece at a time; an error after some bytes went, or a
  * signal for the fiber, leaves their count, as natively. */
-static long write_rest(const struct ferry_regs *r, long done)
+static long write_rest(const struct ferry_regs *r, long done, uint64_t *done_at)
 {
     const struct kiovec *iov;
     const struct kmsghdr *msg;
@@ -631,8 +631,10 @@ static long write_rest(const struct ferry_regs *r, long done)
                 rest.rdx = k;
             }
         }
-        if (!route(&rest, 0))
+        if (!route(&rest, 0, done_at)) {
             rest.rax = ferry_pass6(rest.rax, rest.rdi, rest.rsi, rest.rdx, rest.r10, rest.r8, rest.r9);
+            *done_at = 0;  /* written here: the call ends when it returns */
+        }
         if (rest.rax <= 0)
             break;
         done += rest.rax;
@@ -648,7 +650,7 @@ static long write_rest(const struct ferry_regs *r, long done)
  * and two fiber switches.  1 when that did it all; a socket that takes only
  * part (or nothing) leaves the rest to the ring, as a blocking write waits
  * for room. */
-static int send_now(struct ferry_group *g, struct ferry_regs *r)
+static int send_now(struct ferry_group *g, struct ferry_regs *r, uint64_t *done_at)
 {
     long nr = r->rax;
     if (!blocking_send(r))
@@ -660,17 +662,26 @@ static int send_now(struct ferry_group *g, struct ferry_regs *r)
     agg_stat(g, AGG_ST(crossings), 1);
     if (n == -EAGAIN)
         return 0;
-    r->rax = write_rest(r, n);  /* the rest, if any, waits for room on the ring */
+    r->rax = write_rest(r, n, done_at);  /* the rest, if any, waits for room on the ring */
     return 1;
 }
 
 /* From ferry_slow: 1 if the engine ran the call (result in r->rax), 0 to
  * let the shim run it natively as usual. */
-int ferry_agg_route(struct ferry_regs *r) { return route(r, 1); }
-
-/* `complete`: a write the ring ends short is carried on to its end. */
-static int route(struct ferry_regs *r, int complete)
+int ferry_agg_route(struct ferry_regs *r)
 {
+    uint64_t done_at;
+    return route(r, 1, &done_at);
+}
+
+int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done) { return route(r, 1, done); }
+
+/* `complete`: a write the ring ends short is carried on to its end.
+ * *done_at: when the engine saw the call (its last piece) complete; 0 when
+ * it ran here, so that it ended as route returns. */
+static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
+{
+    *done_at = 0;
     struct agg_fiber *f = agg_self;
     /* not RUNNING: a signal handler on the carrier's scheduler, which keeps
      * the last fiber's thread pointer (see agg_sched.c); never routed */
@@ -696,7 +707,7 @@ static int route(struct ferry_regs *r, int complete)
         agg_stat(g, AGG_ST(crossings), 1);
         return 0;
     }
-    if (f->thread && !c->rq_head && send_now(g, r))
+    if (f->thread && !c->rq_head && send_now(g, r, done_at))
         return 1;
     f->busy = 1;
     if (nr == SYS_futex) {
@@ -748,18 +759,21 @@ static int route(struct ferry_regs *r, int complete)
     f->busy = 0;
     f->req = 0;
     long res = req.result;
+    *done_at = req.done_tsc;
     if (f->interrupted && res == -ECANCELED)
         res = -EINTR;  /* a signal for the thread cut the call short */
     /* io_uring refuses to close an io_uring descriptor; close(2) does not */
-    if (nr == SYS_close && res == -EBADF && tr == AGG_TR_RING)
+    if (nr == SYS_close && res == -EBADF && tr == AGG_TR_RING) {
         res = native(g, r);
+        *done_at = 0;
+    }
     if (nr == SYS_close)
         forget_fd(r->rdi);
     else if (res >= 0 && (nr == SYS_socket || nr == SYS_accept || nr == SYS_accept4 ||
                           nr == SYS_open || nr == SYS_openat || nr == SYS_creat))
         forget_fd(res);
     if (complete && tr == AGG_TR_RING && !f->interrupted)
-        res = write_rest(r, res);
+        res = write_rest(r, res, done_at);
     r->rax = res;
     return 1;
 }

@@ -236,6 +236,7 @@ static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *
     case AGG_TAG_REQ: {
         struct agg_req *req = p;
         req->result = agg_fixup(req->nr, req->args, req, cqe->res);
+        req->done_tsc = ferry_rdtsc();
         req->done = 1;
         c->pools[pool].inflight--;
         c->acc_completed[pool]++;
@@ -393,6 +394,15 @@ static void flush_stats(struct agg_carrier *c)
             c->acc_completed[i] = 0;
         }
     c->acc_switches = c->acc_aggregated = 0;
+}
+
+/* exit_group from a fiber: what its carrier counted since it last waited
+ * (the last batch's completions) goes to the file before the process ends. */
+void agg_exit_flush(void)
+{
+    struct agg_fiber *f = agg_self;
+    if (f && f->carrier)
+        flush_stats(f->carrier);
 }
 
 /* No fiber is ready: every stored call leaves now, and the carrier waits. */

@@ -16,6 +16,7 @@
 
 #include "agg.h"
 #include "raw.h"
+#include "store.h"
 #include "util.h"
 
 #define FUTEX_WAIT_PRIVATE 128
@@ -41,6 +42,7 @@ struct agg_worker_set {
 
 static void push_done(struct agg_carrier *c, struct agg_req *req)
 {
+    req->done_tsc = ferry_rdtsc();
     struct agg_req *old = __atomic_load_n(&c->done_list, __ATOMIC_RELAXED);
     do
         req->next = old;

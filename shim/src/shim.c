@@ -356,6 +356,7 @@ static long hand_to_trampoline(long nr, unsigned long flags)
 static void after_fork(void)
 {
     ferry_store_after_fork();
+    agg_fd_guard_after_fork();
     agg_threads_after_fork();
     ferry_catchall_fork_child();
 }
@@ -425,6 +426,22 @@ static void note_wait(long nr, const struct ferry_regs *r)
         ferry_store_wait((int)r->rax, *(const int *)r->rsi);
 }
 
+/* Which calls get their errors and times recorded: in trace mode the traced
+ * ones; in aggregate mode every call that comes this way, the engine's above
+ * all (the others of its syscall numbers with them, so that a syscall's
+ * errors are all of them, as the trace mode's). */
+static int recorded(long nr)
+{
+    if ((unsigned long)nr >= FERRY_NR_MAX)
+        return 0;
+    return mode == FERRY_MODE_AGGREGATE || (mode == FERRY_MODE_TRACE && traced[nr]);
+}
+
+static void record(const struct ferry_regs *r, long nr, uint64_t t0, uint64_t t1)
+{
+    ferry_trace_record(ferry_tls_block, nr, r->rax, t0, t1 ? t1 : ferry_rdtsc(), site_of(r));
+}
+
 static long slow_call(struct ferry_regs *r)
 {
     long nr = r->rax;
@@ -432,8 +449,15 @@ static long slow_call(struct ferry_regs *r)
         ferry_blk_count(nr);
     if (ferry_catchall_on)
         ferry_catchall_check();
-    if (agg_threads_on && (agg_signal_call(r) || ferry_agg_thread_call(r)))
-        return FERRY_DONE;
+    int timed = recorded(nr);
+    if (agg_threads_on) {
+        uint64_t t0 = timed ? ferry_rdtsc() : 0;
+        if (agg_signal_call(r) || ferry_agg_thread_call(r)) {
+            if (timed)
+                record(r, nr, t0, 0);
+            return FERRY_DONE;
+        }
+    }
     switch (nr) {
     case SYS_rt_sigreturn:
         return FERRY_RAW;  /* not reached from a trampoline: entry.S runs it */
@@ -454,6 +478,7 @@ static long slow_call(struct ferry_regs *r)
         ferry_blk_retire();
         break;
     case SYS_exit_group:
+        agg_exit_flush();
         ferry_store_exit((int)r->rdi);
         if (stats_path[0])
             ferry_stats_write(stats_path);
@@ -466,18 +491,29 @@ static long slow_call(struct ferry_regs *r)
         ferry_store_exec_failed();
         return FERRY_DONE;
     }
-    /* ferry-agg begin: a fiber's call goes to the aggregation engine */
-    if (agg_self && ferry_agg_route(r)) {
-        note_wait(nr, r);
+    /* ferry-agg begin: the engine's descriptors stay its own */
+    if (agg_fd_guard(r)) {
+        if (timed)
+            record(r, nr, ferry_rdtsc(), 0);
         return FERRY_DONE;
     }
+    /* a fiber's call goes to the aggregation engine; its
+     * time runs from here to when the engine saw it complete */
+    if (agg_self) {
+        uint64_t t0 = timed ? ferry_rdtsc() : 0, done = 0;
+        if (ferry_agg_route_timed(r, &done)) {
+            if (timed)
+                record(r, nr, t0, done);
+            note_wait(nr, r);
+            return FERRY_DONE;
+        }
+    }
     /* ferry-agg end */
-    int timed = mode == FERRY_MODE_TRACE && (unsigned long)nr < FERRY_NR_MAX && traced[nr];
     uint64_t t0 = timed ? ferry_rdtsc() : 0;
     if (!(ferry_catchall_on && ferry_catchall_masked_call(r)))
         r->rax = do_syscall(r);
     if (timed)
-        ferry_trace_record(ferry_tls_block, nr, r->rax, t0, ferry_rdtsc(), site_of(r));
+        record(r, nr, t0, 0);
     note_wait(nr, r);
     return FERRY_DONE;
 }

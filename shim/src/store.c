@@ -217,7 +217,7 @@ int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, cha
     if (rc)
         return rc;
     header_init(argv, 0);
-    if (mode == FERRY_MODE_TRACE)
+    if (mode == FERRY_MODE_TRACE || mode == FERRY_MODE_AGGREGATE)  /* modes that time calls */
         calibrate(ferry_hdr);
     return 0;
 }
