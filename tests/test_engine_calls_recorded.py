@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, PROGRAMS
+from conftest import FERRY, PROGRAMS, ROOT
 
 ROUNDS = 100
 TIMEOUT = 120
@@ -96,3 +96,20 @@ def test_no_call_lost_when_the_process_ends_mid_round(profile, end, traced, tmp_
     for name in ENGINE_SYSCALLS:
         assert got[name]["calls"] == traced[name]["calls"], name
         assert got[name]["errors"] == traced[name]["errors"], name
+
+
+def test_a_call_a_signal_cut_short_and_ran_again_is_one_call(tmp_path):
+    """A read a SIGALRM handler with SA_RESTART interrupted runs again: the
+    kernel restarts it within one call, so the fibers profile must count
+    one read, with its final result, as the trace profile does."""
+    program = [ROOT / "tests" / "programs" / "py_never_hang.py", "restart"]
+    reads = {}
+    for profile in ("trace", "fibers"):
+        out = tmp_path / profile
+        r = subprocess.run([*FERRY, "run", "--no-learn", "-p", profile, "-o", str(out), "--",
+                            "/usr/bin/python3", *map(str, program)],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 0 and "read 1" in r.stdout, r.stderr
+        read = by_name(json.loads(report("--json", out)))["read"]
+        reads[profile] = (read["calls"], read["errors"])
+    assert reads["fibers"] == reads["trace"], reads

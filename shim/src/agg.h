@@ -320,6 +320,7 @@ void agg_threads_watch(void);
 int ferry_agg_thread_call(struct ferry_regs *r);
 void agg_thread_resumed(struct agg_fiber *f);
 int agg_threads_deliver(long nr, long result);
+int agg_threads_will_restart(long nr, long result);
 void agg_threads_idle(struct agg_carrier *c);
 uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
 void agg_threads_take_signals(struct agg_carrier *c);

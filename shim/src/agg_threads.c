@@ -187,6 +187,22 @@ static int never_restarted(long nr)
     return 0;
 }
 
+/* What agg_threads_deliver will say, without raising anything: 1 when the
+ * call (`nr`, ended with `result`) is to run again, so that it is not yet
+ * over (neither counted again nor recorded with its EINTR). */
+int agg_threads_will_restart(long nr, long result)
+{
+    struct agg_fiber *f = agg_self;
+    if (!f || !f->thread || f->state != AGG_RUNNING || f->busy || !f->interrupted ||
+        result != -EINTR_ || never_restarted(nr))
+        return 0;
+    uint64_t due = __atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~f->sigmask;
+    for (; due; due &= due - 1)
+        if (!restarts(__builtin_ctzll(due) + 1))
+            return 0;
+    return 1;
+}
+
 /* Signals sent to the running fiber while it was away: raised now, on the
  * carrier, so that each handler runs on the fiber's stack with its thread
  * pointer.  1 when the call they cut short (`nr`) is to run again. */

@@ -399,6 +399,8 @@ static uint32_t site_of(const struct ferry_regs *r)
 }
 
 static long slow_call(struct ferry_regs *r);
+/* The call slow_call runs is one a signal cut short, run again. */
+static __thread int restarted __attribute__((tls_model("initial-exec")));
 
 /* With the program's threads as fibers, signals sent to a fiber are raised
  * here, once the shim is done with the call: a handler that never returns
@@ -412,9 +414,11 @@ long ferry_slow(struct ferry_regs *r)
     struct ferry_regs call = *r;
     for (;;) {
         long ret = slow_call(r);
+        restarted = 0;
         if (ret != FERRY_DONE || !agg_threads_deliver(call.rax, r->rax))
             return ret;
         *r = call;
+        restarted = 1;  /* the same call still: counted once, as the kernel's restart */
     }
 }
 
@@ -445,7 +449,7 @@ static void record(const struct ferry_regs *r, long nr, uint64_t t0, uint64_t t1
 static long slow_call(struct ferry_regs *r)
 {
     long nr = r->rax;
-    if (mode != FERRY_MODE_OFF)
+    if (mode != FERRY_MODE_OFF && !restarted)
         ferry_blk_count(nr);
     if (ferry_catchall_on)
         ferry_catchall_check();
@@ -502,7 +506,7 @@ static long slow_call(struct ferry_regs *r)
     if (agg_self) {
         uint64_t t0 = timed ? ferry_rdtsc() : 0, done = 0;
         if (ferry_agg_route_timed(r, &done)) {
-            if (timed)
+            if (timed && !agg_threads_will_restart(nr, r->rax))
                 record(r, nr, t0, done);
             note_wait(nr, r);
             return FERRY_DONE;
