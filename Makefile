@@ -43,4 +43,4 @@ bench: setup shim
 clean:
 	$(MAKE) -s -C shim clean
 	$(MAKE) -s -C examples clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) build
