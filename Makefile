@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 # every bench/*.py but the helpers they share
 BENCHES := $(filter-out bench/wrkload.py,$(wildcard bench/*.py))
 
-.PHONY: all setup sysdeps shim examples demo test bench clean
+.PHONY: all setup sysdeps shim examples demo test check bench clean
 
 all: shim
 
@@ -35,6 +35,17 @@ demo: setup shim examples
 test: setup shim examples
 	$(MAKE) -s -C tests/programs
 	$(VENV)/bin/pytest -q
+
+# ruff and mypy (settings in pyproject.toml), and the shim built with gcc and
+# with clang, warnings as errors, apart from the build `make shim` keeps.
+check: setup
+	$(VENV)/bin/ruff check .
+	$(PY) tools/package_tree.py build/typecheck
+	cd build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml \
+		--cache-dir ../mypy-cache -p ferry
+	$(MAKE) -s -C shim CC=gcc BUILD=build/check-gcc
+	$(MAKE) -s -C shim CC=clang BUILD=build/check-clang
+	@echo "make check: all passed"
 
 bench: setup shim
 	$(MAKE) -s -C bench
