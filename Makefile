@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 # every bench/*.py but the helpers they share
 BENCHES := $(filter-out bench/wrkload.py,$(wildcard bench/*.py))
 
-.PHONY: all setup sysdeps shim examples demo test check bench clean
+.PHONY: all setup sysdeps shim examples demo test test-fast check bench clean
 
 all: shim
 
@@ -35,6 +35,11 @@ demo: setup shim examples
 test: setup shim examples
 	$(MAKE) -s -C tests/programs
 	$(VENV)/bin/pytest -q
+
+# the tests that are neither slow nor need a display, the network or root: under a minute
+test-fast: setup shim examples
+	$(MAKE) -s -C tests/programs
+	$(VENV)/bin/pytest -q -m "not slow and not gui and not net and not root"
 
 # ruff and mypy (settings in pyproject.toml), and the shim built with gcc and
 # with clang, warnings as errors, apart from the build `make shim` keeps.

@@ -92,3 +92,26 @@ def test_programs():
     if r.returncode != 0:
         raise AssertionError(f"make -C tests/programs failed:\n{r.stdout}\n{r.stderr}")
     return PROGRAMS
+
+
+# Markers by test file, or by file::test-name prefix: one table for the whole suite
+# (markers declared in setup.cfg; `make test-fast` runs what has none of them).
+MARKS = {
+    "test_gui.py": ("gui",),
+    "test_gui_charts.py": ("gui",),
+    "test_net_server.py": ("net",),
+    "test_attach.py::test_attached_http_server": ("net",),
+    "test_fibers.py::test_net_server": ("net",),
+    "test_fibers.py::test_apache_worker": ("net",),
+    "test_non_root.py": ("root",),
+    "test_privilege_drop.py": ("root",),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        where = f"{item.path.name}::{item.name}"
+        for key, marks in MARKS.items():
+            if where == key or where.startswith(key if "::" in key else key + "::"):
+                for mark in marks:
+                    item.add_marker(mark)
