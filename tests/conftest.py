@@ -105,6 +105,29 @@ MARKS = {
     "test_fibers.py::test_apache_worker": ("net",),
     "test_non_root.py": ("root",),
     "test_privilege_drop.py": ("root",),
+    # more than a few seconds each, or many runs of large programs
+    "test_fibers_never_hang.py": ("slow",),
+    "test_bad_input.py": ("slow",),
+    "test_report_aggregate.py": ("slow",),
+    "test_fibers.py": ("slow",),
+    "test_cache_command.py": ("slow",),
+    "test_children_enabled.py": ("slow",),
+    "test_run_supervision.py": ("slow",),
+    "test_package.py": ("slow",),
+    "test_instrument_progress.py": ("slow",),
+    "test_failed_exec.py": ("slow",),
+    "test_libc_coverage.py": ("slow",),
+    "test_run_matches_strace.py": ("slow",),
+    "test_packed_segments.py": ("slow",),
+    "test_refused_programs.py": ("slow",),
+    "test_programs_behave_identically.py::test_python_script_output_identical": ("slow",),
+    "test_programs_behave_identically.py::test_sigrestart": ("slow",),
+    "test_report.py::test_html": ("slow",),
+    "test_run_model_schema.py::test_html": ("slow",),
+    # property tests: hundreds of examples each
+    "test_profiles.py::test_to_toml_loads_back_equal": ("slow",),
+    "test_profiles.py::test_any_value_of_any_key": ("slow",),
+    "test_profile_aggregate.py::test_to_toml_loads_back_equal": ("slow",),
 }
 
 
