@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 # every bench/*.py but the helpers they share
 BENCHES := $(filter-out bench/wrkload.py,$(wildcard bench/*.py))
 
-.PHONY: all setup sysdeps shim examples demo test bench clean
+.PHONY: all setup sysdeps shim examples demo test test-fast check bench clean
 
 all: shim
 
@@ -36,6 +36,22 @@ test: setup shim examples
 	$(MAKE) -s -C tests/programs
 	$(VENV)/bin/pytest -q
 
+# the tests that are neither slow nor need a display, the network or root: under a minute
+test-fast: setup shim examples
+	$(MAKE) -s -C tests/programs
+	$(VENV)/bin/pytest -q -m "not slow and not gui and not net and not root"
+
+# ruff and mypy (settings in pyproject.toml), and the shim built with gcc and
+# with clang, warnings as errors, apart from the build `make shim` keeps.
+check: setup
+	$(VENV)/bin/ruff check .
+	$(PY) tools/package_tree.py build/typecheck
+	cd build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml \
+		--cache-dir ../mypy-cache -p ferry
+	$(MAKE) -s -C shim CC=gcc BUILD=build/check-gcc
+	$(MAKE) -s -C shim CC=clang BUILD=build/check-clang
+	@echo "make check: all passed"
+
 bench: setup shim
 	$(MAKE) -s -C bench
 	@for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
@@ -43,4 +59,4 @@ bench: setup shim
 clean:
 	$(MAKE) -s -C shim clean
 	$(MAKE) -s -C examples clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) build

@@ -286,7 +286,8 @@ def main():
                     k = (li * rounds + rnd) % len(order)
                     for key in order[k:] + order[:k]:
                         runs.setdefault((key, level), []).append(measure(servers[key], level, seconds))
-                line = "  ".join(f"{kind}{suffix} {med([x['rps'] for x in runs[((kind, 'native' + suffix), level)]]):.0f}/"
+                line = "  ".join(f"{kind}{suffix} "
+                                 f"{med([x['rps'] for x in runs[((kind, 'native' + suffix), level)]]):.0f}/"
                                  f"{med([x['rps'] for x in runs[((kind, 'ferry' + suffix), level)]]):.0f}"
                                  for kind, suffix in [(k, "") for k in kinds] + [(k, "-smp") for k in smp_kinds])
                 print(f"  c={level:<5} req/s native/{pname}: {line}   ({time.monotonic() - t_start:.0f} s)",

@@ -207,8 +207,9 @@ def redis_round(kind, tmp, env, tag):
                 raise RuntimeError(f"redis-server ({kind}) never answered PING; "
                                    f"log: {(tmp / f'redis-{tag}.log').read_text()[-500:]}")
             time.sleep(0.1)
+        requests = REDIS_REQUESTS_STRACE if kind == "strace" else REDIS_REQUESTS
         out = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(REDIS_CLIENTS),
-                              "-n", str(REDIS_REQUESTS_STRACE if kind == "strace" else REDIS_REQUESTS), "-t", "get,set", "--csv"],
+                              "-n", str(requests), "-t", "get,set", "--csv"],
                              capture_output=True, text=True, timeout=180)
         rps = {}
         for line in out.stdout.splitlines():

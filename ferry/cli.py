@@ -6,7 +6,7 @@ import traceback
 import click
 
 from . import __version__
-from .commands import attach, gui, instrument, live, profile, report, run, runs, sites
+from .commands import attach, cache, doctor, gui, instrument, live, profile, report, run, runs, sites
 from .rewriter.errors import FerryError
 
 
@@ -48,6 +48,8 @@ cli.add_command(profile.command)
 cli.add_command(attach.attach_command)
 cli.add_command(attach.detach_command)
 cli.add_command(gui.command)
+cli.add_command(doctor.command)
+cli.add_command(cache.command)
 
 
 def main():

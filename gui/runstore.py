@@ -9,7 +9,7 @@ from pathlib import Path
 from ..report.source import load
 
 KEEP = 8
-_cache = OrderedDict()
+_cache: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 
 

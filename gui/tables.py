@@ -6,8 +6,8 @@ from typing import Any, Callable
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QTableView, QVBoxLayout, QWidget
 
-SORT_ROLE = Qt.UserRole
-ROW_ROLE = Qt.UserRole + 1
+SORT_ROLE = Qt.ItemDataRole.UserRole
+ROW_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 @dataclass

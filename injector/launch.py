@@ -17,7 +17,7 @@ A #! script runs as the kernel would run it; a file that is neither ELF nor
 """
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .environment import LIBDIR, PRELOAD, RUN
 from ..rewriter.errors import FerryError, InputError

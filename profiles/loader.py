@@ -22,7 +22,6 @@ class Profile:
     trace_syscalls: list | None = None      # None: time all; else sorted syscall numbers
     events: bool = False
     event_buffer: int = 65536
-    follow_children: bool = True
     catch_all: bool = True
     agg_workers: int = 4
     agg_fiber_stack: int = 256 * 1024

@@ -78,11 +78,11 @@ SECTIONS = {
         "route": Key("agg_route", lambda path: {}, agg.route, same,
                      "syscall or group = pool name, \"native\" or \"worker\""),
     }),
-    "children": Section(doc="child processes", keys={
-        "follow": Key("follow_children", True, boolean, same,
-                      "enable the children a program starts, too"),
-    }),
 }
+
+# Keys profiles no longer have, with the one value that keeps their meaning:
+# such a file (every run directory's profile.toml written so far) still loads.
+RETIRED = {"children": {"follow": (True, "every child a program starts is enabled; remove the key")}}
 
 
 @dataclass
@@ -115,7 +115,9 @@ def validate(doc, path):
     parsed = Parsed()
     top = SECTIONS[""]
     for key, value in doc.items():
-        if key in SECTIONS and key:
+        if key in RETIRED and isinstance(value, dict):
+            _check_retired(key, value)
+        elif key in SECTIONS and key:
             if not isinstance(value, dict):
                 raise wrong_type(key_name(key), f"a table ([{key}])", value)
             _validate_section(key, value, parsed)
@@ -135,6 +137,15 @@ def validate(doc, path):
         if sec.check:
             sec.check(parsed.values, section)
     return parsed
+
+
+def _check_retired(section, table):
+    for key, value in table.items():
+        if key not in RETIRED[section]:
+            raise _unknown(section, key, list(RETIRED[section]))
+        kept, why = RETIRED[section][key]
+        if value is not kept:
+            raise Invalid(dotted(section, key), f"no longer a setting: {why}")
 
 
 def _validate_section(section, table, parsed):

@@ -1,14 +1,23 @@
-"""Where libferry.so is: $FERRY_SHIM, else the shim built in this source tree."""
+"""Where libferry.so is: $FERRY_SHIM, else the copy installed with the package
+(setup.py builds it into ferry/_shim/), else the shim built in this source tree."""
 import os
 from pathlib import Path
 
 from .errors import FerryError
 
-SOURCE_TREE_SHIM = Path(__file__).resolve().parent.parent / "shim" / "build" / "libferry.so"
+_TOP = Path(__file__).resolve().parent.parent
+# In an installed package this file is ferry/rewriter/shimlib.py; in the
+# source tree it is rewriter/shimlib.py, beside ferry/ and shim/.
+PACKAGED_SHIM = _TOP / "_shim" / "libferry.so"
+SOURCE_TREE_SHIM = _TOP / "shim" / "build" / "libferry.so"
 
 
 def path():
-    p = Path(os.environ.get("FERRY_SHIM") or SOURCE_TREE_SHIM)
+    env = os.environ.get("FERRY_SHIM")
+    if env:
+        p = Path(env)
+    else:
+        p = PACKAGED_SHIM if PACKAGED_SHIM.is_file() else SOURCE_TREE_SHIM
     if not p.is_file():
         raise FerryError(p, "the shim is not built (run `make shim`, or set FERRY_SHIM)")
     return p

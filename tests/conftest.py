@@ -96,3 +96,48 @@ def test_programs():
 # Every built-in profile: a behaviour that must not depend on the profile is
 # checked under each.
 ALL_PROFILES = ["trace", "count", "off", "aggregate", "fibers"]
+
+# Markers by test file, or by file::test-name prefix: one table for the whole suite
+# (markers declared in setup.cfg; `make test-fast` runs what has none of them).
+MARKS = {
+    "test_gui.py": ("gui",),
+    "test_gui_charts.py": ("gui",),
+    "test_net_server.py": ("net",),
+    "test_attach.py::test_attached_http_server": ("net",),
+    "test_fibers.py::test_net_server": ("net",),
+    "test_fibers.py::test_apache_worker": ("net",),
+    "test_non_root.py": ("root",),
+    "test_privilege_drop.py": ("root",),
+    # more than a few seconds each, or many runs of large programs
+    "test_fibers_never_hang.py": ("slow",),
+    "test_bad_input.py": ("slow",),
+    "test_report_aggregate.py": ("slow",),
+    "test_fibers.py": ("slow",),
+    "test_cache_command.py": ("slow",),
+    "test_children_enabled.py": ("slow",),
+    "test_run_supervision.py": ("slow",),
+    "test_package.py": ("slow",),
+    "test_instrument_progress.py": ("slow",),
+    "test_failed_exec.py": ("slow",),
+    "test_libc_coverage.py": ("slow",),
+    "test_run_matches_strace.py": ("slow",),
+    "test_packed_segments.py": ("slow",),
+    "test_refused_programs.py": ("slow",),
+    "test_programs_behave_identically.py::test_python_script_output_identical": ("slow",),
+    "test_programs_behave_identically.py::test_sigrestart": ("slow",),
+    "test_report.py::test_html": ("slow",),
+    "test_run_model_schema.py::test_html": ("slow",),
+    # property tests: hundreds of examples each
+    "test_profiles.py::test_to_toml_loads_back_equal": ("slow",),
+    "test_profiles.py::test_any_value_of_any_key": ("slow",),
+    "test_profile_aggregate.py::test_to_toml_loads_back_equal": ("slow",),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        where = f"{item.path.name}::{item.name}"
+        for key, marks in MARKS.items():
+            if where == key or where.startswith(key if "::" in key else key + "::"):
+                for mark in marks:
+                    item.add_marker(mark)

@@ -4,7 +4,6 @@ counted once, exactly as `strace -f` sees them; and a process killed right
 after its exec is said to be so."""
 import collections
 import json
-import os
 import re
 import shutil
 import subprocess

@@ -7,7 +7,6 @@ Ferry's at all."""
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 

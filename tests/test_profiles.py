@@ -41,9 +41,9 @@ def test_shipped_profiles_are_one_per_mode_plus_net_and_all_validate():
         assert load(name) == p
 
 
-def test_shipped_profiles_cover_every_syscall_without_events_and_follow_children():
+def test_shipped_profiles_cover_every_syscall_without_events():
     for p in shipped():
-        assert (p.trace_syscalls, p.events, p.follow_children) == (None, False, True), p.name
+        assert (p.trace_syscalls, p.events) == (None, False), p.name
 
 
 def test_ferry_profile_check_accepts_every_shipped_file():
@@ -69,7 +69,7 @@ def test_ferry_profile_show_prints_the_text_and_marks_defaults(tmp_path):
     assert 'mode = "count"\n[trace]\nevents = true\n' in r.stdout
     rows = {line.split()[1]: line for line in r.stdout.splitlines()
             if line.startswith("│") and line.split()[1] != "│"}
-    assert "default" in rows["children.follow"]
+    assert "default" in rows["trace.syscalls"]
     assert "default" not in rows["mode"]
     assert "not used in mode count" in rows["trace.events"]
     assert "FERRY_MODE=count FERRY_EVENTS=0" in r.stdout
@@ -86,10 +86,16 @@ def test_a_bare_name_is_shipped_and_a_name_ending_in_toml_is_a_file(tmp_path, mo
     assert load(tmp_path / "trace.toml").mode == "off"
 
 
+def test_a_profile_written_by_earlier_runs_still_loads(tmp_path):
+    # every run directory's profile.toml so far says [children] follow = true
+    p = load(write(tmp_path, 'mode = "count"\n[children]\nfollow = true\n', "old.toml"))
+    assert p == Profile(name="old", mode="count")
+
+
 def test_unset_keys_take_their_defaults_and_the_name_is_the_file_stem(tmp_path):
     p = load(write(tmp_path, 'mode = "trace"\n', "web-server.toml"))
     assert p == Profile(name="web-server", description="", mode="trace", trace_syscalls=None,
-                        events=False, event_buffer=65536, follow_children=True)
+                        events=False, event_buffer=65536)
 
 
 def test_the_profile_class_has_the_same_defaults_as_the_file_format():
@@ -105,12 +111,10 @@ def test_every_setting_is_read_from_the_file(tmp_path):
         syscalls = ["write", "lseek", "read", "write", "close"]
         events = true
         event_buffer = 1024
-        [children]
-        follow = false
         """))
     assert p == Profile(name="db", description="the database", mode="trace",
                         trace_syscalls=[0, 1, 3, 8],  # read, write, close, lseek
-                        events=True, event_buffer=1024, follow_children=False)
+                        events=True, event_buffer=1024)
 
 
 @pytest.mark.parametrize("value", [1024, 16777216])
@@ -126,19 +130,21 @@ BAD_PROFILES = {
                     'trace.evnts: unknown key (did you mean "events"?); '
                     'known: syscalls, events, event_buffer'),
     "unknown-key-no-match": ('mode = "trace"\nzzz = 1\n',
-                             "zzz: unknown key; known: name, description, mode, catch_all, trace, aggregate, "
-                             "children"),
+                             "zzz: unknown key; known: name, description, mode, catch_all, trace, aggregate"),
     "key-in-wrong-section": ('mode = "trace"\nevents = true\n',
                              'events: unknown key here: "events" belongs in [trace]'),
     "unknown-section": ('mode = "trace"\n[traec]\nevents = true\n',
                         'traec: unknown section [traec] (did you mean "trace"?); '
-                        "known: trace, aggregate, children"),
+                        "known: trace, aggregate"),
     "wrong-type-bool": ('mode = "trace"\n[trace]\nevents = "yes"\n',
                         'trace.events: wrong type: expected a boolean (true or false), '
                         'got string "yes"'),
-    "wrong-type-int-as-bool": ('mode = "trace"\n[children]\nfollow = 1\n',
-                               "children.follow: wrong type: expected a boolean (true or false), "
+    "wrong-type-int-as-bool": ('mode = "trace"\n[trace]\nevents = 1\n',
+                               "trace.events: wrong type: expected a boolean (true or false), "
                                "got integer 1"),
+    "retired-children-follow": ('mode = "trace"\n[children]\nfollow = false\n',
+                                "children.follow: no longer a setting: every child a program "
+                                "starts is enabled; remove the key"),
     "wrong-type-float": ('mode = "trace"\n[trace]\nevent_buffer = 1.5\n',
                          "trace.event_buffer: wrong type: expected an integer (1024..16777216), "
                          "got float 1.5"),
@@ -339,7 +345,6 @@ _profiles = st.builds(
                                         unique=True).map(sorted),
     events=st.booleans(),
     event_buffer=st.integers(1024, 16 * 1024 * 1024),
-    follow_children=st.booleans(),
 )
 
 
@@ -347,7 +352,7 @@ _profiles = st.builds(
 @given(_profiles)
 @example(Profile(name='a "b" \\ [c] # d \U0001F600', mode="trace", trace_syscalls=[0, 450],
                  description="".join(map(chr, range(0x80))) + "\u2028\U0010FFFF",
-                 events=True, event_buffer=16 * 1024 * 1024, follow_children=False))
+                 events=True, event_buffer=16 * 1024 * 1024))
 def test_to_toml_loads_back_equal(p):
     assert loads(p.to_toml(), "saved.toml") == p
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import FERRY
 from test_report import DATA, MODEL, render_text, strace_rows
 from ferry.report import table
 

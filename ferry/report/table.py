@@ -26,8 +26,9 @@ class PlainTable(Table):
 
 def _table(title, columns):
     """A table in the look of `strace -c`: a ruled header, right-aligned numbers."""
-    t = PlainTable(title=Text(title) if isinstance(title, str) else title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False, collapse_padding=True)
+    t = PlainTable(title=Text(title) if isinstance(title, str) else title, title_justify="left",
+                   title_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                   collapse_padding=True)
     for name, justify in columns:
         # On a narrow terminal text folds; numbers never do (rich would cut them short).
         t.add_column(name, justify=justify, no_wrap=justify == "right",
@@ -38,7 +39,6 @@ def _table(title, columns):
 def summary(model):
     """A few lines about the run: command, exit, duration, totals, what is not counted."""
     info = model.get("info") or {}
-    tot = R.totals(model)
     lines = []
     if info.get("command"):
         lines.append(Text.assemble(("run: ", "bold"), shlex.join(info["command"])))

@@ -1,16 +1,14 @@
 /* The shim: initialization, enabling rewritten modules, and the slow path.
  *
  * Every call is executed exactly as the program issued it.  Depending on the
- * mode (FERRY_MODE: off, count, trace) the shim also counts it, or counts and
- * times it.  The calls that cannot run inside a C frame are sent back to the
+ * mode (FERRY_MODE: off, count, trace, aggregate) the shim also counts it,
+ * counts and times it, or routes it through the aggregation engine (agg.h).  The calls that cannot run inside a C frame are sent back to the
  * trampoline (FERRY_RAW): a clone that shares memory resumes its child on
  * another stack (or, for vfork, on this very stack while the parent waits),
  * and rt_sigreturn reads the signal frame at the program's rsp.
  *
- * Environment (set by `ferry run` from a profile): FERRY_MODE, FERRY_RUN_DIR
- * (where the process file goes), FERRY_TRACE_SYSCALLS (numbers to time; all
- * when absent), FERRY_EVENTS (events kept per thread), FERRY_STATS (a JSON
- * summary at exit, for use without a run directory).
+ * Settings: the FERRY_* variables of settings.h, set by `ferry run` from a
+ * profile and passed on to children by the exec hook (exec.c).
  */
 #define _GNU_SOURCE
 #include <link.h>

@@ -3,7 +3,6 @@ its environment, argv, executable, the descriptors it has and the signal
 dispositions and mask it inherited.  Run natively and under `ferry run`,
 the output must be the same."""
 import os
-import signal
 import sys
 
 print("argv", sys.argv)

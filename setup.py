@@ -1,0 +1,38 @@
+"""Packaging hook: the wheel carries libferry.so, built from shim/ by its Makefile.
+
+Everything else about the package is declared in setup.cfg.  The shim is built
+in setuptools' temporary directory, so a `pip install .` never touches the
+developer's shim/build, and the wheel is tagged for this platform because it
+holds native code.  An editable install (`make setup`) skips this: development
+uses shim/build directly (rewriter/shimlib.py).
+"""
+import shutil
+import subprocess
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+HERE = Path(__file__).resolve().parent
+PACKAGED = Path("ferry") / "_shim" / "libferry.so"  # rewriter/shimlib.py looks here
+
+
+class BuildPyWithShim(build_py):
+    def run(self):
+        super().run()
+        if self.editable_mode:
+            return
+        temp = Path(self.get_finalized_command("build").build_temp).resolve() / "shim"
+        subprocess.run(["make", "-s", "-C", str(HERE / "shim"), f"BUILD={temp}"], check=True)
+        dest = Path(self.build_lib) / PACKAGED
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(temp / "libferry.so", dest)
+
+
+class NativeDistribution(Distribution):
+    def has_ext_modules(self):
+        return True
+
+
+setup(cmdclass={"build_py": BuildPyWithShim}, distclass=NativeDistribution)

@@ -1,0 +1,97 @@
+"""`ferry cache`: list, size, verify, prune and clear a real image cache.
+
+Each test fills its own cache by running a copy of a real program under
+ferry, then changes the world the way a user's machine changes (the program
+is rebuilt, Ferry is upgraded) and checks that the cache says so, and that
+prune and clear leave a cache ferry still runs from."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import run_ferry
+
+
+@pytest.fixture
+def filled(tmp_path):
+    """(env, program): a private cache holding the image of a copy of `true`."""
+    env = dict(os.environ, FERRY_CACHE=str(tmp_path / "cache"))
+    program = tmp_path / "mytrue"
+    shutil.copy2("/usr/bin/true", program)
+    run_ferry("run", "-o", tmp_path / "run", "--", program, env=env)
+    return env, program
+
+
+def cache(env, *args, check=True):
+    return run_ferry("cache", *args, env=env, check=check)
+
+
+def listed(env):
+    return json.loads(cache(env, "list", "--json").stdout)
+
+
+def test_list_names_every_part_of_a_run(filled):
+    env, program = filled
+    entries = listed(env)
+    kinds = {(e["kind"], e["what"]) for e in entries}
+    assert ("program", str(program)) in kinds and ("exec", str(program)) in kinds
+    libc = os.path.realpath("/lib/x86_64-linux-gnu/libc.so.6")
+    assert ("module", libc) in kinds and ("plan", libc) in kinds
+    assert all(not e["problems"] for e in entries), entries
+    assert cache(env, "verify").returncode == 0
+    assert str(program) in cache(env, "list").stdout
+
+
+def test_size_counts_the_entries_listed(filled):
+    env, _ = filled
+    usage = json.loads(cache(env, "size", "--json").stdout)
+    entries = listed(env)
+    for section, kind in (("programs", "program"), ("modules", "module"), ("plans", "plan"),
+                          ("exec", "exec")):
+        assert usage[section]["entries"] == sum(e["kind"] == kind for e in entries)
+    du = subprocess.run(["du", "-s", "-B1", env["FERRY_CACHE"]], capture_output=True, text=True,
+                        check=True)
+    # du also counts the directories themselves; the files are most of it
+    assert 0 < sum(u["bytes"] for u in usage.values()) <= int(du.stdout.split()[0])
+    assert "total" in cache(env, "size").stdout
+
+
+def test_a_changed_program_is_found_and_pruned(filled):
+    env, program = filled
+    with open(program, "ab") as f:
+        f.write(b"\0")  # rebuilt: another hash and another identity
+    r = cache(env, "verify", check=False)
+    assert r.returncode == 1 and str(program) in r.stdout
+    stale = {(e["kind"], e["what"]) for e in listed(env) if e["problems"]}
+    assert stale == {("program", str(program)), ("exec", str(program))}
+    before = listed(env)
+    dry = cache(env, "prune", "--dry-run")
+    assert "would remove 2 entries" in dry.stdout and listed(env) == before
+    assert "removed 2 entries" in cache(env, "prune").stdout
+    assert cache(env, "verify").returncode == 0
+    assert len(listed(env)) == len(before) - 2
+    run_ferry("run", "-o", program.parent / "again", "--", program, env=env)
+
+
+def test_entries_of_another_rewriter_are_pruned(filled):
+    env, _ = filled
+    old = os.path.join(env["FERRY_CACHE"], "modules", "0" * 64 + "-v0-000000000000")
+    os.makedirs(old)
+    with open(os.path.join(old, "module.json"), "w") as f:
+        json.dump({"original": "/usr/bin/true", "sha256": "0" * 64, "layout": "v0-000000000000"}, f)
+    (entry,) = [e for e in listed(env) if e["path"] == old]
+    assert any("another version of the rewriter" in p for p in entry["problems"])
+    cache(env, "prune")
+    assert not os.path.exists(old)
+
+
+def test_clear_empties_the_cache_and_runs_still_work(filled):
+    env, program = filled
+    assert cache(env, "clear", check=False).returncode != 0  # asks first; no terminal: no
+    assert listed(env)
+    assert "removed" in cache(env, "clear", "--yes").stdout
+    assert listed(env) == [] and "is empty" in cache(env, "list").stdout
+    run_ferry("run", "-o", program.parent / "again", "--", program, env=env)
+    assert listed(env)
