@@ -128,7 +128,8 @@ def test_a_path_search_is_counted_once_per_call(tmp_path, workload):
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_a_child_killed_right_after_its_exec_is_said_to_be(tmp_path, profile):
     run_dir = tmp_path / "run"
-    r = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--", str(PROGRAMS / "exec_killed"), "/bin/true"],
+    r = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--",
+                        str(PROGRAMS / "exec_killed"), "/bin/true"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "child: signal 9" in r.stdout
