@@ -277,9 +277,16 @@ int agg_futex(struct agg_fiber *f, struct ferry_regs *r)
         req.fiber = f;
         req.carrier = f->carrier;
         req.done = 0;
+        req.cancel = 0;
+        req.worker_tid = 0;
         f->carrier->worker_pending++;
         agg_worker_queue(g, &req);
+        /* a signal for the fiber cuts the wait short, as the kernel's would */
+        f->req = &req;
+        f->req_pool = -1;
+        f->interrupted = 0;
         agg_park(f);
+        f->req = 0;
         r->rax = req.result;
         return 1;
     }

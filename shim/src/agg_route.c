@@ -42,6 +42,8 @@
 #define FD_NONBLOCK 8
 #define FD_SOCKET 16      /* known with FD_KNOWN */
 #define FD_REGULAR 32     /* known with FD_KNOWN */
+#define FD_PROC 64        /* known with FD_KNOWN: a file of /proc */
+#define PROC_SUPER_MAGIC 0x9fa0
 #define FD_MAX 65536
 static unsigned char fd_state[FD_MAX];
 
@@ -94,11 +96,23 @@ static int nonblocking(long fd)
         int known = ferry_pass6(SYS_fstat, fd, (long)&sb, 0, 0, 0, 0) == 0;
         int sock = known && S_ISSOCK(sb.st_mode);
         int reg = known && S_ISREG(sb.st_mode);
+        /* /proc describes the thread that reads it: read on an io_uring
+         * worker, or while the carrier waits with every signal blocked, it
+         * would tell of them, not of the fiber's thread */
+        long sfs[15];  /* struct statfs: f_type first */
+        int proc = reg && ferry_pass6(SYS_fstatfs, fd, (long)sfs, 0, 0, 0, 0) == 0 &&
+                   sfs[0] == PROC_SUPER_MAGIC;
         st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
-             (reg ? FD_REGULAR : 0);
+             (reg ? FD_REGULAR : 0) | (proc ? FD_PROC : 0);
         __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
     }
     return !!(st & FD_NONBLOCK);
+}
+
+/* After nonblocking(fd), which learns it. */
+static int proc_file(long fd)
+{
+    return fd >= 0 && fd < FD_MAX && (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & FD_PROC);
 }
 
 static int blocking_socket(long fd)
@@ -112,7 +126,7 @@ static enum agg_tr blocking_io(long fd, int dir)
 {
     if (timeo(fd, dir))
         return AGG_TR_WORKER;
-    if (nonblocking(fd))
+    if (nonblocking(fd) || proc_file(fd))
         return AGG_TR_NATIVE;
     return AGG_TR_RING;
 }
