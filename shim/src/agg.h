@@ -192,6 +192,7 @@ struct agg_carrier {
     int tick_timer;               /* its POSIX timer, -1: none */
     int tick_slot;                /* its index in the ticking carriers' table */
     int tick_armed;
+    int tick_lock;                /* tick_armed and the timer's setting */
     /* hot counters, added to the group's (shared, atomic) once per wait */
     uint64_t acc_switches, acc_aggregated, acc_crossings, acc_completed[FERRY_MAX_POOLS];
 };

@@ -155,7 +155,6 @@ void agg_count_fiber(struct agg_carrier *c)
         c->peak = c->alive;
         agg_stat_carrier_peak(c);
     }
-    agg_tick_update(c);
 }
 
 void agg_inbox_drain(struct agg_carrier *c)
@@ -182,7 +181,6 @@ void agg_fiber_finish(struct agg_fiber *f)
     struct agg_carrier *c = f->carrier;
     f->state = AGG_DONE;
     c->alive--;
-    agg_tick_update(c);
     if (f->joiner)
         agg_wake(f->joiner);
     c->finished = f;  /* the scheduler releases it, off its stack */

@@ -205,17 +205,22 @@ void agg_tick_create(struct agg_carrier *c)
     }
 }
 
-/* Ticks only while the carrier has fibers to share it between. */
+/* Ticks only while the carrier has threads to share it between: counted
+ * as they are placed, by whichever thread places them, so that a carrier
+ * whose only fiber spins still takes in a new one (its inbox is read on a
+ * tick) and preempts. */
 void agg_tick_update(struct agg_carrier *c)
 {
     if (c->tick_timer < 0 || !c->threads)
         return;
-    int want = c->alive > 1;
-    if (want == c->tick_armed)
-        return;
-    struct __kernel_timespec spec[2] = {{0, want ? TICK_NS : 0}, {0, want ? TICK_NS : 0}};
-    if (ferry_raw4(SYS_timer_settime, c->tick_timer, 0, spec, 0) == 0)
-        c->tick_armed = want;
+    agg_lock(&c->tick_lock);
+    int want = __atomic_load_n(&c->placed, __ATOMIC_ACQUIRE) > 1;
+    if (want != c->tick_armed) {
+        struct __kernel_timespec spec[2] = {{0, want ? TICK_NS : 0}, {0, want ? TICK_NS : 0}};
+        if (ferry_raw4(SYS_timer_settime, c->tick_timer, 0, spec, 0) == 0)
+            c->tick_armed = want;
+    }
+    agg_unlock(&c->tick_lock);
 }
 
 void agg_tick_delete(struct agg_carrier *c)

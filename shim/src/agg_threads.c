@@ -516,6 +516,7 @@ static struct agg_carrier *place(struct agg_carrier *mine)
             best = c, least = k;
     }
     __atomic_add_fetch(&best->placed, 1, __ATOMIC_RELAXED);
+    agg_tick_update(best);
     return best;
 }
 
@@ -738,6 +739,7 @@ void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f)
     int posted = __atomic_load_n(&f->posted, __ATOMIC_ACQUIRE) != 0;
     agg_unlock(&world_lock);
     __atomic_sub_fetch(&c->placed, 1, __ATOMIC_RELAXED);
+    agg_tick_update(c);
     if (!posted)
         free_thread(f);
     __atomic_sub_fetch(&agg_threads_alive, 1, __ATOMIC_ACQ_REL);
