@@ -375,6 +375,7 @@ long ferry_exec(const struct ferry_regs *r)
     args = env + MAX_ENV;
     struct stat st;
     long got = 0;
+    ferry_store_span(FERRY_SPAN_EXEC_HOOK, ferry_rdtsc());
 
     if (read_string(path, upath, sizeof(path)) < 0)
         path[0] = 0;

@@ -16,6 +16,8 @@ static __thread int tls_in_vfork_child __attribute__((tls_model("initial-exec"))
 /* seq + 1 of the file a vfork child has written, 0 before its first: every
  * failed exec of a PATH search rewrites that one file. */
 static __thread uint32_t tls_vfork_file __attribute__((tls_model("initial-exec")));
+/* When a vfork child's exec hook began: its file is written from a copy. */
+static __thread uint64_t tls_vfork_hook_tsc __attribute__((tls_model("initial-exec")));
 
 struct ferry_proc_header *ferry_hdr;
 uint64_t *ferry_internal;
@@ -217,9 +219,22 @@ int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, cha
     if (rc)
         return rc;
     header_init(argv, 0);
+    ferry_store_span(FERRY_SPAN_FILE, ferry_rdtsc());
     if (mode == FERRY_MODE_TRACE)
         calibrate(ferry_hdr);
+    ferry_store_span(FERRY_SPAN_CALIBRATED, ferry_rdtsc());
     return 0;
+}
+
+void ferry_store_span(int which, uint64_t tsc)
+{
+    if (tls_in_vfork_child) {
+        if (which == FERRY_SPAN_EXEC_HOOK)
+            tls_vfork_hook_tsc = tsc;
+        return;
+    }
+    if (ferry_hdr && which >= 0 && which < 8)
+        ferry_hdr->start_spans[which] = tsc;
 }
 
 static struct ferry_blk *claim(void)
@@ -397,6 +412,8 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     uint64_t times[3] = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
     ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), __builtin_offsetof(struct ferry_proc_header, end_real_ns));
     ferry_raw4(SYS_pwrite64, fd, &kind, 4, __builtin_offsetof(struct ferry_proc_header, exec_kind));
+    ferry_raw4(SYS_pwrite64, fd, &tls_vfork_hook_tsc, 8,
+               __builtin_offsetof(struct ferry_proc_header, start_spans[FERRY_SPAN_EXEC_HOOK]));
     /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it). */
     uint32_t uids[2] = {(uint32_t)ferry_raw0(SYS_geteuid), 0};
     uids[1] = uids[0];

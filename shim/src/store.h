@@ -35,6 +35,8 @@ void *ferry_vfork_scratch(void);
 
 void ferry_store_exit(int status);
 void ferry_store_exec_begin(const char *path, uint32_t kind);
+/* Step `which` (enum ferry_span) of this image's start happened at `tsc`. */
+void ferry_store_span(int which, uint64_t tsc);
 void ferry_store_exec_failed(void);
 void ferry_store_wait(int pid, int status);
 void ferry_store_detached(void);
