@@ -1,0 +1,71 @@
+"""Enabling a process costs what it must and no more (issue 17).
+
+A `cat` started by a shell under `ferry run --no-learn` is a child that the
+exec hook enabled by preloading the shim (its libc patched at load time from
+the cached plan).  While it waits on its input, its /proc/PID/smaps says how
+its memory is mapped; the process files say what the shim did to start.
+"""
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import FERRY
+
+CAT_FROM_SH = ["sh", "-c", "/bin/cat; :"]
+
+
+def _descendants(pid):
+    try:
+        kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def _comm(pid):
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def _smaps(pid):
+    """[(header line, {field: value})] of each mapping of `pid`."""
+    maps = []
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            maps.append((line, {}))
+        elif maps and ":" in head[0]:
+            maps[-1][1][head[0].rstrip(":")] = " ".join(head[1:])
+    return maps
+
+
+def _while_cat_waits(tmp_path, profile, inspect, command=CAT_FROM_SH):
+    """Run `command` under ferry; call inspect(pid of cat) while it waits."""
+    p = subprocess.Popen(FERRY + ["run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"),
+                                  "--", *command],
+                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            cats = [d for d in _descendants(p.pid) if _comm(d) == "cat"]
+            # enabled once the shim has mapped its process file
+            if cats and any(".ferry" in m[0] for m in _smaps(cats[0])):
+                return inspect(cats[0])
+            time.sleep(0.1)
+        raise AssertionError("cat never started enabled")
+    finally:
+        p.stdin.close()
+        p.wait(timeout=120)
+
+
+def test_process_file_is_mapped_without_readahead(tmp_path):
+    # The file is sparse and sized for every block it may ever hold: a fault
+    # with readahead zeroed page cache over its holes (~2 ms per process).
+    def inspect(pid):
+        return [(line, f.get("VmFlags", "")) for line, f in _smaps(pid) if ".ferry" in line]
+    mapped = _while_cat_waits(tmp_path, "trace", inspect)
+    assert mapped, "no mapping of the process file"
+    for line, flags in mapped:
+        assert "rr" in flags.split(), (line, flags)
