@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 from conftest import FERRY
+from ferry import procfile
+from ferry.rewriter import syscall_table
 
 CAT_FROM_SH = ["sh", "-c", "/bin/cat; :"]
 
@@ -69,3 +71,22 @@ def test_process_file_is_mapped_without_readahead(tmp_path):
     assert mapped, "no mapping of the process file"
     for line, flags in mapped:
         assert "rr" in flags.split(), (line, flags)
+
+
+def test_no_process_spins_to_calibrate_the_tsc(tmp_path):
+    # The TSC rate is the machine's: the first process of the run learns it
+    # (from the kernel, or by measuring once) and hands it down; every later
+    # one starts with it.  Natively, /bin/true makes no clock_gettime at all.
+    run_dir = tmp_path / "run"
+    subprocess.run(FERRY + ["run", "-p", "trace", "-o", str(run_dir), "--", "sh", "-c",
+                            "/bin/true; /bin/true; /bin/true"], check=True, timeout=300,
+                   capture_output=True)
+    procs = [procfile.read(p) for p in sorted((run_dir / "proc").glob("*.ferry"))]
+    trues = [p for p in procs if p.exe == "/usr/bin/true"]
+    assert len(trues) == 3 and all(p.cal_tsc and p.cal_ns for p in trues)
+    rates = {p.cal_ns / p.cal_tsc for p in procs}
+    assert len(rates) == 1, rates  # one rate, handed down
+    clock_gettime = syscall_table.NUMBERS["clock_gettime"]
+    for p in trues:
+        # the file's start and end stamps: a monotonic and a real-time reading each
+        assert p.internal.get(clock_gettime, 0) <= 4, p.internal

@@ -72,6 +72,11 @@ static void save(const char *entry)
     used += n;
 }
 
+void ferry_exec_keep(const char *entry)
+{
+    save(entry);
+}
+
 void ferry_exec_configure(char **envp)
 {
     struct ferry_buf b = {cache_root, 0, sizeof(cache_root), 0};

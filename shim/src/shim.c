@@ -308,9 +308,13 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     long cap = events ? parse_number(&events) : 0;
     if (cap < 0 || cap > (1L << 24))
         cap = 0;
-    ferry_store_open(ferry_env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv);
+    const char *rate = ferry_env_lookup(envp, "FERRY_TSC");
+    ferry_store_open(ferry_env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv, rate);
     ferry_store_span(FERRY_SPAN_CTOR, t_ctor);
     ferry_exec_configure(envp);
+    char rate_entry[64];
+    if (!rate && ferry_store_rate(rate_entry, sizeof(rate_entry)) == 0)
+        ferry_exec_keep(rate_entry);
     ferry_modules_enable();
     ferry_store_span(FERRY_SPAN_MODULES, ferry_rdtsc());
     ferry_plans_avoid(ferry_env_lookup(envp, "FERRY_AVOID"));

@@ -3,6 +3,7 @@
 #ifndef FERRY_STORE_H
 #define FERRY_STORE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "procfile.h"
@@ -11,7 +12,11 @@ extern struct ferry_proc_header *ferry_hdr;
 extern __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
 
 /* Set up the store of this process image (called once, from the constructor). */
-int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv);
+/* `tsc_rate`: FERRY_TSC as handed down ("<ticks>:<ns>"), or NULL. */
+int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
+                     const char *tsc_rate);
+/* "FERRY_TSC=<ticks>:<ns>" into `out`, for this process's children. */
+int ferry_store_rate(char *out, size_t cap);
 
 /* The calling thread's block, claiming one if needed; NULL when there is no
  * room (the call is then not counted, and the header's overflow says so). */
