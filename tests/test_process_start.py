@@ -90,3 +90,38 @@ def test_no_process_spins_to_calibrate_the_tsc(tmp_path):
     for p in trues:
         # the file's start and end stamps: a monotonic and a real-time reading each
         assert p.internal.get(clock_gettime, 0) <= 4, p.internal
+
+
+def _libc_text_dirty_kb(pid):
+    return sum(int(f.get("Private_Dirty", "0 kB").split()[0]) for line, f in _smaps(pid)
+               if "x" in line.split()[1] and ("libc.so" in line or "libc" in _libc_ino(line)))
+
+
+def _libc_ino(line):
+    """The plan copy mapped over libc's text is named by the plan: its name
+    starts with libc's file identity (rewriter/cache.py, exec_key)."""
+    st = Path("/lib/x86_64-linux-gnu/libc.so.6").stat()
+    return "libc" if f"/plans/{st.st_dev}-{st.st_ino}-" in line else ""
+
+
+def test_libc_text_patched_at_load_stays_shared(tmp_path):
+    # Natively libc's text is all clean shared page cache.  Patched at load
+    # time, its pages were written in every process: private copies.
+    native = subprocess.Popen(["/bin/cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("libc.so" in line for line, _ in _smaps(native.pid)):
+            assert time.monotonic() < deadline, "cat never mapped libc"
+            time.sleep(0.05)
+        native_kb = _libc_text_dirty_kb(native.pid)
+    finally:
+        native.stdin.close()
+        native.wait(timeout=60)
+
+    def inspect(pid):
+        patched = [line for line, _ in _smaps(pid) if "x" in line.split()[1] and _libc_ino(line)]
+        return _libc_text_dirty_kb(pid), patched
+    for profile in ("trace", "off"):
+        kb, patched = _while_cat_waits(tmp_path / profile, profile, inspect)
+        assert kb <= native_kb, (profile, kb, native_kb)
+        assert patched, "libc's text is not the shared patched copy"
