@@ -5,6 +5,7 @@ exec hook enabled by preloading the shim (its libc patched at load time from
 the cached plan).  While it waits on its input, its /proc/PID/smaps says how
 its memory is mapped; the process files say what the shim did to start.
 """
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -125,3 +126,22 @@ def test_libc_text_patched_at_load_stays_shared(tmp_path):
         kb, patched = _while_cat_waits(tmp_path / profile, profile, inspect)
         assert kb <= native_kb, (profile, kb, native_kb)
         assert patched, "libc's text is not the shared patched copy"
+
+
+def test_exec_hook_reads_the_environment_in_a_few_calls(tmp_path):
+    # The hook read each variable's pointer and head with a system call
+    # apiece (and a getpid for each): ~400 calls of its own for 100 variables.
+    run_dir = tmp_path / "run"
+    env = {**os.environ, **{f"SPAWN_VAR_{i}": "x" * (i % 90) for i in range(100)}}
+    subprocess.run(FERRY + ["run", "-p", "count", "-o", str(run_dir), "--", "sh", "-c",
+                            "/bin/true; /bin/true"], check=True, timeout=300,
+                   capture_output=True, env=env)
+    procs = [procfile.read(p) for p in sorted((run_dir / "proc").glob("*.ferry"))]
+    execs = [p for p in procs if p.exec_path == "/bin/true"]
+    trues = [p for p in procs if p.exe == "/usr/bin/true"]
+    assert len(execs) == 2 and len(trues) == 2, [(p.exe, p.exec_path) for p in procs]
+    readv = syscall_table.NUMBERS["process_vm_readv"]
+    getpid = syscall_table.NUMBERS["getpid"]
+    for p in execs:
+        assert p.internal.get(readv, 0) <= 16, p.internal
+        assert p.internal.get(getpid, 0) <= 16, p.internal
