@@ -145,3 +145,19 @@ def test_exec_hook_reads_the_environment_in_a_few_calls(tmp_path):
     for p in execs:
         assert p.internal.get(readv, 0) <= 16, p.internal
         assert p.internal.get(getpid, 0) <= 16, p.internal
+
+
+def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
+    # dash starts commands with vfork: the child's file was written whole,
+    # header and block, 330 kB of mostly zeros per command, every page of
+    # it allocated on disk and written back.
+    run_dir = tmp_path / "run"
+    subprocess.run(FERRY + ["run", "-p", "trace", "-o", str(run_dir), "--", "sh", "-c",
+                            "/bin/true; /bin/true"], check=True, timeout=300, capture_output=True)
+    files = sorted((run_dir / "proc").glob("*.ferry"))
+    children = [f for f in files if procfile.read(f).exec_path == "/bin/true"]
+    assert len(children) == 2
+    for f in children:
+        p = procfile.read(f)
+        assert p.blocks and p.internal, f  # still a whole, readable file
+        assert f.stat().st_blocks * 512 <= 128 * 1024, (f, f.stat().st_blocks)

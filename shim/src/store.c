@@ -394,12 +394,20 @@ void ferry_store_after_fork(void)
         ferry_hdr = 0;
         return;
     }
-    /* Same image as the parent: same program, arguments and modules. */
-    ferry_memcpy(ferry_hdr->exe, parent->exe, sizeof(parent->exe));
-    ferry_memcpy(ferry_hdr->cmdline, parent->cmdline, sizeof(parent->cmdline));
-    ferry_hdr->cmdline_len = parent->cmdline_len;
-    ferry_memcpy(ferry_hdr->modules, parent->modules, sizeof(parent->modules));
-    ferry_hdr->nmodules = parent->nmodules;
+    /* Same image as the parent: same program, arguments and modules.  Only
+     * what they use: every page written is a page of the file to allocate
+     * and write back, for each fork (32 KiB of module table, mostly empty). */
+    ferry_memcpy(ferry_hdr->exe, parent->exe, ferry_strlen(parent->exe) + 1);
+    uint32_t cmdline_len = parent->cmdline_len;
+    if (cmdline_len > sizeof(parent->cmdline))
+        cmdline_len = sizeof(parent->cmdline);
+    ferry_memcpy(ferry_hdr->cmdline, parent->cmdline, cmdline_len);
+    ferry_hdr->cmdline_len = cmdline_len;
+    uint32_t nmodules = parent->nmodules;
+    if (nmodules > FERRY_MAX_MODULES)
+        nmodules = FERRY_MAX_MODULES;
+    ferry_memcpy(ferry_hdr->modules, parent->modules, nmodules * sizeof(parent->modules[0]));
+    ferry_hdr->nmodules = nmodules;
     ferry_hdr->nsites = parent->nsites;
     ferry_hdr->cal_tsc = parent->cal_tsc;
     ferry_hdr->cal_ns = parent->cal_ns;
@@ -460,6 +468,40 @@ void ferry_blk_leave_vfork_child(void)
     ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
 }
 
+static int all_zero(const char *p, size_t n)
+{
+    const uint64_t *q = (const uint64_t *)p;
+    for (size_t i = 0; i < n / 8; i++)
+        if (q[i])
+            return 0;
+    for (size_t i = n & ~7UL; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+/* `len` bytes of `buf` at `off`, but for the pages that are all zeros: the
+ * file is new, or was written before from the same header and a block whose
+ * counts only grew, so a page not written reads as zeros.  Written, each
+ * took room on disk and was written back: 330 KiB for every vfork child,
+ * most of it zeros (a thread's block holds every syscall's and site's
+ * figures). */
+static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off)
+{
+    const char *p = buf;
+    size_t start = 0;
+    for (size_t i = 0; i < len; i += 4096) {
+        size_t n = len - i < 4096 ? len - i : 4096;
+        if (!all_zero(p + i, n))
+            continue;
+        if (i > start)
+            ferry_raw4(SYS_pwrite64, fd, p + start, i - start, off + start);
+        start = i + n;
+    }
+    if (len > start)
+        ferry_raw4(SYS_pwrite64, fd, p + start, len - start, off + start);
+}
+
 /* A vfork child's own file, written with pwrite from the parent's header
  * (read only) and its spare block, with its own identity patched in.  One
  * file, however many execs fail before one succeeds (a PATH search): each
@@ -484,7 +526,9 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     if (fd < 0)
         return;
     struct ferry_proc_header *h = ferry_hdr;
-    ferry_raw4(SYS_pwrite64, fd, h, FERRY_PROC_HEADER_SIZE, 0);
+    /* the whole of its one block, sparse: pages of zeros are not written */
+    ferry_raw2(SYS_ftruncate, fd, block_offset(1));
+    pwrite_used(fd, h, FERRY_PROC_HEADER_SIZE, 0);
     struct {
         uint32_t nblocks, state;
         int32_t pid, ppid, exit_code;
@@ -511,7 +555,7 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
         path[n] = 0;
         ferry_raw4(SYS_pwrite64, fd, path, n + 1, __builtin_offsetof(struct ferry_proc_header, exec_path));
     }
-    ferry_raw4(SYS_pwrite64, fd, ferry_tls_block, sizeof(struct ferry_blk), FERRY_PROC_HEADER_SIZE);
+    pwrite_used(fd, ferry_tls_block, sizeof(struct ferry_blk), FERRY_PROC_HEADER_SIZE);
     /* The tally goes last, with the two calls that write it and close the
      * file already in it; they are made untallied. */
     uint64_t *own = ferry_internal;
