@@ -192,6 +192,10 @@ def _comm(pid):
 
 
 def _libc_text_dirty(pid):
+    """kB of Private_Dirty in the executable mappings of libc: its own file,
+    or the plan's patched copy mapped over it (named by libc's identity)."""
+    st = os.stat("/lib/x86_64-linux-gnu/libc.so.6")
+    copy = f"/plans/{st.st_dev}-{st.st_ino}-"
     try:
         text = Path(f"/proc/{pid}/smaps").read_text()
     except OSError:
@@ -200,7 +204,7 @@ def _libc_text_dirty(pid):
     for line in text.splitlines():
         head = line.split()
         if head and "-" in head[0] and len(head) >= 5:
-            in_libc = "libc.so" in line and "x" in head[1]
+            in_libc = ("libc.so" in line or copy in line) and "x" in head[1]
             seen = seen or in_libc
         elif in_libc and line.startswith("Private_Dirty:"):
             total += int(line.split()[1])
