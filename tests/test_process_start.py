@@ -1,11 +1,12 @@
 """Enabling a process costs what it must and no more (issue 17).
 
 A `cat` started by a shell under `ferry run --no-learn` is a child that the
-exec hook enabled by preloading the shim (its libc patched at load time from
-the cached plan).  While it waits on its input, its /proc/PID/smaps says how
+exec hook enabled: a copy of it that no run rewrote is enabled by preloading
+the shim (its libc patched at load time from the cached plan).  While it waits on its input, its /proc/PID/smaps says how
 its memory is mapped; the process files say what the shim did to start.
 """
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -122,8 +123,12 @@ def test_libc_text_patched_at_load_stays_shared(tmp_path):
     def inspect(pid):
         patched = [line for line, _ in _smaps(pid) if "x" in line.split()[1] and _libc_ino(line)]
         return _libc_text_dirty_kb(pid), patched
+    # a file no earlier run rewrote: it is enabled by preloading the shim
+    cat = tmp_path / "cat"
+    shutil.copy2("/bin/cat", cat)
     for profile in ("trace", "off"):
-        kb, patched = _while_cat_waits(tmp_path / profile, profile, inspect)
+        kb, patched = _while_cat_waits(tmp_path / profile, profile, inspect,
+                                       ["sh", "-c", f"{cat}; :"])
         assert kb <= native_kb, (profile, kb, native_kb)
         assert patched, "libc's text is not the shared patched copy"
 
