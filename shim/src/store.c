@@ -2,12 +2,13 @@
 #include "store.h"
 
 #include <fcntl.h>
-#include <linux/perf_event.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 
+#include "exec.h"
 #include "raw.h"
+#include "tscrate.h"
 #include "util.h"
 
 __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
@@ -114,67 +115,9 @@ static void fill_identity(struct ferry_proc_header *h, char **argv)
     h->cmdline_len = len;
 }
 
-/* The TSC rate is the machine's: the first enabled process of a run learns
- * it and every later one is told (FERRY_TSC, "<ticks>:<ns>", handed down
- * by the exec hook like the run's other settings); none spins to find it. */
-static int parse_rate(const char *s, uint64_t *tsc, uint64_t *ns)
-{
-    uint64_t v[2] = {0, 0};
-    for (int i = 0; i < 2; i++) {
-        int digits = 0;
-        for (; *s >= '0' && *s <= '9' && digits < 19; s++, digits++)
-            v[i] = v[i] * 10 + (uint64_t)(*s - '0');
-        if (!digits || *s != (i ? 0 : ':'))
-            return 0;
-        s++;
-    }
-    if (!v[0] || !v[1])
-        return 0;
-    *tsc = v[0];
-    *ns = v[1];
-    return 1;
-}
-
-/* The kernel's own conversion, from the first page of a perf event's
- * mapping (what perf uses to turn TSC into time): ns = ticks * mult >>
- * shift.  0 when perf events are not allowed here. */
-static int kernel_rate(uint64_t *tsc, uint64_t *ns)
-{
-    struct perf_event_attr attr;
-    ferry_memset(&attr, 0, sizeof(attr));
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_DUMMY;
-    attr.size = sizeof(attr);
-    attr.exclude_kernel = 1;
-    attr.exclude_hv = 1;
-    long fd = ferry_raw6(SYS_perf_event_open, (long)&attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    long p = ferry_raw6(SYS_mmap, 0, 4096, PROT_READ, MAP_SHARED, fd, 0);
-    ferry_raw1(SYS_close, fd);
-    if (IS_ERR(p))
-        return 0;
-    const struct perf_event_mmap_page *pg = (const void *)p;
-    int ok = pg->cap_user_time && pg->time_mult && pg->time_shift < 63;
-    if (ok) {
-        *tsc = 1ULL << pg->time_shift;
-        *ns = pg->time_mult;
-    }
-    ferry_raw2(SYS_munmap, p, 4096);
-    return ok;
-}
-
 static void calibrate(struct ferry_proc_header *h, const char *handed_down)
 {
-    if (parse_rate(handed_down ? handed_down : "", &h->cal_tsc, &h->cal_ns) ||
-        kernel_rate(&h->cal_tsc, &h->cal_ns))
-        return;
-    uint64_t n0 = ferry_mono_ns(), t0 = ferry_rdtsc(), n1;
-    do
-        n1 = ferry_mono_ns();
-    while (n1 - n0 < 1000000);  /* 1 ms */
-    h->cal_tsc = ferry_rdtsc() - t0;
-    h->cal_ns = n1 - n0;
+    ferry_tsc_rate(handed_down, ferry_cache_root(), &h->cal_tsc, &h->cal_ns);
 }
 
 int ferry_store_rate(char *out, size_t cap)
