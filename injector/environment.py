@@ -14,7 +14,8 @@ RUN, PRELOAD, LIBDIR = "run", "preload", "libdir"
 # them).  Only these, and the FERRY_WAS_ markers, are Ferry's; a program's
 # own variables are never touched, whatever their names.
 SETTINGS = ("FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS", "FERRY_STATS",
-            "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID")
+            "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID",
+            "FERRY_TSC")
 WAS_PREFIX = "FERRY_WAS_"
 
 

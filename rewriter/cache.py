@@ -13,6 +13,11 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
                                                 libraries, libferry.so, manifest.json
     <root>/plans/<dev>-<ino>-<size>-<mtime_ns>  the load-time patch plan of a library
                                                 (plan.py), for a preloaded shim
+    <root>/plans/<plan>.<ino>-<mtime_ns>@<dist> the library's file with the plan's
+                                                windows in place, for trampolines
+                                                <dist> bytes from the planned place:
+                                                made by the shim, mapped over the
+                                                library's text (shim/src/plantext.c)
     <root>/exec/<dev>-<ino>-<size>-<mtime_ns>   symlink to the rewritten program made
                                                 from the file with that identity: how
                                                 the shim, at execve, finds the image

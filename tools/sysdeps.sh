@@ -8,6 +8,8 @@ command -v make >/dev/null 2>&1 || need="$need make"
 # make check builds the shim with clang as well as gcc
 command -v clang >/dev/null 2>&1 || need="$need clang"
 command -v strace >/dev/null 2>&1 || need="$need strace"
+# bench/spawn.py times a real ./configure, generated with autoconf
+command -v autoconf >/dev/null 2>&1 || need="$need autoconf"
 [ -e /usr/include/x86_64-linux-gnu/asm/unistd_64.h ] || need="$need linux-libc-dev"
 # the shim's aggregation runs on io_uring; wrk drives the network benchmarks
 [ -e /usr/include/liburing.h ] || need="$need liburing-dev"

@@ -24,6 +24,7 @@
 #include <sched.h>
 
 #include "catchall.h"
+#include "plan.h"
 #include "procfile.h"
 #include "raw.h"
 #include "shim.h"
@@ -143,6 +144,8 @@ static unsigned long parse_hex(const char **p, const char *end)
     return v;
 }
 
+static void describe_site_in_maps(uint64_t addr, struct ferry_catch_site *site);
+
 /* One line of /proc/self/maps: if it maps `addr`, fill the site. */
 static int maps_line(const char *s, const char *end, uint64_t addr, struct ferry_catch_site *site)
 {
@@ -187,6 +190,24 @@ static int maps_line(const char *s, const char *end, uint64_t addr, struct ferry
 }
 
 static void describe_site(uint64_t addr, struct ferry_catch_site *site)
+{
+    /* Text mapped from a plan's patched copy: the copy is the module's file
+     * byte for byte, at the same offsets, under another name. */
+    const char *module = ferry_plans_module_at(addr);
+    if (module) {
+        describe_site_in_maps(addr, site);
+        size_t len = ferry_strlen(module);
+        if (len >= sizeof(site->path))
+            len = sizeof(site->path) - 1;
+        ferry_memcpy(site->path, module, len);
+        site->path[len] = 0;
+        site->flags |= FERRY_CATCH_OFFSET_VALID;
+        return;
+    }
+    describe_site_in_maps(addr, site);
+}
+
+static void describe_site_in_maps(uint64_t addr, struct ferry_catch_site *site)
 {
     long fd = ferry_raw4(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)

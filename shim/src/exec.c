@@ -72,6 +72,11 @@ static void save(const char *entry)
     used += n;
 }
 
+void ferry_exec_keep(const char *entry)
+{
+    save(entry);
+}
+
 void ferry_exec_configure(char **envp)
 {
     struct ferry_buf b = {cache_root, 0, sizeof(cache_root), 0};
@@ -229,42 +234,90 @@ static int prepend_var(const char *name, const char *ours, const char *old, char
  * settings, plus the run's, plus what `kind` needs (`libdir`: the directory
  * of cached rewritten libraries).  NULL when it does not fit (the program's
  * own is then passed unchanged). */
+/* The next entries of the program's environment array, and the first bytes
+ * of each (never past the end of its page: what lies beyond may not exist),
+ * in two reads however many there are: one read per entry made the hook
+ * ~200 system calls for a usual environment. */
+#define ENV_BATCH 32
+#define ENV_HEAD 64
+
+struct env_batch {
+    char *ptr[ENV_BATCH];
+    char head[ENV_BATCH][ENV_HEAD];
+    long len[ENV_BATCH];
+    size_t count;   /* entries read (the terminating NULL excluded) */
+    int last;       /* the array ends in this batch */
+};
+
+static int read_env_batch(char *const *array, size_t from, struct env_batch *b)
+{
+    long pid = ferry_raw0(SYS_getpid);
+    /* pointers up to the end of the page the next one is on */
+    uintptr_t at = (uintptr_t)&array[from];
+    size_t room = (4096 - (at & 4095)) / sizeof(char *);
+    size_t want = room < ENV_BATCH ? (room ? room : 1) : ENV_BATCH;
+    struct iovec local = {b->ptr, want * sizeof(char *)}, remote = {(void *)at, want * sizeof(char *)};
+    if (ferry_raw6(SYS_process_vm_readv, pid, (long)&local, 1, (long)&remote, 1, 0) !=
+        (long)(want * sizeof(char *)))
+        return -1;
+    struct iovec lv[ENV_BATCH], rv[ENV_BATCH];
+    long total = 0;
+    b->count = 0;
+    b->last = 0;
+    for (size_t i = 0; i < want; i++) {
+        char *p = b->ptr[i];
+        if (!p) {
+            b->last = 1;
+            break;
+        }
+        long len = 4096 - (long)((uintptr_t)p & 4095);
+        b->len[i] = len < ENV_HEAD ? len : ENV_HEAD;
+        lv[i] = (struct iovec){b->head[i], (size_t)b->len[i]};
+        rv[i] = (struct iovec){p, (size_t)b->len[i]};
+        total += b->len[i];
+        b->count++;
+    }
+    if (b->count && ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)b->count, (long)rv,
+                               (long)b->count, 0) != total)
+        return -1;
+    return 0;
+}
+
 static char **build_env(char *const *user_envp, char **out, size_t cap, enum env_kind kind,
                         const char *libdir, struct env_extra *x)
 {
     size_t n = 0;
     int have_preload = 0, have_libpath = 0;
     char old_preload[1024], old_libpath[1024];
-    char *p;
-    for (size_t i = 0; user_envp; i++) {
-        int got_ptr = user_pointer(user_envp, i, &p);
-        if (got_ptr < 0)
+    struct env_batch batch;
+    for (size_t i = 0; user_envp; i += batch.count) {
+        if (read_env_batch(user_envp, i, &batch))
             return 0;
-        if (!got_ptr)
+        for (size_t k = 0; k < batch.count; k++) {
+            char *p = batch.ptr[k], *head = batch.head[k];
+            long got = batch.len[k];
+            head[got < ENV_HEAD ? got : ENV_HEAD - 1] = 0;
+            if (ferry_is_setting(head))
+                continue;
+            /* The first entry of a name is the one ld.so reads; later ones go. */
+            if (kind != ENV_RUN && got >= 11 && ferry_memeq(head, "LD_PRELOAD=", 11)) {
+                if (!have_preload && read_string(old_preload, p + 11, sizeof(old_preload)) < 0)
+                    return 0;
+                have_preload = 1;
+                continue;
+            }
+            if (kind == ENV_LIBDIR && got >= 16 && ferry_memeq(head, "LD_LIBRARY_PATH=", 16)) {
+                if (!have_libpath && read_string(old_libpath, p + 16, sizeof(old_libpath)) < 0)
+                    return 0;
+                have_libpath = 1;
+                continue;
+            }
+            if (n + nsaved + 5 >= cap)
+                return 0;
+            out[n++] = p;
+        }
+        if (batch.last)
             break;
-        char head[64];
-        long got = ferry_safe_read(head, p, sizeof(head));
-        if (got <= 0)
-            return 0;
-        head[got < (long)sizeof(head) ? got : (long)sizeof(head) - 1] = 0;
-        if (ferry_is_setting(head))
-            continue;
-        /* The first entry of a name is the one ld.so reads; later ones go. */
-        if (kind != ENV_RUN && got >= 11 && ferry_memeq(head, "LD_PRELOAD=", 11)) {
-            if (!have_preload && read_string(old_preload, p + 11, sizeof(old_preload)) < 0)
-                return 0;
-            have_preload = 1;
-            continue;
-        }
-        if (kind == ENV_LIBDIR && got >= 16 && ferry_memeq(head, "LD_LIBRARY_PATH=", 16)) {
-            if (!have_libpath && read_string(old_libpath, p + 16, sizeof(old_libpath)) < 0)
-                return 0;
-            have_libpath = 1;
-            continue;
-        }
-        if (n + nsaved + 5 >= cap)
-            return 0;
-        out[n++] = p;
     }
     for (int i = 0; i < nsaved; i++)
         out[n++] = saved[i];
@@ -375,6 +428,7 @@ long ferry_exec(const struct ferry_regs *r)
     args = env + MAX_ENV;
     struct stat st;
     long got = 0;
+    ferry_store_span(FERRY_SPAN_EXEC_HOOK, ferry_rdtsc());
 
     if (read_string(path, upath, sizeof(path)) < 0)
         path[0] = 0;

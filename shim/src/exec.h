@@ -13,6 +13,10 @@ void ferry_exec_configure(char **envp);
  * exec failed, with the result of the program's own call. */
 long ferry_exec(const struct ferry_regs *r);
 
+/* One more "FERRY_NAME=value" setting for every program this one execs
+ * (after ferry_exec_configure). */
+void ferry_exec_keep(const char *entry);
+
 /* The image cache's directory, as this process found it ("" if none). */
 const char *ferry_cache_root(void);
 

@@ -4,8 +4,18 @@
  * shim applies: the bytes are the ones the rewritten file would hold, moved
  * to wherever there is room within reach of the module.
  *
- * Runs from the constructor, before main: only one thread exists, so text
- * can be made writable for the moment it takes to write the windows.
+ * The patched text is shared, not written: with the trampolines placed, the
+ * windows' bytes depend only on where they went relative to the module, so
+ * a copy of the module's file with those bytes in place (plantext.c, one
+ * per plan and distance, made once) is mapped over the module's executable
+ * segments.  Its pages are the page cache's, shared by every process, and
+ * nothing is made writable.  Where that cannot be done (no room to write
+ * the copy, text relocations, windows to leave alone for `ferry attach`),
+ * each executable segment is made writable once for all its windows.
+ *
+ * Runs from the constructor, before main, when only one thread exists; at
+ * dlopen, for a module no thread has run yet; under attach, with every
+ * thread stopped.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -16,12 +26,15 @@
 
 #include "ctl.h"
 #include "plan.h"
+#include "plantext.h"
 #include "raw.h"
 #include "util.h"
 
 #define PAGE 4096UL
 #define MAX_TARGETS 64
 #define IS_ERR(v) ((unsigned long)(v) > -4096UL)
+
+static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
 static const char plan_magic[16] = "FERRYPLAN\0v1\0\0\0";
 
@@ -46,7 +59,43 @@ static int already_planned(uint64_t base)
 struct target {
     char path[512];
     uint64_t base;
+    const ElfW(Phdr) *phdr;
+    int phnum;
 };
+
+/* Text mapped from a plan's copy: /proc/self/maps names the copy there, and
+ * whoever reads it for the module's file (the catch-all) is told this. */
+#define MAX_REMAPPED 64
+static struct {
+    uint64_t lo, hi;
+    char path[256];
+} remapped[MAX_REMAPPED];
+static int nremapped;
+
+const char *ferry_plans_module_at(uint64_t addr)
+{
+    for (int i = 0; i < nremapped; i++)
+        if (addr >= remapped[i].lo && addr < remapped[i].hi)
+            return remapped[i].path;
+    return 0;
+}
+
+static void note_remapped(const struct target *t)
+{
+    for (int i = 0; i < t->phnum && nremapped < MAX_REMAPPED; i++) {
+        const ElfW(Phdr) *ph = &t->phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        remapped[nremapped].lo = (t->base + ph->p_vaddr) & ~(PAGE - 1);
+        remapped[nremapped].hi = page_up(t->base + ph->p_vaddr + ph->p_filesz);
+        size_t n = ferry_strlen(t->path);
+        if (n >= sizeof(remapped[0].path))
+            n = sizeof(remapped[0].path) - 1;
+        ferry_memcpy(remapped[nremapped].path, t->path, n);
+        remapped[nremapped].path[n] = 0;
+        nremapped++;
+    }
+}
 
 extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
     __attribute__((weak));
@@ -86,7 +135,6 @@ static int avoided(uint64_t lo, uint64_t hi)
 }
 
 static uint64_t pad8(uint64_t n) { return (n + 7) & ~7UL; }
-static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
 static int has_ctl(struct dl_phdr_info *info)
 {
@@ -116,6 +164,8 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data)
             if (n < sizeof(t[i].path)) {
                 ferry_memcpy(t[i].path, info->dlpi_name, n + 1);
                 t[i].base = info->dlpi_addr;
+                t[i].phdr = info->dlpi_phdr;
+                t[i].phnum = info->dlpi_phnum;
             }
             break;
         }
@@ -139,8 +189,127 @@ static uint64_t place(uint64_t want, uint64_t size)
     return 0;
 }
 
-static struct ferry_ctl *apply(const char *data, uint64_t size, uint64_t base)
+/* A plan's windows, each with its jump moved by `delta` (where the
+ * trampolines went, less where the rewritten file has them). */
+struct windows {
+    const char *first, *end;
+    uint32_t count;
+    int64_t delta;
+};
+
+int ferry_windows_each(const struct windows *w,
+                       int (*fn)(uint64_t vaddr, const unsigned char *bytes, uint32_t len, void *ctx),
+                       void *ctx)
 {
+    const char *win = w->first;
+    for (uint32_t i = 0; i < w->count; i++) {
+        const uint64_t *h = (const void *)win;
+        uint64_t vaddr = h[0];
+        uint32_t len = (uint32_t)h[1];
+        const unsigned char *bytes = (const unsigned char *)(win + 16);
+        if (win + 16 + len > w->end || len < 5 || len > 64 || bytes[0] != 0xe9)
+            return -22;
+        unsigned char patch[64];
+        ferry_memcpy(patch, bytes, len);
+        int32_t disp;
+        ferry_memcpy(&disp, patch + 1, 4);
+        disp = (int32_t)((int64_t)disp + w->delta);
+        ferry_memcpy(patch + 1, &disp, 4);
+        win += 16 + pad8(len);
+        int rc = fn(vaddr, patch, len, ctx);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The fallback: every executable segment with windows is made writable once
+ * (and stays executable: under attach or dlopen other threads run), its
+ * windows written, and its protection given back. */
+struct write_ctx {
+    const struct target *t;
+    const ElfW(Phdr) *seg;
+};
+
+static int write_window(uint64_t vaddr, const unsigned char *bytes, uint32_t len, void *data)
+{
+    struct write_ctx *c = data;
+    const ElfW(Phdr) *ph = c->seg;
+    if (vaddr < ph->p_vaddr || vaddr + len > ph->p_vaddr + ph->p_filesz)
+        return 0;  /* another segment's */
+    if (avoided(c->t->base + vaddr, c->t->base + vaddr + len))
+        return 0;  /* that site keeps running its own syscall */
+    ferry_memcpy((void *)(c->t->base + vaddr), bytes, len);
+    return 0;
+}
+
+static int count_in(uint64_t vaddr, const unsigned char *bytes, uint32_t len, void *data)
+{
+    (void)bytes;
+    struct write_ctx *c = data;
+    if (vaddr < c->seg->p_vaddr || vaddr + len > c->seg->p_vaddr + c->seg->p_filesz)
+        return -22;
+    return 0;
+}
+
+static int write_windows(const struct target *t, const struct windows *w)
+{
+    int written = 0;
+    for (int i = 0; i < t->phnum; i++) {
+        const ElfW(Phdr) *ph = &t->phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uint64_t lo = (t->base + ph->p_vaddr) & ~(PAGE - 1);
+        uint64_t hi = page_up(t->base + ph->p_vaddr + ph->p_filesz);
+        if (ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC))
+            return -1;
+        struct write_ctx c = {t, ph};
+        int rc = ferry_windows_each(w, write_window, &c);
+        ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC);
+        if (rc)
+            return -1;
+        written = 1;
+    }
+    return written ? 0 : -1;
+}
+
+/* Whether every window lies in one executable segment of the file. */
+static int windows_in_text(const struct target *t, const struct windows *w)
+{
+    const char *win = w->first;
+    for (uint32_t i = 0; i < w->count; i++) {
+        const uint64_t *h = (const void *)win;
+        uint32_t len = (uint32_t)h[1];
+        int inside = 0;
+        for (int k = 0; k < t->phnum && !inside; k++) {
+            const ElfW(Phdr) *ph = &t->phdr[k];
+            struct write_ctx c = {t, ph};
+            inside = ph->p_type == PT_LOAD && (ph->p_flags & PF_X) &&
+                     count_in(h[0], 0, len, &c) == 0;
+        }
+        if (!inside || win + 16 + len > w->end)
+            return 0;
+        win += 16 + pad8(len);
+    }
+    return 1;
+}
+
+static int any_avoided(const struct target *t, const struct windows *w)
+{
+    const char *win = w->first;
+    for (uint32_t i = 0; i < w->count; i++) {
+        const uint64_t *h = (const void *)win;
+        if (avoided(t->base + h[0], t->base + h[0] + (uint32_t)h[1]))
+            return 1;
+        win += 16 + pad8((uint32_t)h[1]);
+    }
+    return 0;
+}
+
+static struct ferry_ctl *apply(const char *data, uint64_t size, const struct target *t,
+                               const struct ferry_plantext_key *key)
+{
+    uint64_t base = t->base;
     const struct plan_header *h = (const void *)data;
     if (size < sizeof(*h) || !ferry_memeq(h->magic, plan_magic, 16) || h->ctl_vaddr < h->tramp_vaddr)
         return 0;
@@ -165,25 +334,15 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, uint64_t base)
         *field = (int32_t)((int64_t)*field - delta);
     }
     ferry_raw3(SYS_mprotect, at, page_up(h->tramp_size), PROT_READ | PROT_EXEC);
-    for (uint32_t i = 0; i < h->nwindows; i++) {
-        const uint64_t *w = (const void *)win;
-        uint64_t vaddr = w[0];
-        uint32_t len = (uint32_t)w[1];
-        const unsigned char *bytes = (const unsigned char *)(win + 16);
-        if ((uint64_t)(win + 16 + len - data) > size || len < 5 || len > 64 || bytes[0] != 0xe9)
-            return 0;
-        unsigned char patch[64];
-        ferry_memcpy(patch, bytes, len);
-        int32_t disp;
-        ferry_memcpy(&disp, patch + 1, 4);
-        disp = (int32_t)((int64_t)disp + delta);
-        ferry_memcpy(patch + 1, &disp, 4);
-        win += 16 + pad8(len);
-        if (avoided(base + vaddr, base + vaddr + len))
-            continue;  /* that site keeps running its own syscall */
-        if (ferry_write_text((void *)(base + vaddr), patch, len))
-            return 0;
-    }
+    struct windows w = {win, data + size, h->nwindows, delta};
+    if (!windows_in_text(t, &w))
+        return 0;
+    int shared = !any_avoided(t, &w) &&
+                 ferry_plantext_map(key, delta, &w, base, t->phdr, t->phnum) == 0;
+    if (shared)
+        note_remapped(t);
+    else if (write_windows(t, &w))
+        return 0;
     return (struct ferry_ctl *)(at + dist);
 }
 
@@ -199,8 +358,12 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
         if (already_planned(targets[i].base))
             continue;
         char path[2600];
-        struct stat mst;
-        if (!ferry_identity_path(cache_root, "plans", targets[i].path, path, sizeof(path), &mst))
+        struct ferry_plantext_key key;
+        ferry_memset(&key, 0, sizeof(key));
+        key.plan_path = path;
+        key.module_path = targets[i].path;
+        if (!ferry_identity_path(cache_root, "plans", targets[i].path, path, sizeof(path),
+                                 &key.module))
             continue;
         long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
         if (fd < 0)
@@ -212,7 +375,8 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
         ferry_raw1(SYS_close, fd);
         if (IS_ERR(map))
             continue;
-        struct ferry_ctl *ctl = apply((const char *)map, (uint64_t)st.st_size, targets[i].base);
+        key.plan = st;
+        struct ferry_ctl *ctl = apply((const char *)map, (uint64_t)st.st_size, &targets[i], &key);
         ferry_raw2(SYS_munmap, map, st.st_size);
         if (nplanned < MAX_TARGETS)
             planned[nplanned++] = targets[i].base;  /* tried once, patched or not */

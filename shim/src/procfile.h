@@ -47,6 +47,20 @@ enum ferry_exec_kind {
     FERRY_EXEC_FOREIGN = 6,     /* an ELF program this shim cannot serve (32-bit, musl, ...) */
 };
 
+/* Where a process's start goes (bench/spawn.py reads them): the TSC when
+ * the shim's constructor began, after each of its steps, and when the exec
+ * hook that ended the previous image began (its end is end_tsc). */
+enum ferry_span {
+    FERRY_SPAN_CTOR = 0,        /* constructor entered */
+    FERRY_SPAN_FILE = 1,        /* process file made */
+    FERRY_SPAN_CALIBRATED = 2,  /* TSC rate known */
+    FERRY_SPAN_MODULES = 3,     /* rewritten modules enabled */
+    FERRY_SPAN_PLANS = 4,       /* plans applied (load-time patching) */
+    FERRY_SPAN_CATCHALL = 5,    /* catch-all armed */
+    FERRY_SPAN_READY = 6,       /* constructor done */
+    FERRY_SPAN_EXEC_HOOK = 7,   /* exec hook entered (this image's last exec) */
+};
+
 enum ferry_mode { FERRY_MODE_OFF = 0, FERRY_MODE_COUNT = 1, FERRY_MODE_TRACE = 2,
                  FERRY_MODE_AGGREGATE = 3 };
 
@@ -94,7 +108,8 @@ struct ferry_proc_header {
     uint32_t load_patched;          /* 148: modules enabled by a load-time plan */
     uint32_t uid;                   /* 152: effective user ID when the file was made */
     uint32_t exec_uid;              /* 156: effective user ID when exec_path began */
-    uint64_t reserved0[12];         /* 160 */
+    uint64_t start_spans[8];        /* 160: TSC at each step of the shim's start (FERRY_SPAN_*) */
+    uint64_t reserved0[4];          /* 224 */
     char exe[1024];                 /* 256 */
     uint32_t cmdline_len;           /* 1280 */
     uint32_t reserved1;

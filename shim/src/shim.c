@@ -294,6 +294,7 @@ __attribute__((visibility("default"))) int ferry_detach(void)
 __attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
 {
     (void)argc;
+    uint64_t t_ctor = ferry_rdtsc();
     char **own_env = envp;
     if (!ferry_env_lookup(envp, "FERRY_MODE")) {
         char **attached = attach_settings();
@@ -305,13 +306,21 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     long cap = events ? parse_number(&events) : 0;
     if (cap < 0 || cap > (1L << 24))
         cap = 0;
-    ferry_store_open(ferry_env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv);
-    ferry_exec_configure(envp);
+    const char *rate = ferry_env_lookup(envp, "FERRY_TSC");
+    ferry_exec_configure(envp);  /* first: the cache root keeps this boot's TSC rate */
+    ferry_store_open(ferry_env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv, rate);
+    ferry_store_span(FERRY_SPAN_CTOR, t_ctor);
+    char rate_entry[64];
+    if (!rate && ferry_store_rate(rate_entry, sizeof(rate_entry)) == 0)
+        ferry_exec_keep(rate_entry);
     ferry_modules_enable();
+    ferry_store_span(FERRY_SPAN_MODULES, ferry_rdtsc());
     ferry_plans_avoid(ferry_env_lookup(envp, "FERRY_AVOID"));
     ferry_plans_apply(ferry_cache_root(), enable_planned);
+    ferry_store_span(FERRY_SPAN_PLANS, ferry_rdtsc());
     hook_dl_changes();
     ferry_catchall_start(envp);
+    ferry_store_span(FERRY_SPAN_CATCHALL, ferry_rdtsc());
     if (ferry_catchall_on)
         for (unsigned i = 0; i < sizeof(masked) / sizeof(masked[0]); i++)
             ferry_action[masked[i]] = 1;
@@ -324,6 +333,7 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     /* Last: everything above has read its settings (and exec.c kept copies). */
     ferry_environ_restore(own_env);
     active = 1;
+    ferry_store_span(FERRY_SPAN_READY, ferry_rdtsc());
 }
 
 static long do_syscall(const struct ferry_regs *r)

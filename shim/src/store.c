@@ -6,7 +6,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 
+#include "exec.h"
 #include "raw.h"
+#include "tscrate.h"
 #include "util.h"
 
 __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
@@ -16,6 +18,8 @@ static __thread int tls_in_vfork_child __attribute__((tls_model("initial-exec"))
 /* seq + 1 of the file a vfork child has written, 0 before its first: every
  * failed exec of a PATH search rewrites that one file. */
 static __thread uint32_t tls_vfork_file __attribute__((tls_model("initial-exec")));
+/* When a vfork child's exec hook began: its file is written from a copy. */
+static __thread uint64_t tls_vfork_hook_tsc __attribute__((tls_model("initial-exec")));
 
 struct ferry_proc_header *ferry_hdr;
 uint64_t *ferry_internal;
@@ -43,6 +47,14 @@ uint64_t ferry_real_ns(void)
     struct timespec ts;
     ferry_raw2(SYS_clock_gettime, CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* A mapping of the process file reads no pages ahead: the file is sparse
+ * and hundreds of MiB long, and a fault's readahead filled (zeroed) page
+ * cache for its holes, ~2 ms on the first touch of the header. */
+static void no_readahead(long p, size_t size)
+{
+    ferry_raw3(SYS_madvise, p, (long)size, MADV_RANDOM);
 }
 
 static void *map(size_t size, int fd, uint64_t off)
@@ -103,14 +115,24 @@ static void fill_identity(struct ferry_proc_header *h, char **argv)
     h->cmdline_len = len;
 }
 
-static void calibrate(struct ferry_proc_header *h)
+static void calibrate(struct ferry_proc_header *h, const char *handed_down)
 {
-    uint64_t n0 = ferry_mono_ns(), t0 = ferry_rdtsc(), n1;
-    do
-        n1 = ferry_mono_ns();
-    while (n1 - n0 < 1000000);  /* 1 ms */
-    h->cal_tsc = ferry_rdtsc() - t0;
-    h->cal_ns = n1 - n0;
+    ferry_tsc_rate(handed_down, ferry_cache_root(), &h->cal_tsc, &h->cal_ns);
+}
+
+int ferry_store_rate(char *out, size_t cap)
+{
+    if (!ferry_hdr || !ferry_hdr->cal_tsc)
+        return -61;  /* ENODATA */
+    struct ferry_buf b = {out, 0, cap, 0};
+    ferry_buf_str(&b, "FERRY_TSC=");
+    ferry_buf_u64(&b, ferry_hdr->cal_tsc);
+    ferry_buf_str(&b, ":");
+    ferry_buf_u64(&b, ferry_hdr->cal_ns);
+    if (b.overflow)
+        return -36;
+    out[b.len] = 0;
+    return 0;
 }
 
 static int header_init(char **argv, int keep_cmdline)
@@ -153,9 +175,12 @@ static int open_backing(void)
         uint32_t seq = 0;
         int fd = create_file(st.dir, (int)ferry_raw0(SYS_getpid), &seq);
         if (fd >= 0) {
-            if (ferry_raw2(SYS_ftruncate, fd, block_offset(FERRY_MAX_BLOCKS)) == 0)
+            if (ferry_raw2(SYS_ftruncate, fd, block_offset(FERRY_MAX_BLOCKS)) == 0) {
                 ferry_hdr = map(FERRY_PROC_HEADER_SIZE, fd, 0);
-            else
+                if (ferry_hdr)  /* before the first touch; tallied with the others below */
+                    ferry_pass6(SYS_madvise, (long)ferry_hdr, FERRY_PROC_HEADER_SIZE, MADV_RANDOM,
+                                0, 0, 0);
+            } else
                 ferry_hdr = 0;
             if (ferry_hdr) {
                 ferry_hdr->seq = seq;
@@ -164,6 +189,7 @@ static int open_backing(void)
                 ferry_internal = ferry_hdr->internal;
                 ferry_internal[SYS_ftruncate]++;
                 ferry_internal[SYS_mmap]++;
+                ferry_internal[SYS_madvise]++;
             }
             ferry_raw1(SYS_close, fd);
             if (ferry_hdr) {
@@ -199,10 +225,13 @@ static struct ferry_blk *map_file_block(uint32_t idx)
         return 0;
     if (span > st.block_size)
         ferry_raw2(SYS_munmap, p, span - st.block_size);
-    return (struct ferry_blk *)(p + (long)(span - st.block_size));
+    p += (long)(span - st.block_size);
+    no_readahead(p, st.block_size);
+    return (struct ferry_blk *)p;
 }
 
-int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv)
+int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
+                     const char *tsc_rate)
 {
     st.mode = mode;
     st.event_capacity = mode == FERRY_MODE_TRACE ? event_capacity : 0;
@@ -217,9 +246,22 @@ int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, cha
     if (rc)
         return rc;
     header_init(argv, 0);
+    ferry_store_span(FERRY_SPAN_FILE, ferry_rdtsc());
     if (mode == FERRY_MODE_TRACE || mode == FERRY_MODE_AGGREGATE)  /* modes that time calls */
-        calibrate(ferry_hdr);
+        calibrate(ferry_hdr, tsc_rate);
+    ferry_store_span(FERRY_SPAN_CALIBRATED, ferry_rdtsc());
     return 0;
+}
+
+void ferry_store_span(int which, uint64_t tsc)
+{
+    if (tls_in_vfork_child) {
+        if (which == FERRY_SPAN_EXEC_HOOK)
+            tls_vfork_hook_tsc = tsc;
+        return;
+    }
+    if (ferry_hdr && which >= 0 && which < 8)
+        ferry_hdr->start_spans[which] = tsc;
 }
 
 static struct ferry_blk *claim(void)
@@ -295,12 +337,20 @@ void ferry_store_after_fork(void)
         ferry_hdr = 0;
         return;
     }
-    /* Same image as the parent: same program, arguments and modules. */
-    ferry_memcpy(ferry_hdr->exe, parent->exe, sizeof(parent->exe));
-    ferry_memcpy(ferry_hdr->cmdline, parent->cmdline, sizeof(parent->cmdline));
-    ferry_hdr->cmdline_len = parent->cmdline_len;
-    ferry_memcpy(ferry_hdr->modules, parent->modules, sizeof(parent->modules));
-    ferry_hdr->nmodules = parent->nmodules;
+    /* Same image as the parent: same program, arguments and modules.  Only
+     * what they use: every page written is a page of the file to allocate
+     * and write back, for each fork (32 KiB of module table, mostly empty). */
+    ferry_memcpy(ferry_hdr->exe, parent->exe, ferry_strlen(parent->exe) + 1);
+    uint32_t cmdline_len = parent->cmdline_len;
+    if (cmdline_len > sizeof(parent->cmdline))
+        cmdline_len = sizeof(parent->cmdline);
+    ferry_memcpy(ferry_hdr->cmdline, parent->cmdline, cmdline_len);
+    ferry_hdr->cmdline_len = cmdline_len;
+    uint32_t nmodules = parent->nmodules;
+    if (nmodules > FERRY_MAX_MODULES)
+        nmodules = FERRY_MAX_MODULES;
+    ferry_memcpy(ferry_hdr->modules, parent->modules, nmodules * sizeof(parent->modules[0]));
+    ferry_hdr->nmodules = nmodules;
     ferry_hdr->nsites = parent->nsites;
     ferry_hdr->cal_tsc = parent->cal_tsc;
     ferry_hdr->cal_ns = parent->cal_ns;
@@ -340,16 +390,21 @@ void ferry_blk_enter_vfork_child(void)
 {
     if (tls_in_vfork_child || !tls_spare)
         return;  /* nested, or no spare: count with the parent, as before */
-    ferry_memset(tls_spare, 0, sizeof(struct ferry_blk));
+    /* Zero again what the last vfork child of this thread wrote, by giving
+     * the pages back (anonymous memory: they read as zeros): clearing
+     * 266 KiB by hand took longer than the rest of the child's work.  The
+     * call is the child's first own call, tallied below. */
+    ferry_pass6(SYS_madvise, (long)tls_spare, st.block_size + sizeof(ferry_hdr->internal),
+                MADV_DONTNEED, 0, 0, 0);
     tls_spare->in_use = 1;
     tls_spare->tid = (int32_t)ferry_raw0(SYS_gettid);
     tls_vfork_saved = ferry_tls_block;
     ferry_tls_block = tls_spare;
     tls_in_vfork_child = 1;
     tls_vfork_file = 0;
-    /* the child's own calls are not the parent's */
-    ferry_memset(spare_internal(), 0, sizeof(ferry_hdr->internal));
+    /* the child's own calls are not the parent's (zeroed above) */
     ferry_internal = spare_internal();
+    ferry_internal[SYS_madvise]++;
 }
 
 void ferry_blk_leave_vfork_child(void)
@@ -359,6 +414,40 @@ void ferry_blk_leave_vfork_child(void)
     ferry_tls_block = tls_vfork_saved;
     tls_in_vfork_child = 0;
     ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
+}
+
+static int all_zero(const char *p, size_t n)
+{
+    const uint64_t *q = (const uint64_t *)p;
+    for (size_t i = 0; i < n / 8; i++)
+        if (q[i])
+            return 0;
+    for (size_t i = n & ~7UL; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+/* `len` bytes of `buf` at `off`, but for the pages that are all zeros: the
+ * file is new, or was written before from the same header and a block whose
+ * counts only grew, so a page not written reads as zeros.  Written, each
+ * took room on disk and was written back: 330 KiB for every vfork child,
+ * most of it zeros (a thread's block holds every syscall's and site's
+ * figures). */
+static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off)
+{
+    const char *p = buf;
+    size_t start = 0;
+    for (size_t i = 0; i < len; i += 4096) {
+        size_t n = len - i < 4096 ? len - i : 4096;
+        if (!all_zero(p + i, n))
+            continue;
+        if (i > start)
+            ferry_raw4(SYS_pwrite64, fd, p + start, i - start, off + start);
+        start = i + n;
+    }
+    if (len > start)
+        ferry_raw4(SYS_pwrite64, fd, p + start, len - start, off + start);
 }
 
 /* A vfork child's own file, written with pwrite from the parent's header
@@ -385,7 +474,9 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     if (fd < 0)
         return;
     struct ferry_proc_header *h = ferry_hdr;
-    ferry_raw4(SYS_pwrite64, fd, h, FERRY_PROC_HEADER_SIZE, 0);
+    /* the whole of its one block, sparse: pages of zeros are not written */
+    ferry_raw2(SYS_ftruncate, fd, block_offset(1));
+    pwrite_used(fd, h, FERRY_PROC_HEADER_SIZE, 0);
     struct {
         uint32_t nblocks, state;
         int32_t pid, ppid, exit_code;
@@ -397,6 +488,8 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     uint64_t times[3] = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
     ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), __builtin_offsetof(struct ferry_proc_header, end_real_ns));
     ferry_raw4(SYS_pwrite64, fd, &kind, 4, __builtin_offsetof(struct ferry_proc_header, exec_kind));
+    ferry_raw4(SYS_pwrite64, fd, &tls_vfork_hook_tsc, 8,
+               __builtin_offsetof(struct ferry_proc_header, start_spans[FERRY_SPAN_EXEC_HOOK]));
     /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it). */
     uint32_t uids[2] = {(uint32_t)ferry_raw0(SYS_geteuid), 0};
     uids[1] = uids[0];
@@ -410,7 +503,7 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
         path[n] = 0;
         ferry_raw4(SYS_pwrite64, fd, path, n + 1, __builtin_offsetof(struct ferry_proc_header, exec_path));
     }
-    ferry_raw4(SYS_pwrite64, fd, ferry_tls_block, sizeof(struct ferry_blk), FERRY_PROC_HEADER_SIZE);
+    pwrite_used(fd, ferry_tls_block, sizeof(struct ferry_blk), FERRY_PROC_HEADER_SIZE);
     /* The tally goes last, with the two calls that write it and close the
      * file already in it; they are made untallied. */
     uint64_t *own = ferry_internal;

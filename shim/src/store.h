@@ -3,6 +3,7 @@
 #ifndef FERRY_STORE_H
 #define FERRY_STORE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "procfile.h"
@@ -11,7 +12,11 @@ extern struct ferry_proc_header *ferry_hdr;
 extern __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
 
 /* Set up the store of this process image (called once, from the constructor). */
-int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv);
+/* `tsc_rate`: FERRY_TSC as handed down ("<ticks>:<ns>"), or NULL. */
+int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
+                     const char *tsc_rate);
+/* "FERRY_TSC=<ticks>:<ns>" into `out`, for this process's children. */
+int ferry_store_rate(char *out, size_t cap);
 
 /* The calling thread's block, claiming one if needed; NULL when there is no
  * room (the call is then not counted, and the header's overflow says so). */
@@ -35,6 +40,8 @@ void *ferry_vfork_scratch(void);
 
 void ferry_store_exit(int status);
 void ferry_store_exec_begin(const char *path, uint32_t kind);
+/* Step `which` (enum ferry_span) of this image's start happened at `tsc`. */
+void ferry_store_span(int which, uint64_t tsc);
 void ferry_store_exec_failed(void);
 void ferry_store_wait(int pid, int status);
 void ferry_store_detached(void);

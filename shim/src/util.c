@@ -64,20 +64,20 @@ int ferry_identity_path(const char *root, const char *dir, const char *path, cha
     return !b.overflow;
 }
 
+/* `rep stosb` / `rep movsb`: a byte loop took ~100 µs for a thread's block
+ * (266 KiB) at every vfork; the string instructions run at memory speed on
+ * any CPU since Ivy Bridge (ERMS), and the ABI has the direction flag clear. */
 void *ferry_memset(void *dst, int c, size_t n)
 {
-    unsigned char *d = dst;
-    while (n--)
-        *d++ = (unsigned char)c;
+    void *d = dst;
+    __asm__ volatile("rep stosb" : "+D"(d), "+c"(n) : "a"(c) : "memory");
     return dst;
 }
 
 void *ferry_memcpy(void *dst, const void *src, size_t n)
 {
-    unsigned char *d = dst;
-    const unsigned char *s = src;
-    while (n--)
-        *d++ = *s++;
+    void *d = dst;
+    __asm__ volatile("rep movsb" : "+D"(d), "+S"(src), "+c"(n) : : "memory");
     return dst;
 }
 

@@ -1,0 +1,269 @@
+"""bench/spawn: what enabling a process costs, for process-heavy workloads.
+
+Three workloads, each natively, under `ferry run -p off|count|trace` and under
+`strace -f -c -o /dev/null`, interleaved over rounds (medians):
+
+* spawn: a shell loop running /bin/true 300 times;
+* build: `make -j2 -B` of a tree of small C files generated here;
+* configure: `./configure` of a small autoconf project generated here (the
+  configure script is made once with autoconf, then run each round).
+
+Native and strace are timed from spawn to reap; ferry's figure is the
+program's own `duration_s` from info.json (also spawn to reap), so ferry's
+Python start-up and the image-cache lookup are not counted.  Images and
+plans go to a temporary $FERRY_CACHE, warmed by one untimed run of each
+workload (that is how a second run of anything starts).
+
+The breakdown of one process's start comes from the spans the shim records
+in each process file (procfile.h, FERRY_SPAN_*): the exec hook (from its
+entry to the execve it passes on), exec + loader (from that execve to the
+shim's constructor: the kernel's exec, ld.so, libraries' relocations), and
+the constructor's steps: process file, calibration, rewritten modules,
+load-time patching (plans), catch-all.  Medians over the /bin/true images of
+a traced spawn run.  Private_Dirty of libc's text is read from
+/proc/PID/smaps of a process that waits on a pipe, natively and enabled.
+"""
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FERRY = str(Path(sys.executable).parent / "ferry")
+SPAWNS = 300
+SPAWN_LOOP = f'i=0; while [ $i -lt {SPAWNS} ]; do /bin/true; i=$((i+1)); done'
+C_FILES = 25
+ROUNDS = int(os.environ.get("SPAWN_ROUNDS", "5"))
+MODES = ("off", "count", "trace")
+NAN = float("nan")
+
+SPAN_NAMES = ("ctor", "file", "calibrated", "modules", "plans", "catchall", "ready", "exec_hook")
+
+
+def median(xs):
+    return statistics.median(xs) if xs else NAN
+
+
+def make_tree(top):
+    """25 C files and a Makefile: a build that is mostly process starts."""
+    src = top / "build"
+    src.mkdir()
+    objs = []
+    for i in range(C_FILES):
+        (src / f"f{i}.c").write_text(
+            f"#include <stdio.h>\n#include <string.h>\n"
+            f"int f{i}(const char *s) {{ return (int)strlen(s) * {i + 1}; }}\n")
+        objs.append(f"f{i}.o")
+    (src / "main.c").write_text(
+        "#include <stdio.h>\n" + "".join(f"int f{i}(const char *);\n" for i in range(C_FILES)) +
+        "int main(void) { int t = 0;\n" + "".join(f" t += f{i}(\"x\");\n" for i in range(C_FILES)) +
+        " printf(\"%d\\n\", t); return 0; }\n")
+    (src / "Makefile").write_text(
+        "CFLAGS = -O0\nOBJS = main.o " + " ".join(objs) + "\n"
+        "prog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n"
+        "%.o: %.c\n\t$(CC) $(CFLAGS) -c -o $@ $<\n")
+    return ["make", "-s", "-j2", "-B", "-C", str(src)]
+
+
+def make_configure(top):
+    """A small autoconf project; None when autoconf is missing."""
+    if not shutil.which("autoconf"):
+        return None
+    d = top / "conf"
+    d.mkdir()
+    (d / "configure.ac").write_text(
+        "AC_INIT([spawnbench], [1.0])\n"
+        "AC_PROG_CC\n"
+        "AC_CHECK_HEADERS([stdlib.h string.h unistd.h fcntl.h sys/time.h])\n"
+        "AC_CHECK_FUNCS([memset strchr strdup gettimeofday])\n"
+        "AC_CHECK_SIZEOF([long])\n"
+        "AC_CONFIG_FILES([Makefile])\n"
+        "AC_OUTPUT\n")
+    (d / "Makefile.in").write_text("all:\n\t@echo @CC@\n")
+    subprocess.run(["autoconf"], cwd=d, check=True, capture_output=True)
+    return ["sh", "-c", f"cd {d} && ./configure -q >/dev/null"]
+
+
+def timed(cmd, env):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"spawn bench: {cmd[:3]} failed with {r.returncode}")
+    return dt
+
+
+def ferry_run(cmd, mode, out, env):
+    r = subprocess.run([FERRY, "run", "-p", mode, "-o", str(out), "--", *cmd], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"spawn bench: ferry run -p {mode} {cmd[:3]} failed: {r.stderr[-500:]}")
+    return json.loads((out / "info.json").read_text())["duration_s"]
+
+
+def read_proc(path):
+    """The fields of a process file (procfile.h) the breakdown needs."""
+    b = path.read_bytes()[:256]
+    if len(b) < 256 or not b.startswith(b"FERRYPROC"):
+        return None
+    pid, = struct.unpack_from("<i", b, 40)
+    end_tsc, cal_tsc, cal_ns = struct.unpack_from("<QQQ", b, 96)
+    seq, = struct.unpack_from("<I", b, 140)
+    spans = dict(zip(SPAN_NAMES, struct.unpack_from("<8Q", b, 160)))
+    return {"pid": pid, "seq": seq, "end_tsc": end_tsc, "cal": (cal_tsc, cal_ns), "spans": spans}
+
+
+def breakdown(run_dir):
+    """Median µs of each part of an image's start, over images that the exec
+    hook of a previous image of the same pid started."""
+    procs = {}
+    for f in (run_dir / "proc").glob("*.ferry"):
+        p = read_proc(f)
+        if p:
+            procs[(p["pid"], p["seq"])] = p
+    cal = next((p["cal"] for p in procs.values() if p["cal"][0]), None)
+    if not cal:
+        return {}
+    us = lambda ticks: ticks * cal[1] / cal[0] / 1000.0  # noqa: E731
+    parts = {k: [] for k in ("exec_hook", "exec_loader", "process_file", "calibration",
+                             "modules", "patching", "catchall", "rest_of_ctor", "shim_start")}
+    for (pid, seq), p in procs.items():
+        prev = procs.get((pid, seq - 1))
+        s = p["spans"]
+        if not prev or not s["ctor"] or not s["ready"] or not prev["spans"]["exec_hook"]:
+            continue
+        parts["exec_hook"].append(us(prev["end_tsc"] - prev["spans"]["exec_hook"]))
+        parts["exec_loader"].append(us(s["ctor"] - prev["end_tsc"]))
+        parts["process_file"].append(us(s["file"] - s["ctor"]))
+        parts["calibration"].append(us(s["calibrated"] - s["file"]))
+        parts["modules"].append(us(s["modules"] - s["calibrated"]))
+        parts["patching"].append(us(s["plans"] - s["modules"]))
+        parts["catchall"].append(us(s["catchall"] - s["plans"]))
+        parts["rest_of_ctor"].append(us(s["ready"] - s["catchall"]))
+        parts["shim_start"].append(us(s["ready"] - s["ctor"]))
+    return {k: median(v) for k, v in parts.items() if v}
+
+
+def libc_private_dirty(env, ferry_mode=None, out=None):
+    """kB of Private_Dirty in libc's executable mappings of `cat` waiting on
+    its input: natively, or started by a shell under `ferry run -p
+    ferry_mode` (so it is a child that the exec hook enabled; --no-learn
+    keeps it a program that was never rewritten, enabled at load time)."""
+    cmd = ["/bin/cat"]
+    if ferry_mode:
+        cmd = [FERRY, "run", "--no-learn", "-p", ferry_mode, "-o", str(out), "--",
+               "sh", "-c", "/bin/cat; :"]
+    p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            for pid in _descendants(p.pid) if ferry_mode else [p.pid]:
+                if _comm(pid) == "cat":
+                    total = _libc_text_dirty(pid)
+                    if total is not None:
+                        return total
+        return None
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+
+
+def _descendants(pid):
+    try:
+        kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def _comm(pid):
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def _libc_text_dirty(pid):
+    """kB of Private_Dirty in the executable mappings of libc: its own file,
+    or the plan's patched copy mapped over it (named by libc's identity)."""
+    st = os.stat("/lib/x86_64-linux-gnu/libc.so.6")
+    copy = f"/plans/{st.st_dev}-{st.st_ino}-"
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return None
+    total, in_libc, seen = 0, False, False
+    for line in text.splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:
+            in_libc = ("libc.so" in line or copy in line) and "x" in head[1]
+            seen = seen or in_libc
+        elif in_libc and line.startswith("Private_Dirty:"):
+            total += int(line.split()[1])
+    return total if seen else None
+
+
+def main():
+    work = Path(tempfile.mkdtemp(prefix="ferry-spawn-"))
+    env = dict(os.environ, FERRY_CACHE=str(work / "cache"), FERRY_DATA=str(work / "data"))
+    try:
+        loads = {"spawn": ["sh", "-c", SPAWN_LOOP], "build": make_tree(work)}
+        conf = make_configure(work)
+        if conf:
+            loads["configure"] = conf
+        else:
+            print("autoconf not found: the configure workload is skipped")
+        for name, cmd in loads.items():  # warm the image cache, untimed
+            for mode in MODES:
+                ferry_run(cmd, mode, work / "warm", env)
+        times = {(n, m): [] for n in loads for m in ("native", "strace") + MODES}
+        for r in range(ROUNDS):
+            for name, cmd in loads.items():
+                times[(name, "native")].append(timed(cmd, env))
+                for mode in MODES:
+                    times[(name, mode)].append(ferry_run(cmd, mode, work / f"run-{mode}", env))
+                times[(name, "strace")].append(
+                    timed(["strace", "-f", "-c", "-o", "/dev/null", *cmd], env))
+        med = {k: median(v) for k, v in times.items()}
+        print(f"{'workload':10} {'native':>8} {'off':>8} {'count':>8} {'trace':>8} {'strace':>8}"
+              f"   (seconds, median of {ROUNDS})")
+        for name in loads:
+            row = [med[(name, m)] for m in ("native",) + MODES + ("strace",)]
+            print(f"{name:10} " + " ".join(f"{x:8.3f}" for x in row) +
+                  f"   trace {row[3] / row[0]:.2f}x  strace {row[4] / row[0]:.2f}x")
+        # one traced spawn run for the breakdown
+        ferry_run(loads["spawn"], "trace", work / "spans", env)
+        parts = breakdown(work / "spans")
+        print("start of one /bin/true under trace (median µs): " +
+              ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
+        native_dirty = libc_private_dirty(env)
+        ferry_dirty = libc_private_dirty(env, "trace", work / "smaps")
+        print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
+              f"{ferry_dirty} kB")
+        per_mode = {m: (med[("spawn", m)] - med[("spawn", "native")]) / (SPAWNS + 1) * 1e6
+                    for m in MODES}
+        print("per-process cost above native (µs): " +
+              ", ".join(f"{m} {v:.0f}" for m, v in per_mode.items()))
+        ratio = lambda n, m: med[(n, m)] / med[(n, "native")] if n in loads else NAN  # noqa: E731
+        print(f"RESULT spawn_ratio={ratio('spawn', 'trace'):.2f} "
+              f"build_ratio={ratio('build', 'trace'):.2f} "
+              f"configure_ratio={ratio('configure', 'trace'):.2f} "
+              f"per_process_us={per_mode['trace']:.0f} "
+              f"strace_spawn_ratio={ratio('spawn', 'strace'):.2f} "
+              f"strace_build_ratio={ratio('build', 'strace'):.2f} "
+              f"strace_configure_ratio={ratio('configure', 'strace'):.2f} "
+              f"libc_dirty_kb={ferry_dirty} native_libc_dirty_kb={native_dirty}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Enabling a process costs what it must and no more (issue 17).
+
+A `cat` started by a shell under `ferry run --no-learn` is a child that the
+exec hook enabled: a copy of it that no run rewrote is enabled by preloading
+the shim (its libc patched at load time from the cached plan).  While it waits on its input, its /proc/PID/smaps says how
+its memory is mapped; the process files say what the shim did to start.
+"""
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import FERRY
+from ferry import procfile
+from ferry.rewriter import syscall_table
+
+CAT_FROM_SH = ["sh", "-c", "/bin/cat; :"]
+
+
+def _descendants(pid):
+    try:
+        kids = [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def _comm(pid):
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def _smaps(pid):
+    """[(header line, {field: value})] of each mapping of `pid`."""
+    maps = []
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            maps.append((line, {}))
+        elif maps and ":" in head[0]:
+            maps[-1][1][head[0].rstrip(":")] = " ".join(head[1:])
+    return maps
+
+
+def _while_cat_waits(tmp_path, profile, inspect, command=CAT_FROM_SH):
+    """Run `command` under ferry; call inspect(pid of cat) while it waits."""
+    p = subprocess.Popen(FERRY + ["run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"),
+                                  "--", *command],
+                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            cats = [d for d in _descendants(p.pid) if _comm(d) == "cat"]
+            # enabled once the shim has mapped its process file
+            if cats and any(".ferry" in m[0] for m in _smaps(cats[0])):
+                return inspect(cats[0])
+            time.sleep(0.1)
+        raise AssertionError("cat never started enabled")
+    finally:
+        p.stdin.close()
+        p.wait(timeout=120)
+
+
+def test_process_file_is_mapped_without_readahead(tmp_path):
+    # The file is sparse and sized for every block it may ever hold: a fault
+    # with readahead zeroed page cache over its holes (~2 ms per process).
+    def inspect(pid):
+        return [(line, f.get("VmFlags", "")) for line, f in _smaps(pid) if ".ferry" in line]
+    mapped = _while_cat_waits(tmp_path, "trace", inspect)
+    assert mapped, "no mapping of the process file"
+    for line, flags in mapped:
+        assert "rr" in flags.split(), (line, flags)
+
+
+def test_no_process_spins_to_calibrate_the_tsc(tmp_path):
+    # The TSC rate is the machine's: the first process of a run takes the
+    # kernel's conversion, or the rate measured once since boot (kept in the
+    # image cache), and hands it down; no later process, and in a later run
+    # no process at all, spins to find it.  Natively, /bin/true makes no
+    # clock_gettime at all.
+    for run in ("first", "second"):
+        run_dir = tmp_path / run
+        subprocess.run(FERRY + ["run", "-p", "trace", "-o", str(run_dir), "--", "sh", "-c",
+                                "/bin/true; /bin/true; /bin/true"], check=True, timeout=300,
+                       capture_output=True)
+    procs = [procfile.read(p) for p in sorted((run_dir / "proc").glob("*.ferry"))]
+    trues = [p for p in procs if p.exe == "/usr/bin/true"]
+    assert len(trues) == 3 and all(p.cal_tsc and p.cal_ns for p in procs)
+    rates = {p.cal_ns / p.cal_tsc for p in procs}
+    assert len(rates) == 1, rates  # one rate, handed down
+    clock_gettime = syscall_table.NUMBERS["clock_gettime"]
+    for p in procs:
+        # the file's start and end stamps (a monotonic and a real-time reading
+        # each) and the time of each child's end the process waited for
+        assert p.internal.get(clock_gettime, 0) <= 4 + len(p.waits), (p.exe, p.internal)
+
+
+def _libc_text_dirty_kb(pid):
+    return sum(int(f.get("Private_Dirty", "0 kB").split()[0]) for line, f in _smaps(pid)
+               if "x" in line.split()[1] and ("libc.so" in line or "libc" in _libc_ino(line)))
+
+
+def _libc_ino(line):
+    """The plan copy mapped over libc's text is named by the plan: its name
+    starts with libc's file identity (rewriter/cache.py, exec_key)."""
+    st = Path("/lib/x86_64-linux-gnu/libc.so.6").stat()
+    return "libc" if f"/plans/{st.st_dev}-{st.st_ino}-" in line else ""
+
+
+def test_libc_text_patched_at_load_stays_shared(tmp_path):
+    # Natively libc's text is all clean shared page cache.  Patched at load
+    # time, its pages were written in every process: private copies.
+    native = subprocess.Popen(["/bin/cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("libc.so" in line for line, _ in _smaps(native.pid)):
+            assert time.monotonic() < deadline, "cat never mapped libc"
+            time.sleep(0.05)
+        native_kb = _libc_text_dirty_kb(native.pid)
+    finally:
+        native.stdin.close()
+        native.wait(timeout=60)
+
+    def inspect(pid):
+        patched = [line for line, _ in _smaps(pid) if "x" in line.split()[1] and _libc_ino(line)]
+        return _libc_text_dirty_kb(pid), patched
+    # a file no earlier run rewrote: it is enabled by preloading the shim
+    cat = tmp_path / "cat"
+    shutil.copy2("/bin/cat", cat)
+    for profile in ("trace", "off"):
+        kb, patched = _while_cat_waits(tmp_path / profile, profile, inspect,
+                                       ["sh", "-c", f"{cat}; :"])
+        assert kb <= native_kb, (profile, kb, native_kb)
+        assert patched, "libc's text is not the shared patched copy"
+
+
+def test_exec_hook_reads_the_environment_in_a_few_calls(tmp_path):
+    # The hook read each variable's pointer and head with a system call
+    # apiece (and a getpid for each): ~400 calls of its own for 100 variables.
+    run_dir = tmp_path / "run"
+    env = {**os.environ, **{f"SPAWN_VAR_{i}": "x" * (i % 90) for i in range(100)}}
+    subprocess.run(FERRY + ["run", "-p", "count", "-o", str(run_dir), "--", "sh", "-c",
+                            "/bin/true; /bin/true"], check=True, timeout=300,
+                   capture_output=True, env=env)
+    procs = [procfile.read(p) for p in sorted((run_dir / "proc").glob("*.ferry"))]
+    execs = [p for p in procs if p.exec_path == "/bin/true"]
+    trues = [p for p in procs if p.exe == "/usr/bin/true"]
+    assert len(execs) == 2 and len(trues) == 2, [(p.exe, p.exec_path) for p in procs]
+    readv = syscall_table.NUMBERS["process_vm_readv"]
+    getpid = syscall_table.NUMBERS["getpid"]
+    for p in execs:
+        assert p.internal.get(readv, 0) <= 16, p.internal
+        assert p.internal.get(getpid, 0) <= 16, p.internal
+
+
+def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
+    # dash starts commands with vfork: the child's file was written whole,
+    # header and block, 330 kB of mostly zeros per command, every page of
+    # it allocated on disk and written back.
+    run_dir = tmp_path / "run"
+    subprocess.run(FERRY + ["run", "-p", "trace", "-o", str(run_dir), "--", "sh", "-c",
+                            "/bin/true; /bin/true"], check=True, timeout=300, capture_output=True)
+    files = sorted((run_dir / "proc").glob("*.ferry"))
+    children = [f for f in files if procfile.read(f).exec_path == "/bin/true"]
+    assert len(children) == 2
+    for f in children:
+        p = procfile.read(f)
+        assert p.blocks and p.internal, f  # still a whole, readable file
+        assert f.stat().st_blocks * 512 <= 128 * 1024, (f, f.stat().st_blocks)
