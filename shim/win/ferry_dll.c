@@ -1,0 +1,312 @@
+/* ferry.dll's start-up and its process file. */
+#include <windows.h>
+#include <winternl.h>
+
+#include "ferry_dll.h"
+#include "../src/procfile.h"
+
+#define WIN_MAX_BLOCKS 64       /* threads with a block of their own; more count in overflow */
+#define TEB_TLS_SLOTS 0x1480
+#define FERRY_PLATFORM_WINDOWS 1
+
+static struct ferry_stub stubs[FERRY_WIN_MAX_STUBS];
+static int nstubs;
+static struct ferry_proc_header *hdr;
+static uint8_t *blocks;
+static uint32_t block_size;
+static uint64_t spare[FERRY_NR_MAX + 8] __attribute__((aligned(64)));  /* threads beyond the file */
+static DWORD tls_index = TLS_OUT_OF_INDEXES;
+static int32_t *exit_status;    /* kept by NtTerminateProcess's trampoline (patch.c) */
+
+void ferry_zero(void *p, uint64_t n)
+{
+    volatile uint8_t *d = p;
+    while (n--)
+        *d++ = 0;
+}
+
+void ferry_copy(void *d, const void *s, uint64_t n)
+{
+    volatile uint8_t *dd = d;
+    const uint8_t *ss = s;
+    while (n--)
+        *dd++ = *ss++;
+}
+
+/* memset and memcpy: what the compiler may emit for a struct copy */
+void *memset(void *p, int c, size_t n)
+{
+    volatile uint8_t *d = p;
+    while (n--)
+        *d++ = (uint8_t)c;
+    return p;
+}
+
+void *memcpy(void *d, const void *s, size_t n)
+{
+    ferry_copy(d, s, n);
+    return d;
+}
+
+static uint64_t qpc_ns(void)
+{
+    LARGE_INTEGER c, f;
+    QueryPerformanceCounter(&c);
+    QueryPerformanceFrequency(&f);
+    return (uint64_t)(c.QuadPart / f.QuadPart) * 1000000000ULL +
+           (uint64_t)(c.QuadPart % f.QuadPart) * 1000000000ULL / (uint64_t)f.QuadPart;
+}
+
+static uint64_t real_ns(void)
+{
+    FILETIME ft;
+    GetSystemTimePreciseAsFileTime(&ft);
+    uint64_t t = ((uint64_t)ft.dwHighDateTime << 32) | ft.dwLowDateTime;
+    return (t - 116444736000000000ULL) * 100;      /* since 1601 in 100 ns -> Unix ns */
+}
+
+/* Called by ferry_claim_entry (claim.S): the calling thread's block. */
+void *ferry_claim_block(void)
+{
+    uint32_t idx = __atomic_fetch_add(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+    void *b;
+    if (idx < WIN_MAX_BLOCKS) {
+        struct ferry_blk *blk = (struct ferry_blk *)(blocks + (uint64_t)idx * block_size);
+        blk->tid = (int32_t)GetCurrentThreadId();
+        __atomic_store_n(&blk->in_use, 1, __ATOMIC_RELEASE);
+        b = blk;
+    } else {
+        __atomic_fetch_sub(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+        __atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_RELAXED);
+        b = spare;
+    }
+    /* TlsSetValue would reset the thread's last error: the TEB slot directly */
+    uint64_t off = TEB_TLS_SLOTS + 8ULL * tls_index;
+    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"(b), "r"(off) : "memory");
+    return b;
+}
+
+static int utf8(const WCHAR *w, char *out, int cap)
+{
+    int n = WideCharToMultiByte(CP_UTF8, 0, w, -1, out, cap, 0, 0);
+    if (n <= 0) {
+        out[0] = 0;
+        return 0;
+    }
+    return n - 1;
+}
+
+/* argv as the C runtime splits a command line (quotes group; 2n backslashes
+ * before a quote are n, 2n+1 an escaped quote), NUL-separated. */
+static void fill_cmdline(const char *cl)
+{
+    char *out = hdr->cmdline;
+    uint32_t cap = sizeof(hdr->cmdline), len = 0;
+    while (*cl) {
+        while (*cl == ' ' || *cl == '\t')
+            cl++;
+        if (!*cl)
+            break;
+        int quoted = 0;
+        while (*cl && (quoted || (*cl != ' ' && *cl != '\t'))) {
+            int slashes = 0;
+            while (*cl == '\\') {
+                slashes++;
+                cl++;
+            }
+            if (*cl == '"') {
+                for (int i = 0; i < slashes / 2 && len < cap - 1; i++)
+                    out[len++] = '\\';
+                if (slashes % 2) {
+                    if (len < cap - 1)
+                        out[len++] = '"';
+                } else
+                    quoted = !quoted;
+                cl++;
+            } else {
+                for (int i = 0; i < slashes && len < cap - 1; i++)
+                    out[len++] = '\\';
+                if (*cl && len < cap - 1)
+                    out[len++] = *cl++;
+            }
+        }
+        if (len < cap)
+            out[len++] = 0;
+    }
+    hdr->cmdline_len = len;
+}
+
+static void fill_identity(void)
+{
+    static char cl[8192];
+    static WCHAR wbuf[1024];
+    hdr->pid = (int32_t)GetCurrentProcessId();
+    PROCESS_BASIC_INFORMATION pbi;
+    ULONG got;
+    if (NtQueryInformationProcess(GetCurrentProcess(), ProcessBasicInformation, &pbi,
+                                  sizeof(pbi), &got) == 0)
+        hdr->ppid = (int32_t)pbi.InheritedFromUniqueProcessId;
+    if (GetModuleFileNameW(0, wbuf, 1024))
+        utf8(wbuf, hdr->exe, sizeof(hdr->exe));
+    utf8(GetCommandLineW(), cl, sizeof(cl));
+    fill_cmdline(cl);
+}
+
+static void calibrate(void)
+{
+    uint64_t n0 = qpc_ns(), t0 = __builtin_ia32_rdtsc(), n1;
+    do
+        n1 = qpc_ns();
+    while (n1 - n0 < 1000000);
+    hdr->cal_tsc = __builtin_ia32_rdtsc() - t0;
+    hdr->cal_ns = n1 - n0;
+}
+
+static WCHAR *put_w(WCHAR *p, const WCHAR *s)
+{
+    while (*s)
+        *p++ = *s++;
+    return p;
+}
+
+static WCHAR *put_u(WCHAR *p, unsigned long v)
+{
+    WCHAR digits[20];
+    int n = 0;
+    do
+        digits[n++] = (WCHAR)(L'0' + v % 10);
+    while ((v /= 10));
+    while (n)
+        *p++ = digits[--n];
+    return p;
+}
+
+/* dir\proc\<pid>-<seq>.ferry; dir is at most 2048 characters */
+static void proc_path(WCHAR *out, const WCHAR *dir, unsigned long pid, unsigned long seq)
+{
+    WCHAR *p = put_w(out, dir);
+    p = put_w(p, L"\\proc\\");
+    p = put_u(p, pid);
+    *p++ = L'-';
+    p = put_u(p, seq);
+    p = put_w(p, L".ferry");
+    *p = 0;
+}
+
+/* RUN_DIR\proc\<pid>-<seq>.ferry, made with CREATE_NEW as the shim makes it
+ * with O_EXCL, sized for WIN_MAX_BLOCKS blocks and the name table after
+ * them, and mapped whole; no handle is kept. */
+static int open_file(const WCHAR *dir, int mode)
+{
+    static WCHAR path[2400];
+    uint64_t names_off = FERRY_PROC_HEADER_SIZE + (uint64_t)WIN_MAX_BLOCKS * block_size;
+    uint64_t size = names_off + (uint64_t)nstubs * FERRY_WIN_NAME_MAX;
+    HANDLE f = INVALID_HANDLE_VALUE;
+    uint32_t seq = 0;
+    for (; seq < 1000; seq++) {
+        proc_path(path, dir, GetCurrentProcessId(), seq);
+        f = CreateFileW(path, GENERIC_READ | GENERIC_WRITE, FILE_SHARE_READ | FILE_SHARE_WRITE |
+                        FILE_SHARE_DELETE, 0, CREATE_NEW, FILE_ATTRIBUTE_NORMAL, 0);
+        if (f != INVALID_HANDLE_VALUE || GetLastError() != ERROR_FILE_EXISTS)
+            break;
+    }
+    if (f == INVALID_HANDLE_VALUE)
+        return -1;
+    HANDLE m = CreateFileMappingW(f, 0, PAGE_READWRITE, (DWORD)(size >> 32), (DWORD)size, 0);
+    CloseHandle(f);
+    if (!m)
+        return -1;
+    uint8_t *view = MapViewOfFile(m, FILE_MAP_WRITE, 0, 0, (SIZE_T)size);
+    CloseHandle(m);
+    if (!view)
+        return -1;
+    hdr = (struct ferry_proc_header *)view;
+    blocks = view + FERRY_PROC_HEADER_SIZE;
+    hdr->version = FERRY_PROC_VERSION;
+    hdr->header_size = FERRY_PROC_HEADER_SIZE;
+    hdr->block_size = block_size;
+    hdr->max_blocks = WIN_MAX_BLOCKS;
+    hdr->mode = mode;
+    hdr->seq = seq;
+    hdr->state = FERRY_STATE_RUNNING;
+    hdr->platform = FERRY_PLATFORM_WINDOWS;
+    hdr->names_offset = names_off;
+    hdr->names_size = (uint32_t)(nstubs * FERRY_WIN_NAME_MAX);
+    hdr->nsites = (uint32_t)nstubs;
+    hdr->nmodules = 1;
+    ferry_copy(hdr->modules[0].name, "ntdll.dll", 10);
+    hdr->modules[0].nsites = (uint32_t)nstubs;
+    for (int i = 0; i < nstubs; i++)
+        ferry_copy(view + names_off + (uint64_t)i * FERRY_WIN_NAME_MAX, stubs[i].name, FERRY_WIN_NAME_MAX);
+    fill_identity();
+    calibrate();
+    hdr->start_real_ns = real_ns();
+    hdr->start_mono_ns = qpc_ns();
+    hdr->start_tsc = __builtin_ia32_rdtsc();
+    /* the magic last: a reader never takes a half-made header for a process file */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    ferry_copy(hdr->magic, FERRY_PROC_MAGIC, 16);
+    return 0;
+}
+
+static int env_mode(void)
+{
+    char m[16];
+    DWORD n = GetEnvironmentVariableA("FERRY_MODE", m, sizeof(m));
+    if (n == 0 || n >= sizeof(m))
+        return FERRY_MODE_COUNT;
+    if (m[0] == 'o' && m[1] == 'f')
+        return FERRY_MODE_OFF;
+    return FERRY_MODE_COUNT;   /* trace: timing is not implemented yet, calls are counted */
+}
+
+static void start(void)
+{
+    static WCHAR dir[2048];
+    int mode = env_mode();
+    DWORD n = GetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", dir, 2048);
+    /* the program sees its environment as it was given, without Ferry's */
+    SetEnvironmentVariableW(L"FERRY_MODE", 0);
+    SetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", 0);
+    if (mode == FERRY_MODE_OFF || n == 0 || n >= 2048)
+        return;
+    void *ntdll = GetModuleHandleW(L"ntdll.dll");
+    nstubs = ferry_find_stubs(ntdll, stubs, FERRY_WIN_MAX_STUBS);
+    if (nstubs <= 0)
+        return;
+    tls_index = TlsAlloc();
+    if (tls_index == TLS_OUT_OF_INDEXES || tls_index >= 64)
+        return;     /* the TEB's 64 inline slots only: the trampolines read one directly */
+    block_size = (__builtin_offsetof(struct ferry_blk, events) + 4095) & ~4095u;
+    if (open_file(dir, mode))
+        return;
+    ferry_patch_stubs(ntdll, stubs, nstubs, TEB_TLS_SLOTS + 8 * tls_index, &exit_status);
+}
+
+static void finish(void)
+{
+    if (!hdr)
+        return;
+    hdr->end_real_ns = real_ns();
+    hdr->end_mono_ns = qpc_ns();
+    hdr->end_tsc = __builtin_ia32_rdtsc();
+    if (exit_status)
+        hdr->exit_code = __atomic_load_n(exit_status, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&hdr->state, FERRY_STATE_EXITED, __ATOMIC_RELEASE);
+}
+
+BOOL WINAPI DllMain(HINSTANCE inst, DWORD why, LPVOID reserved)
+{
+    (void)inst;
+    if (why == DLL_PROCESS_ATTACH)
+        start();
+    else if (why == DLL_PROCESS_DETACH && reserved)   /* the process is ending */
+        finish();
+    return TRUE;
+}
+
+/* Windows requires an export at ordinal 1 in a DLL that Detours injects. */
+__declspec(dllexport) int ferry_version(void)
+{
+    return FERRY_PROC_VERSION;
+}

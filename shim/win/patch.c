@@ -1,0 +1,199 @@
+/* Finding ntdll's stubs in memory and patching their entries. */
+#include <windows.h>
+
+#include "ferry_dll.h"
+
+#define STUB_SCAN 32
+#define TRAMP_SIZE 64
+#define DATA_PAGE 4096
+#define REACH 0x7fff0000LL
+
+static int stub_shape(const uint8_t *p)
+{
+    /* mov r10, rcx (4c 8b d1 or 49 89 ca); mov eax, imm32; syscall; ret */
+    if (!((p[0] == 0x4c && p[1] == 0x8b && p[2] == 0xd1) ||
+          (p[0] == 0x49 && p[1] == 0x89 && p[2] == 0xca)) || p[3] != 0xb8)
+        return 0;
+    for (int i = 8; i + 2 < STUB_SCAN; i++)
+        if (p[i] == 0x0f && p[i + 1] == 0x05 && p[i + 2] == 0xc3)
+            return 1;
+    return 0;
+}
+
+static int preferred(const char *name)
+{
+    return name[0] == 'N' && name[1] == 't';
+}
+
+static void set_name(struct ferry_stub *s, const char *name)
+{
+    int i = 0;
+    for (; name[i] && i < FERRY_WIN_NAME_MAX - 1; i++)
+        s->name[i] = name[i];
+    s->name[i] = 0;
+}
+
+/* The stubs of the ntdll mapped at `base`, sorted by address, one per entry
+ * (an Nt* name preferred over its Zw* alias); their number. */
+int ferry_find_stubs(void *base, struct ferry_stub *stubs, int cap)
+{
+    uint8_t *b = base;
+    IMAGE_NT_HEADERS64 *nt = (IMAGE_NT_HEADERS64 *)(b + ((IMAGE_DOS_HEADER *)b)->e_lfanew);
+    IMAGE_DATA_DIRECTORY dir = nt->OptionalHeader.DataDirectory[IMAGE_DIRECTORY_ENTRY_EXPORT];
+    if (!dir.VirtualAddress)
+        return 0;
+    IMAGE_EXPORT_DIRECTORY *ex = (IMAGE_EXPORT_DIRECTORY *)(b + dir.VirtualAddress);
+    uint32_t *names = (uint32_t *)(b + ex->AddressOfNames);
+    uint16_t *ords = (uint16_t *)(b + ex->AddressOfNameOrdinals);
+    uint32_t *funcs = (uint32_t *)(b + ex->AddressOfFunctions);
+    int n = 0;
+    for (uint32_t k = 0; k < ex->NumberOfNames; k++) {
+        uint32_t rva = funcs[ords[k]];
+        if (rva >= dir.VirtualAddress && rva < dir.VirtualAddress + dir.Size)
+            continue;   /* a forwarder */
+        uint8_t *entry = b + rva;
+        const char *name = (const char *)(b + names[k]);
+        if (!stub_shape(entry))
+            continue;
+        int i = 0;
+        while (i < n && stubs[i].entry < entry)
+            i++;
+        if (i < n && stubs[i].entry == entry) {
+            if (preferred(name) && !preferred(stubs[i].name))
+                set_name(&stubs[i], name);
+            continue;
+        }
+        if (n == cap)
+            return -1;
+        for (int j = n; j > i; j--)
+            stubs[j] = stubs[j - 1];
+        stubs[i].entry = entry;
+        stubs[i].ssn = *(uint32_t *)(entry + 4);
+        set_name(&stubs[i], name);
+        n++;
+    }
+    return n;
+}
+
+/* Memory for the trampolines within reach of a rel32 from every stub. */
+static uint8_t *alloc_near(uint8_t *lo, uint8_t *hi, SIZE_T size)
+{
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    uintptr_t gran = si.dwAllocationGranularity;
+    for (int dir = 0; dir < 2; dir++) {
+        for (uintptr_t step = 1; step < (uintptr_t)(REACH / gran); step++) {
+            uintptr_t a = dir == 0 ? (((uintptr_t)lo & ~(gran - 1)) - step * gran)
+                                   : ((((uintptr_t)hi + gran - 1) & ~(gran - 1)) + (step - 1) * gran);
+            if ((intptr_t)(hi - (uint8_t *)a) > REACH || (intptr_t)((uint8_t *)a + size - lo) > REACH)
+                break;
+            void *p = VirtualAlloc((void *)a, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+            if (p)
+                return p;
+        }
+    }
+    return 0;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    ferry_copy(p, &v, 4);
+}
+
+static uint32_t rel32(const uint8_t *from_end, const uint8_t *to)
+{
+    return (uint32_t)(int32_t)(to - from_end);
+}
+
+static int same(const char *a, const char *b)
+{
+    while (*a && *a == *b)
+        a++, b++;
+    return *a == *b;
+}
+
+/* NtTerminateProcess(0 or the current process, status): the status is kept
+ * in *exit_slot (wine's ExitProcess calls it with 0 before the DLLs hear of
+ * the exit, Windows' with the current process) */
+static uint8_t *emit_exit_status(uint8_t *t, int32_t *exit_slot)
+{
+    static const uint8_t code[17] = {
+        0x48, 0x85, 0xc9,                             /* test rcx, rcx */
+        0x74, 0x06,                                   /* je keep */
+        0x48, 0x83, 0xf9, 0xff,                       /* cmp rcx, -1 */
+        0x75, 0x06,                                   /* jne on */
+        0x89, 0x15, 0, 0, 0, 0,                       /* keep: mov [exit_slot], edx */
+    };
+    ferry_copy(t, code, sizeof(code));
+    put32(t + 13, rel32(t + 17, (uint8_t *)exit_slot));
+    return t + sizeof(code);
+}
+
+static void emit(uint8_t *t, const uint8_t *claim_slot, const struct ferry_stub *s, uint32_t index,
+                 uint32_t tls_offset, int32_t *exit_slot)
+{
+    if (same(s->name, "NtTerminateProcess"))
+        t = emit_exit_status(t, exit_slot);
+    static const uint8_t code[40] = {
+        0x65, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0,     /* mov rax, gs:[tls slot] */
+        0x48, 0x85, 0xc0,                             /* test rax, rax */
+        0x75, 0x06,                                   /* jnz count */
+        0xff, 0x15, 0, 0, 0, 0,                       /* call [claim] */
+        0x48, 0xff, 0x80, 0, 0, 0, 0,                 /* count: inc qword [rax + calls[i]] */
+        0x4c, 0x8b, 0xd1,                             /* back: mov r10, rcx */
+        0xb8, 0, 0, 0, 0,                             /* mov eax, SSN */
+        0xe9, 0, 0, 0, 0,                             /* jmp stub + 8 */
+    };
+    ferry_copy(t, code, sizeof(code));
+    put32(t + 5, tls_offset);
+    put32(t + 16, rel32(t + 20, claim_slot));
+    put32(t + 23, 64 + 8 * index);               /* FERRY_BLK_CALLS */
+    put32(t + 31, s->ssn);
+    put32(t + 36, rel32(t + 40, s->entry + 8));
+}
+
+/* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
+int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls_offset,
+                      int32_t **exit_status)
+{
+    (void)ntdll;
+    if (n <= 0)
+        return -1;
+    uint8_t *lo = stubs[0].entry, *hi = stubs[n - 1].entry + STUB_SCAN;
+    /* a page of data (the claim routine's address, the exit status), then the
+     * trampolines, made read-only and executable */
+    SIZE_T size = DATA_PAGE + (SIZE_T)n * TRAMP_SIZE;
+    uint8_t *area = alloc_near(lo, hi, size);
+    if (!area)
+        return -1;
+    void *claim = (void *)ferry_claim_entry;
+    ferry_copy(area, &claim, 8);
+    *exit_status = (int32_t *)(area + 8);     /* written by NtTerminateProcess's trampoline */
+    **exit_status = 259;                      /* STILL_ACTIVE until then */
+    for (int i = 0; i < n; i++)
+        emit(area + DATA_PAGE + i * TRAMP_SIZE, area, &stubs[i], (uint32_t)i, tls_offset,
+             (int32_t *)(area + 8));
+    DWORD old;
+    if (!VirtualProtect(area + DATA_PAGE, size - DATA_PAGE, PAGE_EXECUTE_READ, &old))
+        return -1;
+    FlushInstructionCache(GetCurrentProcess(), area + DATA_PAGE, size - DATA_PAGE);
+    if (!VirtualProtect(lo, (SIZE_T)(hi - lo), PAGE_EXECUTE_READWRITE, &old))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        uint8_t *e = stubs[i].entry;
+        if ((uintptr_t)e & 7)
+            continue;   /* one aligned store or nothing: never half a patch */
+        uint8_t *t = area + DATA_PAGE + i * TRAMP_SIZE;
+        uint64_t v;
+        ferry_copy(&v, e, 8);
+        uint8_t jmp[8];
+        ferry_copy(jmp, &v, 8);
+        jmp[0] = 0xe9;
+        put32(jmp + 1, rel32(e + 5, t));
+        ferry_copy(&v, jmp, 8);
+        __atomic_store_n((uint64_t *)e, v, __ATOMIC_SEQ_CST);
+    }
+    VirtualProtect(lo, (SIZE_T)(hi - lo), old, &old);
+    FlushInstructionCache(GetCurrentProcess(), lo, (SIZE_T)(hi - lo));
+    return 0;
+}
