@@ -1,0 +1,99 @@
+"""`ferry run` on a Windows program: it runs under wine with ferry.dll, its
+output and exit code are those of the program under plain wine, and `ferry
+report --json` counts exactly the Nt* calls it makes."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FERRY
+from winenv import wine, win_programs  # noqa: F401 (fixtures)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def ferry_dll_built():
+    build = ROOT / "shim" / "build"
+    if not (build / "ferry.dll").is_file() or not (build / "ferry-launch.exe").is_file():
+        pytest.skip("ferry.dll is not built (mingw-w64 missing when `make shim` ran)")
+
+
+def _ferry(env, *args, cwd=None):
+    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, timeout=180, env=env,
+                          cwd=cwd)
+
+
+def _calls(run_dir, env, name):
+    r = _ferry(env, "report", "--json", run_dir)
+    assert r.returncode == 0, r.stderr
+    model = json.loads(r.stdout)
+    return model, sum(s["calls"] for s in model["syscalls"] if s["name"] == name)
+
+
+@pytest.mark.parametrize("profile", ["count", "trace"])
+def test_write_file_counts_exactly_and_output_is_wines(wine, win_programs, ferry_dll_built, tmp_path,
+                                                       profile):
+    exe = win_programs["write_count"]
+    counts = {}
+    for n in (0, 37):
+        plain = wine.run(exe, tmp_path / f"plain{n}.bin", n)
+        run_dir = tmp_path / f"run{n}"
+        r = _ferry(wine.env, "run", "-p", profile, "-o", run_dir, "--", exe, tmp_path / f"ferry{n}.bin", n)
+        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        assert (tmp_path / f"ferry{n}.bin").read_bytes() == b"x" * n
+        model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
+        procs = model["processes"]
+        assert len(procs) == 1 and procs[0]["enabled"] and procs[0]["windows"], procs
+        assert procs[0]["exit"] == {"code": n % 7, "signal": None}
+        assert procs[0]["argv"][1:] == [str(tmp_path / f"ferry{n}.bin"), str(n)]
+    assert counts[37] - counts[0] == 37, counts
+
+
+def test_program_sees_no_ferry_variable(wine, win_programs, ferry_dll_built, tmp_path):
+    exe = win_programs["show_env"]
+    plain = wine.run(exe)
+    r = _ferry(wine.env, "run", "-p", "count", "-o", tmp_path / "run", "--", exe)
+    assert r.returncode == plain.returncode == 0, r.stderr
+    assert b"FERRY_MODE" not in r.stdout and b"FERRY_WIN_RUN_DIR" not in r.stdout
+    # Every variable the user gave is there as under plain wine.  (wine orders
+    # the block of a process started by another Windows process, here
+    # ferry-launch.exe, its own way, and adds `winsysdir` only to the first.)
+    mine, theirs = set(r.stdout.splitlines()), set(plain.stdout.splitlines())
+    for k, v in wine.env.items():
+        line = f"{k}={v}".encode()
+        assert (line in mine) == (line in theirs), line
+
+
+def _one_line_refusal(r, name, run_dir):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and name in lines[0] and "Traceback" not in lines[0], r.stderr
+    assert not Path(run_dir).exists()
+
+
+def test_aggregation_profile_refused_in_one_line(wine, win_programs, ferry_dll_built, tmp_path):
+    run_dir = tmp_path / "run"
+    r = _ferry(wine.env, "run", "-p", "aggregate", "-o", run_dir, "--", win_programs["write_count"],
+               tmp_path / "x.bin", 1)
+    _one_line_refusal(r, "aggregate", run_dir)
+    assert not (tmp_path / "x.bin").exists()
+
+
+def test_dll_given_to_run_refused(wine, ferry_dll_built, tmp_path):
+    dll = tmp_path / "some.dll"
+    shutil.copy(ROOT / "shim" / "build" / "ferry.dll", dll)
+    os.chmod(dll, 0o755)
+    run_dir = tmp_path / "run"
+    r = _ferry(wine.env, "run", "-o", run_dir, "--", dll)
+    _one_line_refusal(r, "a DLL, not a program", run_dir)
+
+
+def test_missing_wine_refused(wine, win_programs, ferry_dll_built, tmp_path):
+    env = dict(wine.env, PATH=str(Path(FERRY[0]).parent))
+    run_dir = tmp_path / "run"
+    r = _ferry(env, "run", "-o", run_dir, "--", win_programs["write_count"], tmp_path / "x.bin", 1)
+    _one_line_refusal(r, "wine is not installed", run_dir)
