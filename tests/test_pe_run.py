@@ -97,3 +97,22 @@ def test_missing_wine_refused(wine, win_programs, ferry_dll_built, tmp_path):
     run_dir = tmp_path / "run"
     r = _ferry(env, "run", "-o", run_dir, "--", win_programs["write_count"], tmp_path / "x.bin", 1)
     _one_line_refusal(r, "wine is not installed", run_dir)
+
+
+def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_path):
+    """Four threads counted in blocks of their own, an exception resumed by a
+    vectored handler, an access violation recovered, two APCs: the program
+    checks each itself and prints what it saw."""
+    exe = win_programs["threads_exc"]
+    counts = {}
+    for n in (0, 25):
+        plain = wine.run(exe, tmp_path / f"plain{n}", n)
+        run_dir = tmp_path / f"run{n}"
+        r = _ferry(wine.env, "run", "-p", "count", "-o", run_dir, "--", exe, tmp_path / f"ferry{n}", n)
+        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        assert b"exceptions resumed 3, recovered 7, apcs 11, sleep alerted" in r.stdout
+        model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
+        assert model["processes"][0]["threads"] >= 5
+        writers = [t for t in model["threads"] if t["syscalls"].get("NtWriteFile") == n]
+        assert n == 0 or len(writers) == 4, model["threads"]
+    assert counts[25] - counts[0] == 4 * 25, counts
