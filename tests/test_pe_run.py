@@ -46,6 +46,10 @@ def test_write_file_counts_exactly_and_output_is_wines(wine, win_programs, ferry
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
         assert (tmp_path / f"ferry{n}.bin").read_bytes() == b"x" * n
         model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
+        if profile == "trace":   # every NtWriteFile timed, once
+            write = next(s for s in model["syscalls"] if s["name"] == "NtWriteFile")
+            assert sum(write["hist"]) == write["calls"] and write["time_ns"] > 0, write
+            assert 0 < write["min_ns"] <= write["max_ns"]
         procs = model["processes"]
         assert len(procs) == 1 and procs[0]["enabled"] and procs[0]["windows"], procs
         assert procs[0]["exit"] == {"code": n % 7, "signal": None}
@@ -99,7 +103,8 @@ def test_missing_wine_refused(wine, win_programs, ferry_dll_built, tmp_path):
     _one_line_refusal(r, "wine is not installed", run_dir)
 
 
-def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_path):
+@pytest.mark.parametrize("profile", ["count", "trace"])
+def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_path, profile):
     """Four threads counted in blocks of their own, an exception resumed by a
     vectored handler, an access violation recovered, two APCs: the program
     checks each itself and prints what it saw."""
@@ -108,7 +113,7 @@ def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_pa
     for n in (0, 25):
         plain = wine.run(exe, tmp_path / f"plain{n}", n)
         run_dir = tmp_path / f"run{n}"
-        r = _ferry(wine.env, "run", "-p", "count", "-o", run_dir, "--", exe, tmp_path / f"ferry{n}", n)
+        r = _ferry(wine.env, "run", "-p", profile, "-o", run_dir, "--", exe, tmp_path / f"ferry{n}", n)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
         assert b"exceptions resumed 3, recovered 7, apcs 11, sleep alerted" in r.stdout
         model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")

@@ -37,3 +37,17 @@ ferry_claim_entry:
     pop %rdx
     pop %rcx
     ret
+
+/* Timed calls (trace mode): the trampoline makes a frame of 0xa8 bytes and
+ * calls the stub from it, so that it sees the time after the call returns.
+ * The stub's stack arguments (5 and up, at the caller's rsp+0x28) are copied
+ * into the new frame: 16 of them, more than any Nt function takes.  Called
+ * from the trampoline, so [rsp] is the return into it and the frame starts
+ * at rsp+8; the caller's rsp was the frame's end, rsp+8+0xa8. */
+    .globl ferry_copy_args
+ferry_copy_args:
+    .irp k, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15
+    mov 0xd8+8*\k(%rsp), %rax
+    mov %rax, 0x28+8*\k(%rsp)
+    .endr
+    ret

@@ -86,6 +86,35 @@ void *ferry_claim_block(void)
     return b;
 }
 
+static struct ferry_blk *thread_block(void)
+{
+    uint64_t off = TEB_TLS_SLOTS + 8ULL * tls_index, b;
+    __asm__ volatile("movq %%gs:(%1), %0" : "=r"(b) : "r"(off));
+    return (struct ferry_blk *)b;
+}
+
+/* The end of a timed call (the trampolines of patch.c call it with the
+ * stub's status in hand; it makes no system call).  An NTSTATUS of error
+ * severity (0xC...) counts as an error. */
+void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32_t index)
+{
+    struct ferry_blk *b = thread_block();
+    if (!b || (void *)b == (void *)spare || index >= FERRY_NR_MAX)
+        return;
+    struct ferry_nr_stats *s = &b->nr[index];
+    uint64_t dt = exit_tsc - enter_tsc;
+    s->time_total += dt;
+    if (!s->time_min || dt < s->time_min)
+        s->time_min = dt;
+    if (dt > s->time_max)
+        s->time_max = dt;
+    uint64_t ns = hdr->cal_tsc ? dt * hdr->cal_ns / hdr->cal_tsc : dt;
+    int bucket = ns ? 63 - __builtin_clzll(ns) : 0;
+    s->hist[bucket < FERRY_HIST_BUCKETS ? bucket : FERRY_HIST_BUCKETS - 1]++;
+    if (((uint32_t)status >> 30) == 3)
+        s->errors++;
+}
+
 static int utf8(const WCHAR *w, char *out, int cap)
 {
     int n = WideCharToMultiByte(CP_UTF8, 0, w, -1, out, cap, 0, 0);
@@ -257,7 +286,9 @@ static int env_mode(void)
         return FERRY_MODE_COUNT;
     if (m[0] == 'o' && m[1] == 'f')
         return FERRY_MODE_OFF;
-    return FERRY_MODE_COUNT;   /* trace: timing is not implemented yet, calls are counted */
+    if (m[0] == 't' && m[1] == 'r')
+        return FERRY_MODE_TRACE;
+    return FERRY_MODE_COUNT;
 }
 
 static void start(void)
@@ -280,7 +311,8 @@ static void start(void)
     block_size = (__builtin_offsetof(struct ferry_blk, events) + 4095) & ~4095u;
     if (open_file(dir, mode))
         return;
-    ferry_patch_stubs(ntdll, stubs, nstubs, TEB_TLS_SLOTS + 8 * tls_index, &exit_status);
+    ferry_patch_stubs(ntdll, stubs, nstubs, TEB_TLS_SLOTS + 8 * tls_index, mode == FERRY_MODE_TRACE,
+                      &exit_status);
 }
 
 static void finish(void)

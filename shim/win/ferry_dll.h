@@ -26,11 +26,14 @@ struct ferry_stub {
 /* patch.c */
 int ferry_find_stubs(void *ntdll, struct ferry_stub *stubs, int cap);
 int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls_offset,
-                      int32_t **exit_status);
+                      int timed, int32_t **exit_status);
 
 /* claim.S: the trampolines' slow path, and the C it calls (ferry_dll.c) */
 void ferry_claim_entry(void);
 void *ferry_claim_block(void);
+void ferry_copy_args(void);
+/* a timed call's end (trace mode): ferry_dll.c */
+void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32_t index);
 
 /* freestanding helpers (ferry_dll.c) */
 void ferry_zero(void *p, uint64_t n);

@@ -4,8 +4,10 @@
 #include "ferry_dll.h"
 
 #define STUB_SCAN 32
-#define TRAMP_SIZE 64
-#define DATA_PAGE 4096
+#define TRAMP_SIZE 160
+#define DATA_SIZE 8192          /* slots, unwind data and the function table */
+#define TIMED_FRAME_AT 27       /* where a timed trampoline's frame begins */
+#define TIMED_END 138
 #define REACH 0x7fff0000LL
 
 static int stub_shape(const uint8_t *p)
@@ -112,10 +114,28 @@ static int same(const char *a, const char *b)
     return *a == *b;
 }
 
+/* Calls that do not return to their caller: counted, never timed (a timed
+ * call's frame would be left behind). */
+static int never_returns(const char *name)
+{
+    static const char *const names[] = {
+        "NtContinue", "NtContinueEx", "NtRaiseException", "NtTerminateThread",
+        "NtTerminateProcess", "NtCallbackReturn", "NtSetContextThread", 0,
+    };
+    for (int i = 0; names[i]; i++)
+        if (same(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* The data page's slots, read by the trampolines through rip-relative calls. */
+enum { SLOT_CLAIM = 0, SLOT_EXIT = 8, SLOT_COPY = 16, SLOT_ACCOUNT = 24, UNWIND_AT = 64,
+       TABLE_AT = 128 };
+
 /* NtTerminateProcess(0 or the current process, status): the status is kept
- * in *exit_slot (wine's ExitProcess calls it with 0 before the DLLs hear of
- * the exit, Windows' with the current process) */
-static uint8_t *emit_exit_status(uint8_t *t, int32_t *exit_slot)
+ * (wine's ExitProcess calls it with 0 before the DLLs hear of the exit,
+ * Windows' with the current process) */
+static uint8_t *emit_exit_status(uint8_t *t, uint8_t *exit_slot)
 {
     static const uint8_t code[17] = {
         0x48, 0x85, 0xc9,                             /* test rcx, rcx */
@@ -125,71 +145,146 @@ static uint8_t *emit_exit_status(uint8_t *t, int32_t *exit_slot)
         0x89, 0x15, 0, 0, 0, 0,                       /* keep: mov [exit_slot], edx */
     };
     ferry_copy(t, code, sizeof(code));
-    put32(t + 13, rel32(t + 17, (uint8_t *)exit_slot));
+    put32(t + 13, rel32(t + 17, exit_slot));
     return t + sizeof(code);
 }
 
-static void emit(uint8_t *t, const uint8_t *claim_slot, const struct ferry_stub *s, uint32_t index,
-                 uint32_t tls_offset, int32_t *exit_slot)
+/* The counting part, shared by both kinds: 27 bytes, rax = the thread's block. */
+static uint8_t *emit_count(uint8_t *t, uint8_t *data, uint32_t index, uint32_t tls_offset)
 {
-    if (same(s->name, "NtTerminateProcess"))
-        t = emit_exit_status(t, exit_slot);
-    static const uint8_t code[40] = {
+    static const uint8_t code[27] = {
         0x65, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0,     /* mov rax, gs:[tls slot] */
         0x48, 0x85, 0xc0,                             /* test rax, rax */
         0x75, 0x06,                                   /* jnz count */
         0xff, 0x15, 0, 0, 0, 0,                       /* call [claim] */
         0x48, 0xff, 0x80, 0, 0, 0, 0,                 /* count: inc qword [rax + calls[i]] */
-        0x4c, 0x8b, 0xd1,                             /* back: mov r10, rcx */
+    };
+    ferry_copy(t, code, sizeof(code));
+    put32(t + 5, tls_offset);
+    put32(t + 16, rel32(t + 20, data + SLOT_CLAIM));
+    put32(t + 23, 64 + 8 * index);                    /* FERRY_BLK_CALLS */
+    return t + sizeof(code);
+}
+
+/* Counted only: then the stub's own first two instructions and the rest of it. */
+static void emit_counted(uint8_t *t, const struct ferry_stub *s)
+{
+    static const uint8_t code[13] = {
+        0x4c, 0x8b, 0xd1,                             /* mov r10, rcx */
         0xb8, 0, 0, 0, 0,                             /* mov eax, SSN */
         0xe9, 0, 0, 0, 0,                             /* jmp stub + 8 */
     };
     ferry_copy(t, code, sizeof(code));
-    put32(t + 5, tls_offset);
-    put32(t + 16, rel32(t + 20, claim_slot));
-    put32(t + 23, 64 + 8 * index);               /* FERRY_BLK_CALLS */
-    put32(t + 31, s->ssn);
-    put32(t + 36, rel32(t + 40, s->entry + 8));
+    put32(t + 4, s->ssn);
+    put32(t + 9, rel32(t + 13, s->entry + 8));
+}
+
+/* Counted and timed: a frame of 0xa8 bytes (its unwind data registered, so
+ * that an exception raised in a callback of the call unwinds through it),
+ * the stack arguments copied into it, the stub called, the time accounted.
+ * `t` is the frame's first instruction (TIMED_FRAME_AT in the trampoline). */
+static void emit_timed(uint8_t *t, uint8_t *data, const struct ferry_stub *s, uint32_t index)
+{
+    static const uint8_t code[TIMED_END - TIMED_FRAME_AT] = {
+        0x48, 0x81, 0xec, 0xa8, 0, 0, 0,              /* sub rsp, 0xa8 */
+        0xff, 0x15, 0, 0, 0, 0,                       /* call [copy_args] */
+        0x4c, 0x8b, 0xda,                             /* mov r11, rdx */
+        0x0f, 0x31,                                   /* rdtsc */
+        0x48, 0xc1, 0xe2, 0x20,                       /* shl rdx, 32 */
+        0x48, 0x09, 0xd0,                             /* or rax, rdx */
+        0x48, 0x89, 0x84, 0x24, 0xa0, 0, 0, 0,        /* mov [rsp+0xa0], rax: enter */
+        0x49, 0x8b, 0xd3,                             /* mov rdx, r11 */
+        0x4c, 0x8b, 0xd1,                             /* mov r10, rcx */
+        0xb8, 0, 0, 0, 0,                             /* mov eax, SSN */
+        0xe8, 0, 0, 0, 0,                             /* call stub + 8 */
+        0x49, 0x89, 0xc3,                             /* mov r11, rax: the status */
+        0x0f, 0x31,                                   /* rdtsc */
+        0x48, 0xc1, 0xe2, 0x20,                       /* shl rdx, 32 */
+        0x48, 0x09, 0xd0,                             /* or rax, rdx */
+        0x4c, 0x8b, 0x84, 0x24, 0xa0, 0, 0, 0,        /* mov r8, [rsp+0xa0]: enter */
+        0x4c, 0x89, 0x9c, 0x24, 0xa0, 0, 0, 0,        /* mov [rsp+0xa0], r11 */
+        0x48, 0x8b, 0xd0,                             /* mov rdx, rax: exit */
+        0x49, 0x8b, 0xcb,                             /* mov rcx, r11: status */
+        0x41, 0xb9, 0, 0, 0, 0,                       /* mov r9d, index */
+        0xff, 0x15, 0, 0, 0, 0,                       /* call [account] */
+        0x48, 0x8b, 0x84, 0x24, 0xa0, 0, 0, 0,        /* mov rax, [rsp+0xa0]: status */
+        0x48, 0x81, 0xc4, 0xa8, 0, 0, 0,              /* add rsp, 0xa8 */
+        0xc3,                                         /* ret */
+    };
+    ferry_copy(t, code, sizeof(code));
+    put32(t + 9, rel32(t + 13, data + SLOT_COPY));
+    put32(t + 40, s->ssn);
+    put32(t + 45, rel32(t + 49, s->entry + 8));
+    put32(t + 85, index);
+    put32(t + 91, rel32(t + 95, data + SLOT_ACCOUNT));
+}
+
+/* One UNWIND_INFO for every timed frame: a 7-byte prolog allocating 0xa8. */
+static void write_unwind(uint8_t *u)
+{
+    static const uint8_t info[8] = {
+        0x01, 0x07, 0x02, 0x00,                       /* version 1, prolog 7, 2 codes */
+        0x07, 0x01,                                   /* at 7: UWOP_ALLOC_LARGE, size/8 next */
+        0xa8 / 8, 0x00,
+    };
+    ferry_copy(u, info, sizeof(info));
 }
 
 /* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
 int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls_offset,
-                      int32_t **exit_status)
+                      int timed, int32_t **exit_status)
 {
     (void)ntdll;
     if (n <= 0)
         return -1;
     uint8_t *lo = stubs[0].entry, *hi = stubs[n - 1].entry + STUB_SCAN;
-    /* a page of data (the claim routine's address, the exit status), then the
-     * trampolines, made read-only and executable */
-    SIZE_T size = DATA_PAGE + (SIZE_T)n * TRAMP_SIZE;
+    /* the data (slots, unwind data, function table), then the trampolines,
+     * made read-only and executable */
+    SIZE_T size = DATA_SIZE + (SIZE_T)n * TRAMP_SIZE;
     uint8_t *area = alloc_near(lo, hi, size);
     if (!area)
         return -1;
-    void *claim = (void *)ferry_claim_entry;
-    ferry_copy(area, &claim, 8);
-    *exit_status = (int32_t *)(area + 8);     /* written by NtTerminateProcess's trampoline */
-    **exit_status = 259;                      /* STILL_ACTIVE until then */
-    for (int i = 0; i < n; i++)
-        emit(area + DATA_PAGE + i * TRAMP_SIZE, area, &stubs[i], (uint32_t)i, tls_offset,
-             (int32_t *)(area + 8));
+    void *slots[4] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account};
+    ferry_copy(area, slots, sizeof(slots));
+    *exit_status = (int32_t *)(area + SLOT_EXIT);     /* written by NtTerminateProcess's trampoline */
+    **exit_status = 259;                              /* STILL_ACTIVE until then */
+    write_unwind(area + UNWIND_AT);
+    RUNTIME_FUNCTION *table = (RUNTIME_FUNCTION *)(area + TABLE_AT);
+    int ntable = 0;
+    for (int i = 0; i < n; i++) {
+        uint8_t *t = area + DATA_SIZE + i * TRAMP_SIZE;
+        for (int k = 0; k < TRAMP_SIZE; k++)
+            t[k] = 0xcc;
+        if (same(stubs[i].name, "NtTerminateProcess"))
+            t = emit_exit_status(t, area + SLOT_EXIT);
+        t = emit_count(t, area, (uint32_t)i, tls_offset);
+        if (timed && !never_returns(stubs[i].name)) {
+            emit_timed(t, area, &stubs[i], (uint32_t)i);
+            table[ntable].BeginAddress = (DWORD)(t - area);
+            table[ntable].EndAddress = (DWORD)(t - area + TIMED_END - TIMED_FRAME_AT);
+            table[ntable].UnwindData = UNWIND_AT;
+            ntable++;
+        } else
+            emit_counted(t, &stubs[i]);
+    }
     DWORD old;
-    if (!VirtualProtect(area + DATA_PAGE, size - DATA_PAGE, PAGE_EXECUTE_READ, &old))
+    if (!VirtualProtect(area + DATA_SIZE, size - DATA_SIZE, PAGE_EXECUTE_READ, &old))
         return -1;
-    FlushInstructionCache(GetCurrentProcess(), area + DATA_PAGE, size - DATA_PAGE);
+    FlushInstructionCache(GetCurrentProcess(), area + DATA_SIZE, size - DATA_SIZE);
+    if (ntable)
+        RtlAddFunctionTable(table, (DWORD)ntable, (DWORD64)(uintptr_t)area);
     if (!VirtualProtect(lo, (SIZE_T)(hi - lo), PAGE_EXECUTE_READWRITE, &old))
         return -1;
     for (int i = 0; i < n; i++) {
         uint8_t *e = stubs[i].entry;
         if ((uintptr_t)e & 7)
             continue;   /* one aligned store or nothing: never half a patch */
-        uint8_t *t = area + DATA_PAGE + i * TRAMP_SIZE;
-        uint64_t v;
-        ferry_copy(&v, e, 8);
+        uint8_t *t = area + DATA_SIZE + i * TRAMP_SIZE;
         uint8_t jmp[8];
-        ferry_copy(jmp, &v, 8);
+        ferry_copy(jmp, e, 8);
         jmp[0] = 0xe9;
         put32(jmp + 1, rel32(e + 5, t));
+        uint64_t v;
         ferry_copy(&v, jmp, 8);
         __atomic_store_n((uint64_t *)e, v, __ATOMIC_SEQ_CST);
     }
