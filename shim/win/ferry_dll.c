@@ -16,7 +16,8 @@ static uint8_t *blocks;
 static uint32_t block_size;
 static uint64_t spare[FERRY_NR_MAX + 8] __attribute__((aligned(64)));  /* threads beyond the file */
 static DWORD tls_index = TLS_OUT_OF_INDEXES;
-static int32_t *exit_status;    /* kept by NtTerminateProcess's trampoline (patch.c) */
+static int32_t *exit_status;
+static uint64_t ns_per_tick_q24 = 1 << 24;     /* ns per TSC tick, 24 fraction bits */    /* kept by NtTerminateProcess's trampoline (patch.c) */
 
 void ferry_zero(void *p, uint64_t n)
 {
@@ -108,7 +109,8 @@ void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32
         s->time_min = dt;
     if (dt > s->time_max)
         s->time_max = dt;
-    uint64_t ns = hdr->cal_tsc ? dt * hdr->cal_ns / hdr->cal_tsc : dt;
+    /* ns from ticks without a division on the way back to the program */
+    uint64_t ns = dt < (1ULL << 32) ? (dt * ns_per_tick_q24) >> 24 : ((dt >> 16) * ns_per_tick_q24) >> 8;
     int bucket = ns ? 63 - __builtin_clzll(ns) : 0;
     s->hist[bucket < FERRY_HIST_BUCKETS ? bucket : FERRY_HIST_BUCKETS - 1]++;
     if (((uint32_t)status >> 30) == 3)
@@ -189,6 +191,8 @@ static void calibrate(void)
     while (n1 - n0 < 1000000);
     hdr->cal_tsc = __builtin_ia32_rdtsc() - t0;
     hdr->cal_ns = n1 - n0;
+    if (hdr->cal_tsc)
+        ns_per_tick_q24 = (hdr->cal_ns << 24) / hdr->cal_tsc;
 }
 
 static WCHAR *put_w(WCHAR *p, const WCHAR *s)
