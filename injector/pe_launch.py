@@ -73,8 +73,11 @@ def prepare(argv, given, original):
 
 def program_env(base, profile, out_dir):
     """The environment of `wine` for an enabled PE program: its own, and the
-    two variables ferry.dll reads (and takes out of the program's environment)."""
+    variables ferry.dll reads (and takes out of the program's environment):
+    the mode, the run directory, and detours.dll for the children."""
     if profile.mode == "aggregate":
         raise FerryError(profile.name, "aggregation profiles do not run Windows programs yet "
                                        "(use -p trace, count or off)")
-    return dict(base, FERRY_MODE=profile.mode, FERRY_WIN_RUN_DIR=win_path(out_dir))
+    detours = detours_dll()
+    return dict(base, FERRY_MODE=profile.mode, FERRY_WIN_RUN_DIR=win_path(out_dir),
+                FERRY_WIN_DETOURS=win_path(detours) if detours else "")

@@ -121,3 +121,29 @@ def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_pa
         writers = [t for t in model["threads"] if t["syscalls"].get("NtWriteFile") == n]
         assert n == 0 or len(writers) == 4, model["threads"]
     assert counts[25] - counts[0] == 4 * 25, counts
+
+
+def test_every_child_carries_ferry_dll(wine, win_programs, ferry_dll_built, tmp_path):
+    """spawn_tree 3: a child through CreateProcessW, a grandchild through
+    `cmd.exe /c` (cmd.exe itself enabled too), and so on down: every process
+    is in the report, enabled, in one tree, and the NtWriteFile calls of all
+    of them are counted."""
+    exe = win_programs["spawn_tree"]
+    counts = {}
+    for n in (0, 15):
+        plain = wine.run(exe, 3, n, tmp_path / f"plain{n}")
+        run_dir = tmp_path / f"run{n}"
+        r = _ferry(wine.env, "run", "-p", "trace", "-o", run_dir, "--", exe, 3, n, tmp_path / f"ferry{n}")
+        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        assert r.returncode == 3
+        model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
+        procs = model["processes"]
+        assert all(p["enabled"] and p["windows"] for p in procs), procs
+        names = sorted(p["exe"].split("\\")[-1].lower() for p in procs)
+        assert names == ["cmd.exe", "spawn_tree.exe", "spawn_tree.exe", "spawn_tree.exe",
+                         "spawn_tree.exe"], names
+        pids = {p["pid"] for p in procs}
+        roots = [p for p in procs if p["ppid"] not in pids]
+        assert len(roots) == 1 and roots[0]["argv"][1] == "3", procs
+        assert sorted(p["exit"]["code"] for p in procs) == [0, 1, 1, 2, 3]
+    assert counts[15] - counts[0] == 4 * 15, counts

@@ -295,14 +295,112 @@ static int env_mode(void)
     return FERRY_MODE_COUNT;
 }
 
-static void start(void)
+/* Children: every process the program creates gets ferry.dll too, as the
+ * FX!32 agent enabled every child.  NtCreateUserProcess is where CreateProcessA/W,
+ * cmd.exe's and every other way of starting a program end up: the child is
+ * created suspended with Ferry's settings added to its environment (its
+ * ferry.dll takes them out again), Detours' DetourUpdateProcessWithDll adds
+ * ferry.dll to its imports, then it runs as its creator asked. */
+#define PARAMS_LENGTH 4
+#define PARAMS_ENVIRONMENT 0x80
+#define PARAMS_ENVIRONMENT_SIZE 0x3f0
+#define CREATE_SUSPENDED_THREAD 1
+
+typedef long (__stdcall *create_fn)(void *, void *, uint32_t, uint32_t, void *, void *, uint32_t,
+                                    uint32_t, void *, void *, void *);
+typedef BOOL (WINAPI *update_fn)(HANDLE, LPCSTR *, DWORD);
+static create_fn create_original;
+static update_fn update_with_dll;
+static WCHAR run_dir[2048], detours_path[1024];
+static char self_path[1024];
+static int run_mode;
+
+static WCHAR *put_setting(WCHAR *p, const WCHAR *name, const WCHAR *value)
 {
-    static WCHAR dir[2048];
+    p = put_w(p, name);
+    *p++ = L'=';
+    p = put_w(p, value);
+    *p++ = 0;
+    return p;
+}
+
+/* `env` and Ferry's settings, in memory to free with VirtualFree; *chars its size */
+static WCHAR *child_environment(const WCHAR *env, SIZE_T *chars)
+{
+    const WCHAR *e = env;
+    while (*e) {
+        while (*e)
+            e++;
+        e++;
+    }
+    SIZE_T old = (SIZE_T)(e - env);
+    SIZE_T size = (old + 64 + 2048 + 1024 + 1) * sizeof(WCHAR);
+    WCHAR *out = VirtualAlloc(0, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+    if (!out)
+        return 0;
+    ferry_copy(out, env, old * sizeof(WCHAR));
+    WCHAR *p = out + old;
+    p = put_setting(p, L"FERRY_MODE", run_mode == FERRY_MODE_TRACE ? L"trace" : L"count");
+    p = put_setting(p, L"FERRY_WIN_RUN_DIR", run_dir);
+    p = put_setting(p, L"FERRY_WIN_DETOURS", detours_path);
+    *p++ = 0;
+    *chars = (SIZE_T)(p - out);
+    return out;
+}
+
+long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,
+                                         void *toa, uint32_t pflags, uint32_t tflags, void *params,
+                                         void *info, void *attrs)
+{
+    if (!update_with_dll && detours_path[0]) {
+        HMODULE d = LoadLibraryW(detours_path);
+        if (d)
+            update_with_dll = (update_fn)(void (*)(void))GetProcAddress(d, "DetourUpdateProcessWithDll");
+    }
+    uint8_t *pp = params;
+    WCHAR **envp = pp ? (WCHAR **)(pp + PARAMS_ENVIRONMENT) : 0;
+    if (!update_with_dll || !envp || !*envp)
+        return create_original(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
+    int has_size = *(uint32_t *)(pp + PARAMS_LENGTH) >= PARAMS_ENVIRONMENT_SIZE + 8;
+    SIZE_T *sizep = has_size ? (SIZE_T *)(pp + PARAMS_ENVIRONMENT_SIZE) : 0;
+    WCHAR *saved = *envp;
+    SIZE_T saved_size = sizep ? *sizep : 0, chars = 0;
+    WCHAR *env = child_environment(saved, &chars);
+    if (env) {
+        *envp = env;
+        if (sizep)
+            *sizep = chars * sizeof(WCHAR);
+    }
+    long st = create_original(ph, th, pa, ta, poa, toa, pflags, tflags | CREATE_SUSPENDED_THREAD,
+                              params, info, attrs);
+    *envp = saved;
+    if (sizep)
+        *sizep = saved_size;
+    if (env)
+        VirtualFree(env, 0, MEM_RELEASE);
+    if (st >= 0) {
+        LPCSTR dlls[1] = {self_path};
+        update_with_dll(*(HANDLE *)ph, dlls, 1);
+        if (!(tflags & CREATE_SUSPENDED_THREAD))
+            ResumeThread(*(HANDLE *)th);
+    }
+    return st;
+}
+
+static void start(HINSTANCE self)
+{
+    static WCHAR *const dir = run_dir;
     int mode = env_mode();
     DWORD n = GetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", dir, 2048);
+    DWORD nd = GetEnvironmentVariableW(L"FERRY_WIN_DETOURS", detours_path, 1024);
+    if (nd >= 1024)
+        detours_path[0] = 0;
+    GetModuleFileNameA(self, self_path, sizeof(self_path));
+    run_mode = mode;
     /* the program sees its environment as it was given, without Ferry's */
     SetEnvironmentVariableW(L"FERRY_MODE", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", 0);
+    SetEnvironmentVariableW(L"FERRY_WIN_DETOURS", 0);
     if (mode == FERRY_MODE_OFF || n == 0 || n >= 2048)
         return;
     void *ntdll = GetModuleHandleW(L"ntdll.dll");
@@ -316,7 +414,7 @@ static void start(void)
     if (open_file(dir, mode))
         return;
     ferry_patch_stubs(ntdll, stubs, nstubs, TEB_TLS_SLOTS + 8 * tls_index, mode == FERRY_MODE_TRACE,
-                      &exit_status);
+                      &exit_status, (void **)&create_original);
 }
 
 static void finish(void)
@@ -333,9 +431,8 @@ static void finish(void)
 
 BOOL WINAPI DllMain(HINSTANCE inst, DWORD why, LPVOID reserved)
 {
-    (void)inst;
     if (why == DLL_PROCESS_ATTACH)
-        start();
+        start(inst);
     else if (why == DLL_PROCESS_DETACH && reserved)   /* the process is ending */
         finish();
     return TRUE;

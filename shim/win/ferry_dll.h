@@ -26,7 +26,11 @@ struct ferry_stub {
 /* patch.c */
 int ferry_find_stubs(void *ntdll, struct ferry_stub *stubs, int cap);
 int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls_offset,
-                      int timed, int32_t **exit_status);
+                      int timed, int32_t **exit_status, void **create_original);
+/* children (ferry_dll.c): NtCreateUserProcess's replacement */
+long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,
+                                         void *toa, uint32_t pflags, uint32_t tflags, void *params,
+                                         void *info, void *attrs);
 
 /* claim.S: the trampolines' slow path, and the C it calls (ferry_dll.c) */
 void ferry_claim_entry(void);

@@ -128,9 +128,23 @@ static int never_returns(const char *name)
     return 0;
 }
 
+static void emit_counted(uint8_t *t, const struct ferry_stub *s);
+
 /* The data page's slots, read by the trampolines through rip-relative calls. */
-enum { SLOT_CLAIM = 0, SLOT_EXIT = 8, SLOT_COPY = 16, SLOT_ACCOUNT = 24, UNWIND_AT = 64,
-       TABLE_AT = 128 };
+enum { SLOT_CLAIM = 0, SLOT_EXIT = 8, SLOT_COPY = 16, SLOT_ACCOUNT = 24, SLOT_CREATE = 32,
+       UNWIND_AT = 64, TABLE_AT = 128 };
+
+/* NtCreateUserProcess: counted, then handed to ferry_create_user_process
+ * (ferry_dll.c) with the caller's frame as it is; the stub itself is what
+ * follows the jump (returned in *original). */
+static uint8_t *emit_create_hook(uint8_t *t, uint8_t *data, const struct ferry_stub *s)
+{
+    static const uint8_t code[6] = {0xff, 0x25, 0, 0, 0, 0};   /* jmp [create hook] */
+    ferry_copy(t, code, sizeof(code));
+    put32(t + 2, rel32(t + 6, data + SLOT_CREATE));
+    emit_counted(t + 6, s);
+    return t + 6;
+}
 
 /* NtTerminateProcess(0 or the current process, status): the status is kept
  * (wine's ExitProcess calls it with 0 before the DLLs hear of the exit,
@@ -232,7 +246,7 @@ static void write_unwind(uint8_t *u)
 
 /* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
 int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls_offset,
-                      int timed, int32_t **exit_status)
+                      int timed, int32_t **exit_status, void **create_original)
 {
     (void)ntdll;
     if (n <= 0)
@@ -244,7 +258,8 @@ int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls
     uint8_t *area = alloc_near(lo, hi, size);
     if (!area)
         return -1;
-    void *slots[4] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account};
+    void *slots[5] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
+                      (void *)ferry_create_user_process};
     ferry_copy(area, slots, sizeof(slots));
     *exit_status = (int32_t *)(area + SLOT_EXIT);     /* written by NtTerminateProcess's trampoline */
     **exit_status = 259;                              /* STILL_ACTIVE until then */
@@ -258,7 +273,9 @@ int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls
         if (same(stubs[i].name, "NtTerminateProcess"))
             t = emit_exit_status(t, area + SLOT_EXIT);
         t = emit_count(t, area, (uint32_t)i, tls_offset);
-        if (timed && !never_returns(stubs[i].name)) {
+        if (same(stubs[i].name, "NtCreateUserProcess"))
+            *create_original = emit_create_hook(t, area, &stubs[i]);
+        else if (timed && !never_returns(stubs[i].name)) {
             emit_timed(t, area, &stubs[i], (uint32_t)i);
             table[ntable].BeginAddress = (DWORD)(t - area);
             table[ntable].EndAddress = (DWORD)(t - area + TIMED_END - TIMED_FRAME_AT);
