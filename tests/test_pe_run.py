@@ -27,6 +27,16 @@ def _ferry(env, *args, cwd=None):
                           cwd=cwd)
 
 
+def _same_as_plain(wine, exe, profile, run_dir, plain_args, ferry_args):
+    """`exe` under plain wine with plain_args and under `ferry run -p profile`
+    with ferry_args: the same stdout, stderr and exit code.  The ferry run's
+    CompletedProcess."""
+    plain = wine.run(exe, *plain_args)
+    r = _ferry(wine.env, "run", "-p", profile, "-o", run_dir, "--", exe, *ferry_args)
+    assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+    return r
+
+
 def _calls(run_dir, env, name):
     r = _ferry(env, "report", "--json", run_dir)
     assert r.returncode == 0, r.stderr
@@ -40,10 +50,9 @@ def test_write_file_counts_exactly_and_output_is_wines(wine, win_programs, ferry
     exe = win_programs["write_count"]
     counts = {}
     for n in (0, 37):
-        plain = wine.run(exe, tmp_path / f"plain{n}.bin", n)
         run_dir = tmp_path / f"run{n}"
-        r = _ferry(wine.env, "run", "-p", profile, "-o", run_dir, "--", exe, tmp_path / f"ferry{n}.bin", n)
-        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        _same_as_plain(wine, exe, profile, run_dir, (tmp_path / f"plain{n}.bin", n),
+                       (tmp_path / f"ferry{n}.bin", n))
         assert (tmp_path / f"ferry{n}.bin").read_bytes() == b"x" * n
         model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
         if profile == "trace":   # every NtWriteFile timed, once
@@ -111,10 +120,9 @@ def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_pa
     exe = win_programs["threads_exc"]
     counts = {}
     for n in (0, 25):
-        plain = wine.run(exe, tmp_path / f"plain{n}", n)
         run_dir = tmp_path / f"run{n}"
-        r = _ferry(wine.env, "run", "-p", profile, "-o", run_dir, "--", exe, tmp_path / f"ferry{n}", n)
-        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        r = _same_as_plain(wine, exe, profile, run_dir, (tmp_path / f"plain{n}", n),
+                           (tmp_path / f"ferry{n}", n))
         assert b"exceptions resumed 3, recovered 7, apcs 11, sleep alerted" in r.stdout
         model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
         assert model["processes"][0]["threads"] >= 5
@@ -131,10 +139,9 @@ def test_every_child_carries_ferry_dll(wine, win_programs, ferry_dll_built, tmp_
     exe = win_programs["spawn_tree"]
     counts = {}
     for n in (0, 15):
-        plain = wine.run(exe, 3, n, tmp_path / f"plain{n}")
         run_dir = tmp_path / f"run{n}"
-        r = _ferry(wine.env, "run", "-p", "trace", "-o", run_dir, "--", exe, 3, n, tmp_path / f"ferry{n}")
-        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        r = _same_as_plain(wine, exe, "trace", run_dir, (3, n, tmp_path / f"plain{n}"),
+                           (3, n, tmp_path / f"ferry{n}"))
         assert r.returncode == 3
         model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
         procs = model["processes"]
