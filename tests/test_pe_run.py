@@ -154,3 +154,16 @@ def test_every_child_carries_ferry_dll(wine, win_programs, ferry_dll_built, tmp_
         assert len(roots) == 1 and roots[0]["argv"][1] == "3", procs
         assert sorted(p["exit"]["code"] for p in procs) == [0, 1, 1, 2, 3]
     assert counts[15] - counts[0] == 4 * 15, counts
+
+
+def test_winsock_echo_server_under_load(wine, win_programs, ferry_dll_built, tmp_path):
+    """Four clients, each 500 messages of 64 bytes checked byte for byte,
+    against a server on 127.0.0.1 in the same program, in trace mode: every
+    send and recv is at least one NtDeviceIoControlFile (wine's AFD), timed."""
+    exe = win_programs["echo_server"]
+    messages = 500
+    r = _same_as_plain(wine, exe, "trace", tmp_path / "run", (messages,), (messages,))
+    assert r.returncode == 0 and b"0 failed" in r.stdout, r.stdout
+    model, ioctl = _calls(tmp_path / "run", wine.env, "NtDeviceIoControlFile")
+    assert ioctl >= 4 * 4 * messages, ioctl
+    assert model["processes"][0]["threads"] >= 9

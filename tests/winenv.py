@@ -73,8 +73,11 @@ def build_win_program(source, out_dir, *flags):
     """`source` (a .c file) built with mingw-w64 into out_dir/<name>.exe."""
     source = Path(source)
     exe = Path(out_dir) / (source.stem + ".exe")
-    if "int wmain(" in source.read_text():
+    text = source.read_text()
+    if "int wmain(" in text:
         flags = ("-municode",) + flags     # a wide-character main
+    if "<winsock2.h>" in text:
+        flags = flags + ("-lws2_32",)
     r = subprocess.run([MINGW_CC, "-O2", "-Wall", "-o", str(exe), str(source), *flags],
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
