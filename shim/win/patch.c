@@ -1,9 +1,11 @@
 /* Finding ntdll's stubs in memory and patching their entries. */
 #include <windows.h>
+#include <tlhelp32.h>
 
 #include "ferry_dll.h"
 
 #define STUB_SCAN 32
+#define STUB_ENTRY 8            /* mov r10, rcx; mov eax, SSN */
 #define TRAMP_SIZE 160
 #define DATA_SIZE 8192          /* slots, unwind data and the function table */
 #define TIMED_FRAME_AT 27       /* where a timed trampoline's frame begins */
@@ -244,6 +246,60 @@ static void write_unwind(uint8_t *u)
     ferry_copy(u, info, sizeof(info));
 }
 
+/* The process's other threads, suspended while the entries change, so that
+ * none runs a stub half patched.  At most `cap`; their number. */
+static int suspend_others(HANDLE *held, int cap)
+{
+    DWORD me = GetCurrentThreadId(), pid = GetCurrentProcessId();
+    HANDLE snap = CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
+    if (snap == INVALID_HANDLE_VALUE)
+        return 0;
+    THREADENTRY32 te;
+    te.dwSize = sizeof(te);
+    int n = 0;
+    for (BOOL ok = Thread32First(snap, &te); ok && n < cap; ok = Thread32Next(snap, &te)) {
+        if (te.th32OwnerProcessID != pid || te.th32ThreadID == me)
+            continue;
+        HANDLE h = OpenThread(THREAD_SUSPEND_RESUME | THREAD_GET_CONTEXT | THREAD_SET_CONTEXT, FALSE,
+                              te.th32ThreadID);
+        if (h && SuspendThread(h) != (DWORD)-1)
+            held[n++] = h;
+        else if (h)
+            CloseHandle(h);
+    }
+    CloseHandle(snap);
+    return n;
+}
+
+/* A suspended thread between a stub's two first instructions (it ran
+ * `mov r10, rcx`, not yet `mov eax, SSN`, whose bytes the jump replaces) is
+ * moved past the second, as if it had run it. */
+static void step_past_entries(HANDLE *held, int nheld, struct ferry_stub *stubs, int n)
+{
+    for (int k = 0; k < nheld; k++) {
+        CONTEXT c;
+        c.ContextFlags = CONTEXT_CONTROL | CONTEXT_INTEGER;
+        if (!GetThreadContext(held[k], &c))
+            continue;
+        for (int i = 0; i < n; i++) {
+            if (c.Rip == (DWORD64)(uintptr_t)(stubs[i].entry + 3)) {
+                c.Rax = stubs[i].ssn;
+                c.Rip = (DWORD64)(uintptr_t)(stubs[i].entry + STUB_ENTRY);
+                SetThreadContext(held[k], &c);
+                break;
+            }
+        }
+    }
+}
+
+static void resume_all(HANDLE *held, int nheld)
+{
+    for (int k = 0; k < nheld; k++) {
+        ResumeThread(held[k]);
+        CloseHandle(held[k]);
+    }
+}
+
 /* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
 int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls_offset,
                       int timed, int32_t **exit_status, void **create_original)
@@ -292,6 +348,9 @@ int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls
         RtlAddFunctionTable(table, (DWORD)ntable, (DWORD64)(uintptr_t)area);
     if (!VirtualProtect(lo, (SIZE_T)(hi - lo), PAGE_EXECUTE_READWRITE, &old))
         return -1;
+    static HANDLE held[256];
+    int nheld = suspend_others(held, 256);
+    step_past_entries(held, nheld, stubs, n);
     for (int i = 0; i < n; i++) {
         uint8_t *e = stubs[i].entry;
         if ((uintptr_t)e & 7)
@@ -305,7 +364,8 @@ int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls
         ferry_copy(&v, jmp, 8);
         __atomic_store_n((uint64_t *)e, v, __ATOMIC_SEQ_CST);
     }
-    VirtualProtect(lo, (SIZE_T)(hi - lo), old, &old);
     FlushInstructionCache(GetCurrentProcess(), lo, (SIZE_T)(hi - lo));
+    resume_all(held, nheld);
+    VirtualProtect(lo, (SIZE_T)(hi - lo), old, &old);
     return 0;
 }
