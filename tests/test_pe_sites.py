@@ -179,3 +179,11 @@ def test_mutated_pe_headers_list_or_refuse_cleanly(needs_mingw, win_programs, tm
     else:
         assert r.returncode == 2, (r.returncode, r.stderr)
         assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith(f"ferry: {bad}"), r.stderr
+
+
+def test_instrument_says_what_to_do_with_a_pe_file(needs_mingw, win_programs, tmp_path):
+    out = tmp_path / "out"
+    r = _ferry("instrument", win_programs["write_count"], "-o", out)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "a Windows PE file" in r.stderr and "ferry run" in r.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
