@@ -167,3 +167,15 @@ def test_winsock_echo_server_under_load(wine, win_programs, ferry_dll_built, tmp
     model, ioctl = _calls(tmp_path / "run", wine.env, "NtDeviceIoControlFile")
     assert ioctl >= 4 * 4 * messages, ioctl
     assert model["processes"][0]["threads"] >= 9
+
+
+def test_win32u_calls_counted_too(wine, win_programs, ferry_dll_built, tmp_path):
+    """user32's GetAsyncKeyState goes through win32u's NtUserGetAsyncKeyState
+    stub: ferry.dll patches win32u's stubs as it patches ntdll's."""
+    exe = win_programs["user_calls"]
+    counts = {}
+    for n in (0, 40):
+        _same_as_plain(wine, exe, "trace", tmp_path / f"run{n}", (n,), (n,))
+        model, counts[n] = _calls(tmp_path / f"run{n}", wine.env, "NtUserGetAsyncKeyState")
+    assert counts[40] - counts[0] == 40, counts
+    assert any(s["name"] == "NtWriteFile" for s in model["syscalls"])   # ntdll's still counted

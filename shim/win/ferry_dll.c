@@ -10,7 +10,7 @@
 #define FERRY_PLATFORM_WINDOWS 1
 
 static struct ferry_stub stubs[FERRY_WIN_MAX_STUBS];
-static int nstubs;
+static int nstubs, nntdll;      /* all stubs; ntdll's (win32u's follow) */
 static struct ferry_proc_header *hdr;
 static uint8_t *blocks;
 static uint32_t block_size;
@@ -266,9 +266,12 @@ static int open_file(const WCHAR *dir, int mode)
     hdr->names_offset = names_off;
     hdr->names_size = (uint32_t)(nstubs * FERRY_WIN_NAME_MAX);
     hdr->nsites = (uint32_t)nstubs;
-    hdr->nmodules = 1;
+    hdr->nmodules = nstubs > nntdll ? 2 : 1;
     ferry_copy(hdr->modules[0].name, "ntdll.dll", 10);
-    hdr->modules[0].nsites = (uint32_t)nstubs;
+    hdr->modules[0].nsites = (uint32_t)nntdll;
+    ferry_copy(hdr->modules[1].name, "win32u.dll", 11);
+    hdr->modules[1].nsites = (uint32_t)(nstubs - nntdll);
+    hdr->modules[1].site_base = (uint32_t)nntdll;
     for (int i = 0; i < nstubs; i++)
         ferry_copy(view + names_off + (uint64_t)i * FERRY_WIN_NAME_MAX, stubs[i].name, FERRY_WIN_NAME_MAX);
     fill_identity();
@@ -403,18 +406,24 @@ static void start(HINSTANCE self)
     SetEnvironmentVariableW(L"FERRY_WIN_DETOURS", 0);
     if (mode == FERRY_MODE_OFF || n == 0 || n >= 2048)
         return;
-    void *ntdll = GetModuleHandleW(L"ntdll.dll");
-    nstubs = ferry_find_stubs(ntdll, stubs, FERRY_WIN_MAX_STUBS);
-    if (nstubs <= 0)
+    nntdll = ferry_find_stubs(GetModuleHandleW(L"ntdll.dll"), stubs, FERRY_WIN_MAX_STUBS);
+    if (nntdll <= 0)
         return;
+    /* win32u (NtUser*, NtGdi*): mapped with user32, before any DLL's
+     * initialization runs, when the program uses it */
+    void *win32u = GetModuleHandleW(L"win32u.dll");
+    int nwin = win32u ? ferry_find_stubs(win32u, stubs + nntdll, FERRY_WIN_MAX_STUBS - nntdll) : 0;
+    nstubs = nntdll + (nwin > 0 ? nwin : 0);
     tls_index = TlsAlloc();
     if (tls_index == TLS_OUT_OF_INDEXES || tls_index >= 64)
         return;     /* the TEB's 64 inline slots only: the trampolines read one directly */
     block_size = (__builtin_offsetof(struct ferry_blk, events) + 4095) & ~4095u;
     if (open_file(dir, mode))
         return;
-    ferry_patch_stubs(ntdll, stubs, nstubs, TEB_TLS_SLOTS + 8 * tls_index, mode == FERRY_MODE_TRACE,
-                      &exit_status, (void **)&create_original);
+    uint32_t slot = TEB_TLS_SLOTS + 8 * tls_index;
+    int timed = mode == FERRY_MODE_TRACE;
+    ferry_patch_stubs(stubs, nntdll, 0, slot, timed, &exit_status, (void **)&create_original);
+    ferry_patch_stubs(stubs + nntdll, nstubs - nntdll, (uint32_t)nntdll, slot, timed, 0, 0);
 }
 
 static void finish(void)

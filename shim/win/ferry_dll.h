@@ -25,7 +25,10 @@ struct ferry_stub {
 
 /* patch.c */
 int ferry_find_stubs(void *ntdll, struct ferry_stub *stubs, int cap);
-int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls_offset,
+/* stubs[0..n) of one module, call numbers from `first`; exit_status and
+ * create_original (NULL outside ntdll) receive NtTerminateProcess's kept
+ * status and NtCreateUserProcess's own code */
+int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
                       int timed, int32_t **exit_status, void **create_original);
 /* children (ferry_dll.c): NtCreateUserProcess's replacement */
 long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,

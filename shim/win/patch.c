@@ -301,10 +301,9 @@ static void resume_all(HANDLE *held, int nheld)
 }
 
 /* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
-int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls_offset,
+int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
                       int timed, int32_t **exit_status, void **create_original)
 {
-    (void)ntdll;
     if (n <= 0)
         return -1;
     uint8_t *lo = stubs[0].entry, *hi = stubs[n - 1].entry + STUB_SCAN;
@@ -317,8 +316,9 @@ int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls
     void *slots[5] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
                       (void *)ferry_create_user_process};
     ferry_copy(area, slots, sizeof(slots));
-    *exit_status = (int32_t *)(area + SLOT_EXIT);     /* written by NtTerminateProcess's trampoline */
-    **exit_status = 259;                              /* STILL_ACTIVE until then */
+    *(int32_t *)(area + SLOT_EXIT) = 259;             /* STILL_ACTIVE until NtTerminateProcess */
+    if (exit_status)
+        *exit_status = (int32_t *)(area + SLOT_EXIT);
     write_unwind(area + UNWIND_AT);
     RUNTIME_FUNCTION *table = (RUNTIME_FUNCTION *)(area + TABLE_AT);
     int ntable = 0;
@@ -326,13 +326,14 @@ int ferry_patch_stubs(void *ntdll, struct ferry_stub *stubs, int n, uint32_t tls
         uint8_t *t = area + DATA_SIZE + i * TRAMP_SIZE;
         for (int k = 0; k < TRAMP_SIZE; k++)
             t[k] = 0xcc;
-        if (same(stubs[i].name, "NtTerminateProcess"))
+        uint32_t index = first + (uint32_t)i;    /* the call's number in the process file */
+        if (exit_status && same(stubs[i].name, "NtTerminateProcess"))
             t = emit_exit_status(t, area + SLOT_EXIT);
-        t = emit_count(t, area, (uint32_t)i, tls_offset);
-        if (same(stubs[i].name, "NtCreateUserProcess"))
+        t = emit_count(t, area, index, tls_offset);
+        if (create_original && same(stubs[i].name, "NtCreateUserProcess"))
             *create_original = emit_create_hook(t, area, &stubs[i]);
         else if (timed && !never_returns(stubs[i].name)) {
-            emit_timed(t, area, &stubs[i], (uint32_t)i);
+            emit_timed(t, area, &stubs[i], index);
             table[ntable].BeginAddress = (DWORD)(t - area);
             table[ntable].EndAddress = (DWORD)(t - area + TIMED_END - TIMED_FRAME_AT);
             table[ntable].UnwindData = UNWIND_AT;
