@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import aggdata, catchdata
+from .rewriter.syscall_table import name_of
 
 MAGIC = b"FERRYPROC\0v1\0\0\0\0"
 VERSION = 1
@@ -40,6 +41,10 @@ OFF_WAITS = 40960
 WAIT_SIZE = 16
 OFF_INTERNAL = 49152
 OFF_UID = 152
+OFF_PLATFORM = 224          # u32 platform, u32 names_size, u64 names_offset
+PLATFORM_LINUX, PLATFORM_WINDOWS = 0, 1
+NAME_SIZE = 64
+MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
 
 STATE_RUNNING, STATE_EXITED, STATE_EXEC, STATE_DETACHED = 1, 2, 3, 4
 EXEC_REWRITTEN, EXEC_PLAIN, EXEC_SETUID, EXEC_STATIC, EXEC_UNKNOWN, EXEC_FOREIGN = 1, 2, 3, 4, 5, 6
@@ -109,6 +114,19 @@ class ProcFile:
     owner: int = None   # the file's owner
     aggregation: dict = None   # ferry.aggdata record; None: the process made no group
     caught: dict = None        # ferry.catchdata record; None: no catch-all in this process
+    platform: int = PLATFORM_LINUX
+    names: list = None         # a Windows process's call names, by call number
+
+    @property
+    def windows(self):
+        return self.platform == PLATFORM_WINDOWS
+
+    def name_of(self, nr):
+        """The name of call number `nr` in this process: a Linux syscall, or for
+        a Windows process the Nt* function its name table gives."""
+        if self.names is not None:
+            return self.names[nr] if nr < len(self.names) and self.names[nr] else f"call_{nr}"
+        return name_of(nr)
 
     def ticks_to_ns(self, ticks):
         """TSC ticks in ns: from the whole life of the process when it was long
@@ -125,8 +143,9 @@ def _cstr(raw):
 
 
 def _read_used(path):
-    """(file status, bytes): the header and the blocks the header says were
-    claimed; a sparse file's unused room is never read."""
+    """(file status, bytes, names bytes): the header and the blocks the header
+    says were claimed, and the name table if it has one; a sparse file's
+    unused room is never read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
@@ -138,11 +157,16 @@ def _read_used(path):
         if not stat.S_ISREG(st.st_mode):
             raise ProcFileError(path, "not a regular file")
         data = f.read(HEADER_SIZE)
+        names = b""
         if len(data) == HEADER_SIZE and data[:16] == MAGIC:
             block_size, max_blocks, nblocks = struct.unpack_from("<III", data, 24)
             if block_size % 4096 == 0:
                 data += f.read(min(nblocks, max_blocks, 1024) * block_size)
-    return st, data
+            _platform, names_size, names_offset = struct.unpack_from("<IIQ", data, OFF_PLATFORM)
+            if names_size:
+                f.seek(names_offset)
+                names = f.read(min(names_size, MAX_NAMES_SIZE))
+    return st, data, names
 
 
 class NeverStarted(ProcFileError):
@@ -152,7 +176,7 @@ class NeverStarted(ProcFileError):
 
 def read(path):
     path = Path(path)
-    st, data = _read_used(path)
+    st, data, names = _read_used(path)
     if not any(data[:HEADER_SIZE]):
         raise NeverStarted(path, "the process was killed before the shim wrote its file")
     if len(data) < HEADER_SIZE:
@@ -170,6 +194,12 @@ def read(path):
     nmodules, nsites, nwaits, event_capacity, overflow, seq, exec_kind, load_patched = \
         struct.unpack_from("<8I", data, 120)
     uid, exec_uid = struct.unpack_from("<II", data, OFF_UID)
+    platform, = struct.unpack_from("<I", data, OFF_PLATFORM)
+    if platform not in (PLATFORM_LINUX, PLATFORM_WINDOWS):
+        raise ProcFileError(path, f"corrupt process file header (platform {platform})")
+    table = None
+    if platform == PLATFORM_WINDOWS:
+        table = [_cstr(names[i:i + NAME_SIZE]) for i in range(0, len(names) - NAME_SIZE + 1, NAME_SIZE)]
     cmdline_len, = struct.unpack_from("<I", data, 1280)
     argv = [a.decode("utf-8", "surrogateescape")
             for a in data[1288:1288 + min(cmdline_len, 4096)].split(b"\0")[:-1]]
@@ -195,9 +225,9 @@ def read(path):
     except aggdata.AggAreaError as e:
         raise ProcFileError(path, str(e)) from None
     return ProcFile(path, pid, ppid, seq, state, exit_code, MODES.get(mode, "?"), _cstr(data[256:1280]),
-                    argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc,
-                    end_real, end_mono, end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal,
-                    uid, exec_uid, st.st_uid, aggregation, catchdata.parse(data))
+                    argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc, end_real, end_mono,
+                    end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal, uid, exec_uid,
+                    st.st_uid, aggregation, catchdata.parse(data), platform, table)
 
 
 def _block(data, off, mode, capacity, block_size):

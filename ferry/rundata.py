@@ -12,7 +12,6 @@ from pathlib import Path
 
 from . import aggdata, catchdata, procfile, runlock
 from .rewriter.errors import FerryError
-from .rewriter.syscall_table import name_of
 
 NOT_ENABLED = {
     procfile.EXEC_REWRITTEN: "its rewritten image did not start the shim",
@@ -128,7 +127,7 @@ def load_run(run_dir):
     shim_calls = {}
     for f in files:
         for nr, c in f.internal.items():
-            shim_calls[name_of(nr)] = shim_calls.get(name_of(nr), 0) + c
+            shim_calls[f.name_of(nr)] = shim_calls.get(f.name_of(nr), 0) + c
     events.sort(key=lambda e: e["start_ns"])
     return {
         "format": "ferry-run",
@@ -247,6 +246,14 @@ def _not_enabled_reason(f, exit_, creators):
     return NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN])
 
 
+def _enabled_by(f):
+    if not f.modules:
+        return None
+    if f.windows:
+        return "ferry.dll (ntdll patched in memory)"
+    return "load-time patch" if f.load_patched else "rewritten image"
+
+
 def _processes(files, info, images, waited, creators):
     out = []
     later_images = {}
@@ -264,7 +271,8 @@ def _processes(files, info, images, waited, creators):
             "duration_s": round((f.end_mono_ns - f.start_mono_ns) / 1e9, 6) if f.end_mono_ns else None,
             "exit": None, "state": "unfinished", "exec": None,
             "enabled": bool(f.modules), "reason": None, "mode": f.mode, "uid": f.uid,
-            "enabled_by": ("load-time patch" if f.load_patched else "rewritten image") if f.modules else None,
+            "enabled_by": _enabled_by(f),
+            "windows": f.windows,
             "threads": len(f.blocks), "calls": calls, "errors": errors,
             "time_ns": round(f.ticks_to_ns(ticks)),
             "aggregation": f.aggregation,
@@ -328,7 +336,7 @@ def _threads(f, exe):
         by_name = {}
         for nr, c in enumerate(b.calls):
             if c:
-                by_name[name_of(nr)] = by_name.get(name_of(nr), 0) + c
+                by_name[f.name_of(nr)] = by_name.get(f.name_of(nr), 0) + c
         out.append({"pid": f.pid, "tid": b.tid, "exe": exe,
                     "calls": sum(b.calls) + b.invalid,
                     "errors": sum(s.errors for s in b.nr.values()),
@@ -343,7 +351,9 @@ def _add_syscalls(acc, f):
         for nr, c in enumerate(b.calls):
             if not c:
                 continue
-            s = acc.setdefault(nr, {"nr": nr, "name": name_of(nr), "calls": 0, "errors": 0, "errnos": {},
+            # a Windows process's numbers are its own (ferry.dll's name table)
+            s = acc.setdefault(f.name_of(nr) if f.windows else nr,
+                               {"nr": nr, "name": f.name_of(nr), "calls": 0, "errors": 0, "errnos": {},
                                     "time_ns": 0, "min_ns": None, "max_ns": None,
                                     "hist": [0] * procfile.HIST_BUCKETS})
             s["calls"] += c
@@ -412,7 +422,7 @@ def _events(f, t0_mono, tables):
     base_ns = f.start_mono_ns - t0_mono
     for b in f.blocks:
         for enter, leave, result, nr, site in b.events:
-            out.append({"pid": f.pid, "tid": b.tid, "nr": nr, "name": name_of(nr),
+            out.append({"pid": f.pid, "tid": b.tid, "nr": nr, "name": f.name_of(nr),
                         "start_ns": round(base_ns + f.ticks_to_ns(enter - f.start_tsc)),
                         "dur_ns": round(f.ticks_to_ns(leave - enter)), "result": result,
                         "site": _site_info(f, site - 1, tables)[0] if site else None})

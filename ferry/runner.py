@@ -188,6 +188,9 @@ def _program_env(launch, profile, out_dir):
     base = _user_environment()
     if not launch.enabled:
         return base
+    if launch.how == "wine":
+        from .injector.pe_launch import program_env
+        return program_env(base, profile, out_dir)
     settings = dict(profile.shim_env())
     settings["FERRY_RUN_DIR"] = str(out_dir)
     from .rewriter import cache
@@ -218,6 +221,9 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     if not argv:
         raise FerryError("ferry run", "no command given (usage: ferry run [OPTIONS] -- COMMAND ARGS...)")
     launch = prepare(argv, progress)
+    if launch.how == "wine" and profile.mode == "aggregate":
+        from .injector.pe_launch import program_env
+        program_env({}, profile, out_dir)     # refuses, before the run directory exists
     out_dir = open_run_dir(out_dir, launch.manifest, profile)
     lock = runlock.hold(out_dir)
     env = _program_env(launch, profile, out_dir)

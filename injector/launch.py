@@ -63,6 +63,15 @@ def resolve(command):
     return path
 
 
+def _is_pe(path):
+    from ..rewriter.pe_kind import is_pe
+    try:
+        with open(path, "rb") as f:
+            return is_pe(f.read(2))
+    except OSError:
+        return False
+
+
 def classify(path):
     """(kind, detail) of the file at `path`, judged as the kernel and ld.so
     would: detail is the #! line's words for a script, else a reason."""
@@ -135,6 +144,9 @@ def prepare(argv, progress=None, depth=0):
     progress = progress or (lambda *a, **k: None)
     given = resolve(argv[0])
     original = os.path.abspath(given)
+    if _is_pe(given):
+        from .pe_launch import prepare as prepare_pe
+        return prepare_pe(argv, given, original)
     kind, detail = classify(given)
     if kind == SCRIPT and detail and depth < 4:
         interp = prepare(detail + [given], progress, depth + 1)

@@ -229,6 +229,15 @@ def analyze(image, progress=None):
     if not image.is_pie:
         targets.update(_data_pointer_targets(binary, in_code))
 
+    return decode(sections, symbols, fdes, targets, in_code,
+                  not image.is_pie and image.is_executable, progress)
+
+
+def decode(sections, symbols, fdes, targets, in_code, immediates, progress=None):
+    """The CodeMap of `sections` (whatever the file format): decoded between the
+    boundaries of `symbols` [(start, end, name)] and `fdes` [(start, end)],
+    `targets` (known branch targets) completed by what decoding finds.
+    `immediates`: code holds code addresses as immediates (non-PIE)."""
     boundaries = set()
     for start, end, _ in symbols:
         boundaries.update((start, end))
@@ -236,7 +245,6 @@ def analyze(image, progress=None):
         boundaries.update((start, end))
 
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-    immediates = not image.is_pie and image.is_executable
     if not _has_syscall_instruction(md, sections, boundaries):
         # Most programs make every call through libc: no site, nothing to plan,
         # and no need to decode (say) 30 MB of cc1 for branch targets.

@@ -49,8 +49,14 @@ class Kind:
         return self.name in REFUSED
 
 
+PE_FILE = ("a Windows PE file: `ferry instrument` rewrites ELF files; `ferry run` runs it "
+           "with ntdll patched in memory, `ferry sites` lists its sites")
+
+
 def header_problem(data):
     """Why the raw header cannot be trusted, or None."""
+    if data[:2] == b"MZ":
+        return PE_FILE
     if len(data) < 64:
         return "truncated ELF header" if data[:4] == b"\x7fELF" else "not an ELF file"
     if data[:4] != b"\x7fELF":

@@ -36,13 +36,22 @@ done
 [ -d /usr/share/fonts/truetype/dejavu ] || need="$need fonts-dejavu-core"
 command -v Xvfb >/dev/null 2>&1 || need="$need xvfb"
 command -v xauth >/dev/null 2>&1 || need="$need xauth"
-[ -z "$need" ] && exit 0
+# Windows PE programs (issue 12): wine runs them in the tests, mingw-w64 builds
+# ferry.dll and the test programs, gendef (mingw-w64-tools) an import library.
+# Installed without recommends: wine's pull in a desktop's worth of packages.
+winneed=""
+command -v wine >/dev/null 2>&1 || winneed="$winneed wine wine64"
+command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || winneed="$winneed gcc-mingw-w64-x86-64"
+command -v gendef >/dev/null 2>&1 || winneed="$winneed mingw-w64-tools"
+[ -z "$need$winneed" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
-    echo "installing:$need"
+    echo "installing:$need$winneed"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+    [ -z "$need" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+    [ -z "$winneed" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends $winneed >/dev/null
 else
-    echo "missing Debian packages:$need" >&2
-    echo "install them with: sudo apt-get install$need" >&2
+    echo "missing Debian packages:$need$winneed" >&2
+    echo "install them with: sudo apt-get install$need$winneed" >&2
     exit 1
 fi

@@ -10,13 +10,25 @@ from ..rewriter.errors import FerryError
 
 def sites_report(path):
     """Sites of one module as a JSON-ready dict (schema: docs/manifest.md)."""
-    from ..rewriter import elfload
+    from ..rewriter import elfload, pe_kind
+    if pe_kind.is_pe(_head(path)):
+        from ..rewriter import pe_sites
+        return pe_sites.sites_report(path)
     from ..rewriter.instrument import analyze_module
     from ..rewriter.manifest import site_to_dict
     try:
         return _sites_report(path, elfload, analyze_module, site_to_dict)
     except UnicodeDecodeError:
         raise FerryError(path, "corrupt ELF file: a name in it is not valid text") from None
+
+
+def _head(path):
+    """The first bytes of `path` (b"" if it cannot be read: the ELF path says why)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096)
+    except OSError:
+        return b""
 
 
 def _sites_report(path, elfload, analyze_module, site_to_dict):
@@ -29,6 +41,7 @@ def _sites_report(path, elfload, analyze_module, site_to_dict):
     name = image.path.name
     patched = sum(s.patched for s in sites)
     return {
+        "format": "elf",
         "file": str(path),
         "sha256": image.sha256,
         "pie": image.is_pie,

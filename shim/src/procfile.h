@@ -109,7 +109,12 @@ struct ferry_proc_header {
     uint32_t uid;                   /* 152: effective user ID when the file was made */
     uint32_t exec_uid;              /* 156: effective user ID when exec_path began */
     uint64_t start_spans[8];        /* 160: TSC at each step of the shim's start (FERRY_SPAN_*) */
-    uint64_t reserved0[4];          /* 224 */
+    uint32_t platform;              /* 224: 0 Linux; 1 Windows (ferry.dll): call numbers
+                                       index the name table below, not Linux's */
+    uint32_t names_size;            /* 228: bytes of the name table (0: none) */
+    uint64_t names_offset;          /* 232: file offset of the name table: one
+                                       NUL-padded 64-byte name per call number */
+    uint64_t reserved0[2];          /* 240 */
     char exe[1024];                 /* 256 */
     uint32_t cmdline_len;           /* 1280 */
     uint32_t reserved1;
@@ -197,6 +202,8 @@ struct ferry_blk {
 
 _Static_assert(sizeof(struct ferry_proc_header) == FERRY_PROC_HEADER_SIZE, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, uid) == 152, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, names_offset) == 232, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, start_spans) == 160, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 1288, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 5384, "header layout");

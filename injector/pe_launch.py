@@ -1,0 +1,83 @@
+"""Starting a Windows program enabled: under wine on Linux, with ferry.dll
+loaded into it before its code runs.
+
+`ferry-launch.exe` (shim/win/launch.c) starts the program through Detours'
+DetourCreateProcessWithDllExW, which adds ferry.dll to the new process's
+imports while it is suspended; ferry.dll then patches ntdll's stubs from its
+DllMain.  Detours' DLL comes from the `detoursdll` package (Microsoft's
+Detours 4.0.1, fetched at set-up time; never copied into this tree).
+"""
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from ..rewriter import pe_kind, shimlib
+from ..rewriter.errors import FerryError, InputError
+
+WINE = "wine"      # a Launch's `how` for a PE program
+
+
+def win_path(path):
+    """`path` as a Windows program under wine sees it: wine's default drive Z:
+    is the Linux root."""
+    return "Z:" + os.path.abspath(path).replace("/", "\\")
+
+
+def detours_dll():
+    """detours.dll of the detoursdll package (found, not imported: its module
+    loads Windows-only ctypes), or None."""
+    spec = importlib.util.find_spec("detoursdll")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    dll = Path(list(spec.submodule_search_locations)[0]) / "detours.dll"
+    return dll if dll.is_file() else None
+
+
+def check_program(path):
+    """Refuse, in one line, a PE file that is no x86-64 Windows program."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError(path, (e.strerror or str(e)).lower()) from None
+    headers, problem = pe_kind.parse_headers(data)
+    if problem is None:
+        problem = pe_kind.refusal(data)
+    if problem and "no .pdata" not in problem:   # .pdata matters to the rewriter, not to a run
+        raise InputError(path, problem)
+    if headers.is_dll:
+        raise InputError(path, "a DLL, not a program: run the program that loads it")
+
+
+def prepare(argv, given, original):
+    """The Launch (injector/launch.py) of Windows program `given`."""
+    from .launch import Launch
+    check_program(given)
+    wine = shutil.which("wine")
+    if wine is None:
+        raise FerryError(original, "a Windows program, and wine is not installed "
+                                   "(Debian package wine; tools/sysdeps.sh installs it)")
+    detours = detours_dll()
+    if detours is None:
+        raise FerryError(original, "a Windows program, and the detoursdll package is missing "
+                                   "(pip install detoursdll==1.0.0; `make setup` installs it)")
+    build = shimlib.SOURCE_TREE_SHIM.parent
+    dll, launcher = build / "ferry.dll", build / "ferry-launch.exe"
+    for f in (dll, launcher):
+        if not f.is_file():
+            raise FerryError(f, "not built (install mingw-w64 and run `make shim`)")
+    return Launch([wine, str(launcher), win_path(detours), win_path(dll), win_path(original)]
+                  + list(argv[1:]), wine, original, None, WINE)
+
+
+def program_env(base, profile, out_dir):
+    """The environment of `wine` for an enabled PE program: its own, and the
+    variables ferry.dll reads (and takes out of the program's environment):
+    the mode, the run directory, and detours.dll for the children."""
+    if profile.mode == "aggregate":
+        raise FerryError(profile.name, "aggregation profiles do not run Windows programs yet "
+                                       "(use -p trace, count or off)")
+    detours = detours_dll()
+    return dict(base, FERRY_MODE=profile.mode, FERRY_WIN_RUN_DIR=win_path(out_dir),
+                FERRY_WIN_DETOURS=win_path(detours) if detours else "")

@@ -1,0 +1,454 @@
+/* ferry.dll's start-up and its process file. */
+#include <windows.h>
+#include <winternl.h>
+
+#include "ferry_dll.h"
+#include "../src/procfile.h"
+
+#define WIN_MAX_BLOCKS 64       /* threads with a block of their own; more count in overflow */
+#define TEB_TLS_SLOTS 0x1480
+#define FERRY_PLATFORM_WINDOWS 1
+
+static struct ferry_stub stubs[FERRY_WIN_MAX_STUBS];
+static int nstubs, nntdll;      /* all stubs; ntdll's (win32u's follow) */
+static struct ferry_proc_header *hdr;
+static uint8_t *blocks;
+static uint32_t block_size;
+static uint64_t spare[FERRY_NR_MAX + 8] __attribute__((aligned(64)));  /* threads beyond the file */
+static DWORD tls_index = TLS_OUT_OF_INDEXES;
+static int32_t *exit_status;
+static uint64_t ns_per_tick_q24 = 1 << 24;     /* ns per TSC tick, 24 fraction bits */    /* kept by NtTerminateProcess's trampoline (patch.c) */
+
+void ferry_zero(void *p, uint64_t n)
+{
+    volatile uint8_t *d = p;
+    while (n--)
+        *d++ = 0;
+}
+
+void ferry_copy(void *d, const void *s, uint64_t n)
+{
+    volatile uint8_t *dd = d;
+    const uint8_t *ss = s;
+    while (n--)
+        *dd++ = *ss++;
+}
+
+/* memset and memcpy: what the compiler may emit for a struct copy */
+void *memset(void *p, int c, size_t n)
+{
+    volatile uint8_t *d = p;
+    while (n--)
+        *d++ = (uint8_t)c;
+    return p;
+}
+
+void *memcpy(void *d, const void *s, size_t n)
+{
+    ferry_copy(d, s, n);
+    return d;
+}
+
+static uint64_t qpc_ns(void)
+{
+    LARGE_INTEGER c, f;
+    QueryPerformanceCounter(&c);
+    QueryPerformanceFrequency(&f);
+    return (uint64_t)(c.QuadPart / f.QuadPart) * 1000000000ULL +
+           (uint64_t)(c.QuadPart % f.QuadPart) * 1000000000ULL / (uint64_t)f.QuadPart;
+}
+
+static uint64_t real_ns(void)
+{
+    FILETIME ft;
+    GetSystemTimePreciseAsFileTime(&ft);
+    uint64_t t = ((uint64_t)ft.dwHighDateTime << 32) | ft.dwLowDateTime;
+    return (t - 116444736000000000ULL) * 100;      /* since 1601 in 100 ns -> Unix ns */
+}
+
+/* Called by ferry_claim_entry (claim.S): the calling thread's block. */
+void *ferry_claim_block(void)
+{
+    uint32_t idx = __atomic_fetch_add(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+    void *b;
+    if (idx < WIN_MAX_BLOCKS) {
+        struct ferry_blk *blk = (struct ferry_blk *)(blocks + (uint64_t)idx * block_size);
+        blk->tid = (int32_t)GetCurrentThreadId();
+        __atomic_store_n(&blk->in_use, 1, __ATOMIC_RELEASE);
+        b = blk;
+    } else {
+        __atomic_fetch_sub(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+        __atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_RELAXED);
+        b = spare;
+    }
+    /* TlsSetValue would reset the thread's last error: the TEB slot directly */
+    uint64_t off = TEB_TLS_SLOTS + 8ULL * tls_index;
+    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"(b), "r"(off) : "memory");
+    return b;
+}
+
+static struct ferry_blk *thread_block(void)
+{
+    uint64_t off = TEB_TLS_SLOTS + 8ULL * tls_index, b;
+    __asm__ volatile("movq %%gs:(%1), %0" : "=r"(b) : "r"(off));
+    return (struct ferry_blk *)b;
+}
+
+/* The end of a timed call (the trampolines of patch.c call it with the
+ * stub's status in hand; it makes no system call).  An NTSTATUS of error
+ * severity (0xC...) counts as an error. */
+void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32_t index)
+{
+    struct ferry_blk *b = thread_block();
+    if (!b || (void *)b == (void *)spare || index >= FERRY_NR_MAX)
+        return;
+    struct ferry_nr_stats *s = &b->nr[index];
+    uint64_t dt = exit_tsc - enter_tsc;
+    s->time_total += dt;
+    if (!s->time_min || dt < s->time_min)
+        s->time_min = dt;
+    if (dt > s->time_max)
+        s->time_max = dt;
+    /* ns from ticks without a division on the way back to the program */
+    uint64_t ns = dt < (1ULL << 32) ? (dt * ns_per_tick_q24) >> 24 : ((dt >> 16) * ns_per_tick_q24) >> 8;
+    int bucket = ns ? 63 - __builtin_clzll(ns) : 0;
+    s->hist[bucket < FERRY_HIST_BUCKETS ? bucket : FERRY_HIST_BUCKETS - 1]++;
+    if (((uint32_t)status >> 30) == 3)
+        s->errors++;
+}
+
+static int utf8(const WCHAR *w, char *out, int cap)
+{
+    int n = WideCharToMultiByte(CP_UTF8, 0, w, -1, out, cap, 0, 0);
+    if (n <= 0) {
+        out[0] = 0;
+        return 0;
+    }
+    return n - 1;
+}
+
+/* argv as the C runtime splits a command line (quotes group; 2n backslashes
+ * before a quote are n, 2n+1 an escaped quote), NUL-separated. */
+static void fill_cmdline(const char *cl)
+{
+    char *out = hdr->cmdline;
+    uint32_t cap = sizeof(hdr->cmdline), len = 0;
+    while (*cl) {
+        while (*cl == ' ' || *cl == '\t')
+            cl++;
+        if (!*cl)
+            break;
+        int quoted = 0;
+        while (*cl && (quoted || (*cl != ' ' && *cl != '\t'))) {
+            int slashes = 0;
+            while (*cl == '\\') {
+                slashes++;
+                cl++;
+            }
+            if (*cl == '"') {
+                for (int i = 0; i < slashes / 2 && len < cap - 1; i++)
+                    out[len++] = '\\';
+                if (slashes % 2) {
+                    if (len < cap - 1)
+                        out[len++] = '"';
+                } else
+                    quoted = !quoted;
+                cl++;
+            } else {
+                for (int i = 0; i < slashes && len < cap - 1; i++)
+                    out[len++] = '\\';
+                if (*cl && len < cap - 1)
+                    out[len++] = *cl++;
+            }
+        }
+        if (len < cap)
+            out[len++] = 0;
+    }
+    hdr->cmdline_len = len;
+}
+
+static void fill_identity(void)
+{
+    static char cl[8192];
+    static WCHAR wbuf[1024];
+    hdr->pid = (int32_t)GetCurrentProcessId();
+    PROCESS_BASIC_INFORMATION pbi;
+    ULONG got;
+    if (NtQueryInformationProcess(GetCurrentProcess(), ProcessBasicInformation, &pbi,
+                                  sizeof(pbi), &got) == 0)
+        hdr->ppid = (int32_t)pbi.InheritedFromUniqueProcessId;
+    if (GetModuleFileNameW(0, wbuf, 1024))
+        utf8(wbuf, hdr->exe, sizeof(hdr->exe));
+    utf8(GetCommandLineW(), cl, sizeof(cl));
+    fill_cmdline(cl);
+}
+
+static void calibrate(void)
+{
+    uint64_t n0 = qpc_ns(), t0 = __builtin_ia32_rdtsc(), n1;
+    do
+        n1 = qpc_ns();
+    while (n1 - n0 < 1000000);
+    hdr->cal_tsc = __builtin_ia32_rdtsc() - t0;
+    hdr->cal_ns = n1 - n0;
+    if (hdr->cal_tsc)
+        ns_per_tick_q24 = (hdr->cal_ns << 24) / hdr->cal_tsc;
+}
+
+static WCHAR *put_w(WCHAR *p, const WCHAR *s)
+{
+    while (*s)
+        *p++ = *s++;
+    return p;
+}
+
+static WCHAR *put_u(WCHAR *p, unsigned long v)
+{
+    WCHAR digits[20];
+    int n = 0;
+    do
+        digits[n++] = (WCHAR)(L'0' + v % 10);
+    while ((v /= 10));
+    while (n)
+        *p++ = digits[--n];
+    return p;
+}
+
+/* dir\proc\<pid>-<seq>.ferry; dir is at most 2048 characters */
+static void proc_path(WCHAR *out, const WCHAR *dir, unsigned long pid, unsigned long seq)
+{
+    WCHAR *p = put_w(out, dir);
+    p = put_w(p, L"\\proc\\");
+    p = put_u(p, pid);
+    *p++ = L'-';
+    p = put_u(p, seq);
+    p = put_w(p, L".ferry");
+    *p = 0;
+}
+
+/* RUN_DIR\proc\<pid>-<seq>.ferry, made with CREATE_NEW as the shim makes it
+ * with O_EXCL, sized for WIN_MAX_BLOCKS blocks and the name table after
+ * them, and mapped whole; no handle is kept. */
+static int open_file(const WCHAR *dir, int mode)
+{
+    static WCHAR path[2400];
+    uint64_t names_off = FERRY_PROC_HEADER_SIZE + (uint64_t)WIN_MAX_BLOCKS * block_size;
+    uint64_t size = names_off + (uint64_t)nstubs * FERRY_WIN_NAME_MAX;
+    HANDLE f = INVALID_HANDLE_VALUE;
+    uint32_t seq = 0;
+    for (; seq < 1000; seq++) {
+        proc_path(path, dir, GetCurrentProcessId(), seq);
+        f = CreateFileW(path, GENERIC_READ | GENERIC_WRITE, FILE_SHARE_READ | FILE_SHARE_WRITE |
+                        FILE_SHARE_DELETE, 0, CREATE_NEW, FILE_ATTRIBUTE_NORMAL, 0);
+        if (f != INVALID_HANDLE_VALUE || GetLastError() != ERROR_FILE_EXISTS)
+            break;
+    }
+    if (f == INVALID_HANDLE_VALUE)
+        return -1;
+    HANDLE m = CreateFileMappingW(f, 0, PAGE_READWRITE, (DWORD)(size >> 32), (DWORD)size, 0);
+    CloseHandle(f);
+    if (!m)
+        return -1;
+    uint8_t *view = MapViewOfFile(m, FILE_MAP_WRITE, 0, 0, (SIZE_T)size);
+    CloseHandle(m);
+    if (!view)
+        return -1;
+    hdr = (struct ferry_proc_header *)view;
+    blocks = view + FERRY_PROC_HEADER_SIZE;
+    hdr->version = FERRY_PROC_VERSION;
+    hdr->header_size = FERRY_PROC_HEADER_SIZE;
+    hdr->block_size = block_size;
+    hdr->max_blocks = WIN_MAX_BLOCKS;
+    hdr->mode = mode;
+    hdr->seq = seq;
+    hdr->state = FERRY_STATE_RUNNING;
+    hdr->platform = FERRY_PLATFORM_WINDOWS;
+    hdr->names_offset = names_off;
+    hdr->names_size = (uint32_t)(nstubs * FERRY_WIN_NAME_MAX);
+    hdr->nsites = (uint32_t)nstubs;
+    hdr->nmodules = nstubs > nntdll ? 2 : 1;
+    ferry_copy(hdr->modules[0].name, "ntdll.dll", 10);
+    hdr->modules[0].nsites = (uint32_t)nntdll;
+    ferry_copy(hdr->modules[1].name, "win32u.dll", 11);
+    hdr->modules[1].nsites = (uint32_t)(nstubs - nntdll);
+    hdr->modules[1].site_base = (uint32_t)nntdll;
+    for (int i = 0; i < nstubs; i++)
+        ferry_copy(view + names_off + (uint64_t)i * FERRY_WIN_NAME_MAX, stubs[i].name, FERRY_WIN_NAME_MAX);
+    fill_identity();
+    calibrate();
+    hdr->start_real_ns = real_ns();
+    hdr->start_mono_ns = qpc_ns();
+    hdr->start_tsc = __builtin_ia32_rdtsc();
+    /* the magic last: a reader never takes a half-made header for a process file */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    ferry_copy(hdr->magic, FERRY_PROC_MAGIC, 16);
+    return 0;
+}
+
+static int env_mode(void)
+{
+    char m[16];
+    DWORD n = GetEnvironmentVariableA("FERRY_MODE", m, sizeof(m));
+    if (n == 0 || n >= sizeof(m))
+        return FERRY_MODE_COUNT;
+    if (m[0] == 'o' && m[1] == 'f')
+        return FERRY_MODE_OFF;
+    if (m[0] == 't' && m[1] == 'r')
+        return FERRY_MODE_TRACE;
+    return FERRY_MODE_COUNT;
+}
+
+/* Children: every process the program creates gets ferry.dll too, as the
+ * FX!32 agent enabled every child.  NtCreateUserProcess is where CreateProcessA/W,
+ * cmd.exe's and every other way of starting a program end up: the child is
+ * created suspended with Ferry's settings added to its environment (its
+ * ferry.dll takes them out again), Detours' DetourUpdateProcessWithDll adds
+ * ferry.dll to its imports, then it runs as its creator asked. */
+#define PARAMS_LENGTH 4
+#define PARAMS_ENVIRONMENT 0x80
+#define PARAMS_ENVIRONMENT_SIZE 0x3f0
+#define CREATE_SUSPENDED_THREAD 1
+
+typedef long (__stdcall *create_fn)(void *, void *, uint32_t, uint32_t, void *, void *, uint32_t,
+                                    uint32_t, void *, void *, void *);
+typedef BOOL (WINAPI *update_fn)(HANDLE, LPCSTR *, DWORD);
+static create_fn create_original;
+static update_fn update_with_dll;
+static WCHAR run_dir[2048], detours_path[1024];
+static char self_path[1024];
+static int run_mode;
+
+static WCHAR *put_setting(WCHAR *p, const WCHAR *name, const WCHAR *value)
+{
+    p = put_w(p, name);
+    *p++ = L'=';
+    p = put_w(p, value);
+    *p++ = 0;
+    return p;
+}
+
+/* `env` and Ferry's settings, in memory to free with VirtualFree; *chars its size */
+static WCHAR *child_environment(const WCHAR *env, SIZE_T *chars)
+{
+    const WCHAR *e = env;
+    while (*e) {
+        while (*e)
+            e++;
+        e++;
+    }
+    SIZE_T old = (SIZE_T)(e - env);
+    SIZE_T size = (old + 64 + 2048 + 1024 + 1) * sizeof(WCHAR);
+    WCHAR *out = VirtualAlloc(0, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+    if (!out)
+        return 0;
+    ferry_copy(out, env, old * sizeof(WCHAR));
+    WCHAR *p = out + old;
+    p = put_setting(p, L"FERRY_MODE", run_mode == FERRY_MODE_TRACE ? L"trace" : L"count");
+    p = put_setting(p, L"FERRY_WIN_RUN_DIR", run_dir);
+    p = put_setting(p, L"FERRY_WIN_DETOURS", detours_path);
+    *p++ = 0;
+    *chars = (SIZE_T)(p - out);
+    return out;
+}
+
+long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,
+                                         void *toa, uint32_t pflags, uint32_t tflags, void *params,
+                                         void *info, void *attrs)
+{
+    if (!update_with_dll && detours_path[0]) {
+        HMODULE d = LoadLibraryW(detours_path);
+        if (d)
+            update_with_dll = (update_fn)(void (*)(void))GetProcAddress(d, "DetourUpdateProcessWithDll");
+    }
+    uint8_t *pp = params;
+    WCHAR **envp = pp ? (WCHAR **)(pp + PARAMS_ENVIRONMENT) : 0;
+    if (!update_with_dll || !envp || !*envp)
+        return create_original(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
+    int has_size = *(uint32_t *)(pp + PARAMS_LENGTH) >= PARAMS_ENVIRONMENT_SIZE + 8;
+    SIZE_T *sizep = has_size ? (SIZE_T *)(pp + PARAMS_ENVIRONMENT_SIZE) : 0;
+    WCHAR *saved = *envp;
+    SIZE_T saved_size = sizep ? *sizep : 0, chars = 0;
+    WCHAR *env = child_environment(saved, &chars);
+    if (env) {
+        *envp = env;
+        if (sizep)
+            *sizep = chars * sizeof(WCHAR);
+    }
+    long st = create_original(ph, th, pa, ta, poa, toa, pflags, tflags | CREATE_SUSPENDED_THREAD,
+                              params, info, attrs);
+    *envp = saved;
+    if (sizep)
+        *sizep = saved_size;
+    if (env)
+        VirtualFree(env, 0, MEM_RELEASE);
+    if (st >= 0) {
+        LPCSTR dlls[1] = {self_path};
+        update_with_dll(*(HANDLE *)ph, dlls, 1);
+        if (!(tflags & CREATE_SUSPENDED_THREAD))
+            ResumeThread(*(HANDLE *)th);
+    }
+    return st;
+}
+
+static void start(HINSTANCE self)
+{
+    static WCHAR *const dir = run_dir;
+    int mode = env_mode();
+    DWORD n = GetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", dir, 2048);
+    DWORD nd = GetEnvironmentVariableW(L"FERRY_WIN_DETOURS", detours_path, 1024);
+    if (nd >= 1024)
+        detours_path[0] = 0;
+    GetModuleFileNameA(self, self_path, sizeof(self_path));
+    run_mode = mode;
+    /* the program sees its environment as it was given, without Ferry's */
+    SetEnvironmentVariableW(L"FERRY_MODE", 0);
+    SetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", 0);
+    SetEnvironmentVariableW(L"FERRY_WIN_DETOURS", 0);
+    if (mode == FERRY_MODE_OFF || n == 0 || n >= 2048)
+        return;
+    nntdll = ferry_find_stubs(GetModuleHandleW(L"ntdll.dll"), stubs, FERRY_WIN_MAX_STUBS);
+    if (nntdll <= 0)
+        return;
+    /* win32u (NtUser*, NtGdi*): mapped with user32, before any DLL's
+     * initialization runs, when the program uses it */
+    void *win32u = GetModuleHandleW(L"win32u.dll");
+    int nwin = win32u ? ferry_find_stubs(win32u, stubs + nntdll, FERRY_WIN_MAX_STUBS - nntdll) : 0;
+    nstubs = nntdll + (nwin > 0 ? nwin : 0);
+    tls_index = TlsAlloc();
+    if (tls_index == TLS_OUT_OF_INDEXES || tls_index >= 64)
+        return;     /* the TEB's 64 inline slots only: the trampolines read one directly */
+    block_size = (__builtin_offsetof(struct ferry_blk, events) + 4095) & ~4095u;
+    if (open_file(dir, mode))
+        return;
+    uint32_t slot = TEB_TLS_SLOTS + 8 * tls_index;
+    int timed = mode == FERRY_MODE_TRACE;
+    ferry_patch_stubs(stubs, nntdll, 0, slot, timed, &exit_status, (void **)&create_original);
+    ferry_patch_stubs(stubs + nntdll, nstubs - nntdll, (uint32_t)nntdll, slot, timed, 0, 0);
+}
+
+static void finish(void)
+{
+    if (!hdr)
+        return;
+    hdr->end_real_ns = real_ns();
+    hdr->end_mono_ns = qpc_ns();
+    hdr->end_tsc = __builtin_ia32_rdtsc();
+    if (exit_status)
+        hdr->exit_code = __atomic_load_n(exit_status, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&hdr->state, FERRY_STATE_EXITED, __ATOMIC_RELEASE);
+}
+
+BOOL WINAPI DllMain(HINSTANCE inst, DWORD why, LPVOID reserved)
+{
+    if (why == DLL_PROCESS_ATTACH)
+        start(inst);
+    else if (why == DLL_PROCESS_DETACH && reserved)   /* the process is ending */
+        finish();
+    return TRUE;
+}
+
+/* Windows requires an export at ordinal 1 in a DLL that Detours injects. */
+__declspec(dllexport) int ferry_version(void)
+{
+    return FERRY_PROC_VERSION;
+}

@@ -1,0 +1,49 @@
+/* ferry.dll: Ferry's shim for Windows x64 programs (and wine).
+ *
+ * At DllMain it finds ntdll's system-call stubs in the ntdll actually loaded
+ * (by shape, named from its export table), gives each a trampoline within
+ * +-2 GiB and replaces each stub's entry with a jump to it in one 8-byte
+ * atomic write.  A trampoline counts the call in the calling thread's block
+ * of the process file and runs the stub's own first two instructions, then
+ * the rest of the stub: the stack and every register the stub reads are as
+ * the caller left them.  The process file has libferry.so's layout
+ * (shim/src/procfile.h); its call numbers index a name table it carries.
+ */
+#ifndef FERRY_DLL_H
+#define FERRY_DLL_H
+
+#include <stdint.h>
+
+#define FERRY_WIN_MAX_STUBS 512        /* FERRY_NR_MAX: a stub's index is its call number */
+#define FERRY_WIN_NAME_MAX 64
+
+struct ferry_stub {
+    uint8_t *entry;                     /* in the loaded ntdll */
+    uint32_t ssn;
+    char name[FERRY_WIN_NAME_MAX];
+};
+
+/* patch.c */
+int ferry_find_stubs(void *ntdll, struct ferry_stub *stubs, int cap);
+/* stubs[0..n) of one module, call numbers from `first`; exit_status and
+ * create_original (NULL outside ntdll) receive NtTerminateProcess's kept
+ * status and NtCreateUserProcess's own code */
+int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
+                      int timed, int32_t **exit_status, void **create_original);
+/* children (ferry_dll.c): NtCreateUserProcess's replacement */
+long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,
+                                         void *toa, uint32_t pflags, uint32_t tflags, void *params,
+                                         void *info, void *attrs);
+
+/* claim.S: the trampolines' slow path, and the C it calls (ferry_dll.c) */
+void ferry_claim_entry(void);
+void *ferry_claim_block(void);
+void ferry_copy_args(void);
+/* a timed call's end (trace mode): ferry_dll.c */
+void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32_t index);
+
+/* freestanding helpers (ferry_dll.c) */
+void ferry_zero(void *p, uint64_t n);
+void ferry_copy(void *d, const void *s, uint64_t n);
+
+#endif

@@ -1,0 +1,100 @@
+/* ferry-launch.exe DETOURS.DLL FERRY.DLL PROGRAM ARGS...: starts PROGRAM with
+ * ARGS exactly as given (the command line wine itself makes: the program's
+ * path quoted, then the arguments as they came) with FERRY.DLL
+ * loaded before the program's code runs, through Detours'
+ * DetourCreateProcessWithDllExW (it adds the DLL to the new process's
+ * imports while it is suspended), waits for it and exits with its exit code.
+ * Detours is Microsoft's; its DLL comes from the `detoursdll` package at
+ * set-up time, loaded here by path. */
+#include <windows.h>
+
+typedef BOOL (WINAPI *create_with_dll)(LPCWSTR, LPWSTR, LPSECURITY_ATTRIBUTES, LPSECURITY_ATTRIBUTES,
+                                       BOOL, DWORD, LPVOID, LPCWSTR, LPSTARTUPINFOW,
+                                       LPPROCESS_INFORMATION, LPCSTR, void *);
+
+/* The rest of `cl` after its first `n` arguments (the C runtime's rules). */
+static WCHAR *skip_args(WCHAR *cl, int n, WCHAR **args, int cap)
+{
+    for (int k = 0; k < n; k++) {
+        while (*cl == L' ' || *cl == L'\t')
+            cl++;
+        WCHAR *start = cl;
+        int quoted = 0;
+        while (*cl && (quoted || (*cl != L' ' && *cl != L'\t'))) {
+            if (*cl == L'"')
+                quoted = !quoted;
+            cl++;
+        }
+        if (k < cap)
+            args[k] = start;
+        if (*cl)
+            *cl++ = 0;
+    }
+    while (*cl == L' ' || *cl == L'\t')
+        cl++;
+    return cl;
+}
+
+static void unquote(WCHAR *s)
+{
+    WCHAR *d = s;
+    for (; *s; s++)
+        if (*s != L'"')
+            *d++ = *s;
+    *d = 0;
+}
+
+static void say(const char *msg)
+{
+    DWORD n = 0, w;
+    while (msg[n])
+        n++;
+    WriteFile(GetStdHandle(STD_ERROR_HANDLE), msg, n, &w, 0);
+}
+
+int main(void)
+{
+    WCHAR *args[4] = {0};
+    WCHAR *rest = skip_args(GetCommandLineW(), 4, args, 4);
+    if (!args[3] || !*args[3]) {
+        say("usage: ferry-launch DETOURS.DLL FERRY.DLL PROGRAM [ARGS...]\n");
+        return 2;
+    }
+    for (int i = 1; i < 4; i++)
+        unquote(args[i]);
+    HMODULE detours = LoadLibraryW(args[1]);
+    create_with_dll create = detours ? (create_with_dll)(void (*)(void))
+        GetProcAddress(detours, "DetourCreateProcessWithDllExW") : 0;
+    if (!create) {
+        say("ferry-launch: cannot load DetourCreateProcessWithDllExW from detours.dll\n");
+        return 2;
+    }
+    static char dll[2048];
+    static WCHAR cl[32768];
+    if (!WideCharToMultiByte(CP_ACP, 0, args[2], -1, dll, sizeof(dll), 0, 0))
+        return 2;
+    int n = 0;
+    cl[n++] = L'"';
+    for (WCHAR *p = args[3]; *p && n < 32700; p++)
+        cl[n++] = *p;
+    cl[n++] = L'"';
+    if (*rest) {
+        cl[n++] = L' ';
+        for (WCHAR *p = rest; *p && n < 32766; p++)
+            cl[n++] = *p;
+    }
+    cl[n] = 0;
+    STARTUPINFOW si;
+    PROCESS_INFORMATION pi;
+    GetStartupInfoW(&si);
+    si.cb = sizeof(si);
+    if (!create(args[3], cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0)) {
+        say("ferry-launch: cannot start the program\n");
+        return 2;
+    }
+    CloseHandle(pi.hThread);
+    WaitForSingleObject(pi.hProcess, INFINITE);
+    DWORD code = 1;
+    GetExitCodeProcess(pi.hProcess, &code);
+    ExitProcess(code);
+}

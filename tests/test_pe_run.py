@@ -1,0 +1,181 @@
+"""`ferry run` on a Windows program: it runs under wine with ferry.dll, its
+output and exit code are those of the program under plain wine, and `ferry
+report --json` counts exactly the Nt* calls it makes."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import FERRY
+from winenv import wine, win_programs  # noqa: F401 (fixtures)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def ferry_dll_built():
+    build = ROOT / "shim" / "build"
+    if not (build / "ferry.dll").is_file() or not (build / "ferry-launch.exe").is_file():
+        pytest.skip("ferry.dll is not built (mingw-w64 missing when `make shim` ran)")
+
+
+def _ferry(env, *args, cwd=None):
+    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, timeout=180, env=env,
+                          cwd=cwd)
+
+
+def _same_as_plain(wine, exe, profile, run_dir, plain_args, ferry_args):
+    """`exe` under plain wine with plain_args and under `ferry run -p profile`
+    with ferry_args: the same stdout, stderr and exit code.  The ferry run's
+    CompletedProcess."""
+    plain = wine.run(exe, *plain_args)
+    r = _ferry(wine.env, "run", "-p", profile, "-o", run_dir, "--", exe, *ferry_args)
+    assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+    return r
+
+
+def _calls(run_dir, env, name):
+    r = _ferry(env, "report", "--json", run_dir)
+    assert r.returncode == 0, r.stderr
+    model = json.loads(r.stdout)
+    return model, sum(s["calls"] for s in model["syscalls"] if s["name"] == name)
+
+
+@pytest.mark.parametrize("profile", ["count", "trace"])
+def test_write_file_counts_exactly_and_output_is_wines(wine, win_programs, ferry_dll_built, tmp_path,
+                                                       profile):
+    exe = win_programs["write_count"]
+    counts = {}
+    for n in (0, 37):
+        run_dir = tmp_path / f"run{n}"
+        _same_as_plain(wine, exe, profile, run_dir, (tmp_path / f"plain{n}.bin", n),
+                       (tmp_path / f"ferry{n}.bin", n))
+        assert (tmp_path / f"ferry{n}.bin").read_bytes() == b"x" * n
+        model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
+        if profile == "trace":   # every NtWriteFile timed, once
+            write = next(s for s in model["syscalls"] if s["name"] == "NtWriteFile")
+            assert sum(write["hist"]) == write["calls"] and write["time_ns"] > 0, write
+            assert 0 < write["min_ns"] <= write["max_ns"]
+        procs = model["processes"]
+        assert len(procs) == 1 and procs[0]["enabled"] and procs[0]["windows"], procs
+        assert procs[0]["exit"] == {"code": n % 7, "signal": None}
+        assert procs[0]["argv"][1:] == [str(tmp_path / f"ferry{n}.bin"), str(n)]
+    assert counts[37] - counts[0] == 37, counts
+
+
+def test_program_sees_no_ferry_variable(wine, win_programs, ferry_dll_built, tmp_path):
+    exe = win_programs["show_env"]
+    plain = wine.run(exe)
+    r = _ferry(wine.env, "run", "-p", "count", "-o", tmp_path / "run", "--", exe)
+    assert r.returncode == plain.returncode == 0, r.stderr
+    assert b"FERRY_MODE" not in r.stdout and b"FERRY_WIN_RUN_DIR" not in r.stdout
+    # Every variable the user gave is there as under plain wine.  (wine orders
+    # the block of a process started by another Windows process, here
+    # ferry-launch.exe, its own way, and adds `winsysdir` only to the first.)
+    mine, theirs = set(r.stdout.splitlines()), set(plain.stdout.splitlines())
+    for k, v in wine.env.items():
+        line = f"{k}={v}".encode()
+        assert (line in mine) == (line in theirs), line
+
+
+def _one_line_refusal(r, name, run_dir):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and name in lines[0] and "Traceback" not in lines[0], r.stderr
+    assert not Path(run_dir).exists()
+
+
+def test_aggregation_profile_refused_in_one_line(wine, win_programs, ferry_dll_built, tmp_path):
+    run_dir = tmp_path / "run"
+    r = _ferry(wine.env, "run", "-p", "aggregate", "-o", run_dir, "--", win_programs["write_count"],
+               tmp_path / "x.bin", 1)
+    _one_line_refusal(r, "aggregate", run_dir)
+    assert not (tmp_path / "x.bin").exists()
+
+
+def test_dll_given_to_run_refused(wine, ferry_dll_built, tmp_path):
+    dll = tmp_path / "some.dll"
+    shutil.copy(ROOT / "shim" / "build" / "ferry.dll", dll)
+    os.chmod(dll, 0o755)
+    run_dir = tmp_path / "run"
+    r = _ferry(wine.env, "run", "-o", run_dir, "--", dll)
+    _one_line_refusal(r, "a DLL, not a program", run_dir)
+
+
+def test_missing_wine_refused(wine, win_programs, ferry_dll_built, tmp_path):
+    env = dict(wine.env, PATH=str(Path(FERRY[0]).parent))
+    run_dir = tmp_path / "run"
+    r = _ferry(env, "run", "-o", run_dir, "--", win_programs["write_count"], tmp_path / "x.bin", 1)
+    _one_line_refusal(r, "wine is not installed", run_dir)
+
+
+@pytest.mark.parametrize("profile", ["count", "trace"])
+def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_path, profile):
+    """Four threads counted in blocks of their own, an exception resumed by a
+    vectored handler, an access violation recovered, two APCs: the program
+    checks each itself and prints what it saw."""
+    exe = win_programs["threads_exc"]
+    counts = {}
+    for n in (0, 25):
+        run_dir = tmp_path / f"run{n}"
+        r = _same_as_plain(wine, exe, profile, run_dir, (tmp_path / f"plain{n}", n),
+                           (tmp_path / f"ferry{n}", n))
+        assert b"exceptions resumed 3, recovered 7, apcs 11, sleep alerted" in r.stdout
+        model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
+        assert model["processes"][0]["threads"] >= 5
+        writers = [t for t in model["threads"] if t["syscalls"].get("NtWriteFile") == n]
+        assert n == 0 or len(writers) == 4, model["threads"]
+    assert counts[25] - counts[0] == 4 * 25, counts
+
+
+def test_every_child_carries_ferry_dll(wine, win_programs, ferry_dll_built, tmp_path):
+    """spawn_tree 3: a child through CreateProcessW, a grandchild through
+    `cmd.exe /c` (cmd.exe itself enabled too), and so on down: every process
+    is in the report, enabled, in one tree, and the NtWriteFile calls of all
+    of them are counted."""
+    exe = win_programs["spawn_tree"]
+    counts = {}
+    for n in (0, 15):
+        run_dir = tmp_path / f"run{n}"
+        r = _same_as_plain(wine, exe, "trace", run_dir, (3, n, tmp_path / f"plain{n}"),
+                           (3, n, tmp_path / f"ferry{n}"))
+        assert r.returncode == 3
+        model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
+        procs = model["processes"]
+        assert all(p["enabled"] and p["windows"] for p in procs), procs
+        names = sorted(p["exe"].split("\\")[-1].lower() for p in procs)
+        assert names == ["cmd.exe", "spawn_tree.exe", "spawn_tree.exe", "spawn_tree.exe",
+                         "spawn_tree.exe"], names
+        pids = {p["pid"] for p in procs}
+        roots = [p for p in procs if p["ppid"] not in pids]
+        assert len(roots) == 1 and roots[0]["argv"][1] == "3", procs
+        assert sorted(p["exit"]["code"] for p in procs) == [0, 1, 1, 2, 3]
+    assert counts[15] - counts[0] == 4 * 15, counts
+
+
+def test_winsock_echo_server_under_load(wine, win_programs, ferry_dll_built, tmp_path):
+    """Four clients, each 500 messages of 64 bytes checked byte for byte,
+    against a server on 127.0.0.1 in the same program, in trace mode: every
+    send and recv is at least one NtDeviceIoControlFile (wine's AFD), timed."""
+    exe = win_programs["echo_server"]
+    messages = 500
+    r = _same_as_plain(wine, exe, "trace", tmp_path / "run", (messages,), (messages,))
+    assert r.returncode == 0 and b"0 failed" in r.stdout, r.stdout
+    model, ioctl = _calls(tmp_path / "run", wine.env, "NtDeviceIoControlFile")
+    assert ioctl >= 4 * 4 * messages, ioctl
+    assert model["processes"][0]["threads"] >= 9
+
+
+def test_win32u_calls_counted_too(wine, win_programs, ferry_dll_built, tmp_path):
+    """user32's GetAsyncKeyState goes through win32u's NtUserGetAsyncKeyState
+    stub: ferry.dll patches win32u's stubs as it patches ntdll's."""
+    exe = win_programs["user_calls"]
+    counts = {}
+    for n in (0, 40):
+        _same_as_plain(wine, exe, "trace", tmp_path / f"run{n}", (n,), (n,))
+        model, counts[n] = _calls(tmp_path / f"run{n}", wine.env, "NtUserGetAsyncKeyState")
+    assert counts[40] - counts[0] == 40, counts
+    assert any(s["name"] == "NtWriteFile" for s in model["syscalls"])   # ntdll's still counted

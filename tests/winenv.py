@@ -1,0 +1,95 @@
+"""Wine for the PE tests: one prefix and one wineserver per test session.
+
+A new prefix costs seconds (`wineboot -u`); a program started against a
+running persistent wineserver (`wineserver -p`) takes hundredths of one.  So
+the session makes one prefix, keeps its server up, and kills it at the end.
+Wine runs headless (no DISPLAY) and quiet (WINEDEBUG=-all).  Test programs
+(tests/programs/win/*.c) are built with mingw-w64 at test time, once.
+
+Import the fixtures in a test module: `from winenv import wine, win_programs`.
+"""
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WIN_SOURCES = ROOT / "tests" / "programs" / "win"
+MINGW_CC = "x86_64-w64-mingw32-gcc"
+
+
+@dataclass
+class Wine:
+    prefix: Path
+    env: dict          # the environment every wine command of the session needs
+
+    def run(self, *args, **kw):
+        """`wine ARGS` (a CompletedProcess, bytes unless text=True is given)."""
+        kw.setdefault("capture_output", True)
+        kw.setdefault("timeout", 120)
+        return subprocess.run(["wine", *map(str, args)], env=self.env, **kw)
+
+
+def _missing():
+    for tool, package in (("wine", "wine"), ("wineserver", "wine"), (MINGW_CC, "gcc-mingw-w64-x86-64")):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (Debian package {package}; tools/sysdeps.sh installs it)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def wine(tmp_path_factory):
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    prefix = tmp_path_factory.mktemp("wineprefix")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    # mscoree/mshtml off: wineboot would otherwise look for Mono and Gecko
+    env.update(WINEPREFIX=str(prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=")
+    server = subprocess.Popen(["wineserver", "-p", "-f"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        # not through pipes: the services wineboot starts keep them open for the
+        # whole session
+        log = prefix.parent / (prefix.name + "-wineboot.log")
+        with open(log, "wb") as f:
+            r = subprocess.run(["wine", "wineboot", "-u"], env=env, stdout=f, stderr=f, timeout=180)
+        if r.returncode != 0:
+            raise AssertionError(f"wineboot -u failed ({r.returncode}): {log.read_text(errors='replace')}")
+        yield Wine(prefix, env)
+    finally:
+        subprocess.run(["wineserver", "-k"], env=env, capture_output=True, timeout=60)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def build_win_program(source, out_dir, *flags):
+    """`source` (a .c file) built with mingw-w64 into out_dir/<name>.exe."""
+    source = Path(source)
+    exe = Path(out_dir) / (source.stem + ".exe")
+    text = source.read_text()
+    if "int wmain(" in text:
+        flags = ("-municode",) + flags     # a wide-character main
+    if "<winsock2.h>" in text:
+        flags = flags + ("-lws2_32",)
+    r = subprocess.run([MINGW_CC, "-O2", "-Wall", "-o", str(exe), str(source), *flags],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError(f"{MINGW_CC} {source.name} failed:\n{r.stderr}")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def win_programs(tmp_path_factory):
+    """{name: path of the .exe} for every tests/programs/win/*.c, built once."""
+    why = _missing()
+    if why:
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("winprograms")
+    return {src.stem: build_win_program(src, out) for src in sorted(WIN_SOURCES.glob("*.c"))}
