@@ -225,9 +225,9 @@ def read(path):
     except aggdata.AggAreaError as e:
         raise ProcFileError(path, str(e)) from None
     return ProcFile(path, pid, ppid, seq, state, exit_code, MODES.get(mode, "?"), _cstr(data[256:1280]),
-                    argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc, end_real, end_mono,
-                    end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal, uid, exec_uid,
-                    st.st_uid, aggregation, catchdata.parse(data), platform, table)
+                    argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc,
+                    end_real, end_mono, end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal,
+                    uid, exec_uid, st.st_uid, aggregation, catchdata.parse(data), platform, table)
 
 
 def _block(data, off, mode, capacity, block_size):

@@ -36,7 +36,7 @@ class Stub:
     entry: int          # RVA of `mov r10, rcx`
     ssn: int
     syscall: int        # RVA of its `syscall`
-    name: str = None    # exported name (Nt* preferred over Zw*)
+    name: str | None = None  # exported name (Nt* preferred over Zw*)
 
 
 def _stub_at(sec, off):

@@ -2,8 +2,9 @@
 
 A `cat` started by a shell under `ferry run --no-learn` is a child that the
 exec hook enabled: a copy of it that no run rewrote is enabled by preloading
-the shim (its libc patched at load time from the cached plan).  While it waits on its input, its /proc/PID/smaps says how
-its memory is mapped; the process files say what the shim did to start.
+the shim (its libc patched at load time from the cached plan).  While it waits on
+its input, its /proc/PID/smaps says how its memory is mapped; the process files say
+what the shim did to start.
 """
 import os
 import shutil
