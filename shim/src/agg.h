@@ -33,6 +33,7 @@
 #define AGG_OP_FTRUNCATE 55
 #define AGG_OP_BIND 56
 #define AGG_OP_LISTEN 57
+#define AGG_OP_EPOLL_WAIT 59
 #define AGG_OP_MAX 64
 
 /* user_data tags (low 3 bits; every tagged object is 8-aligned). */
@@ -76,6 +77,7 @@ struct agg_req {
         size_t len;
     } iov;
     struct __kernel_timespec ts;
+    int timed;                    /* a linked timeout (in ts) follows its operation */
 };
 
 enum agg_fiber_state { AGG_READY = 1, AGG_RUNNING, AGG_PARKED, AGG_DONE };
@@ -264,6 +266,8 @@ char *agg_thread_block(size_t stack, size_t *size, unsigned long *tp, char **sta
 /* agg_sched.c */
 #define AGG_SLEEP_RING 1          /* in io_uring_enter, the eventfd read armed */
 #define AGG_SLEEP_FUTEX 2         /* in futex_waitv, `kick` among the words */
+/* Monotonic ns from the TSC (the process file's calibration), the clock otherwise. */
+uint64_t agg_now_ns(void);
 void agg_park(struct agg_fiber *f);
 void agg_wake(struct agg_fiber *f);
 /* Ask f's carrier to act on f (AGG_POST_*), from any thread. */
@@ -279,6 +283,8 @@ void agg_inbox_drain(struct agg_carrier *c);
 void agg_carrier_tls(struct agg_carrier *c);
 void agg_count_fiber(struct agg_carrier *c);
 struct io_uring_sqe *agg_sqe(struct agg_carrier *c, unsigned pool);
+/* Room for n SQEs in a row (a linked pair must leave in one submission). */
+void agg_sqe_room(struct agg_carrier *c, unsigned pool, unsigned n);
 void agg_fiber_finish(struct agg_fiber *f) __attribute__((noreturn));
 int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out);
 void agg_carrier_loop(struct agg_carrier *c);

@@ -45,10 +45,11 @@ static const unsigned short to_pool[] = {
     SYS_rmdir, SYS_renameat, SYS_renameat2, SYS_rename, SYS_mkdirat, SYS_mkdir, SYS_symlinkat,
     SYS_symlink, SYS_linkat, SYS_link, SYS_nanosleep, SYS_clock_nanosleep, SYS_poll,
     SYS_sched_yield, SYS_fallocate, SYS_ftruncate, SYS_bind, SYS_listen, SYS_sync_file_range,
+    SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2,  /* a worker's where the kernel lacks the op */
 };
 static const unsigned short to_worker[] = {
     SYS_flock, SYS_getdents64, SYS_getdents, SYS_wait4, SYS_waitid, SYS_select, SYS_pselect6,
-    SYS_ppoll, SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_sendfile,
+    SYS_ppoll, SYS_sendfile,
     SYS_copy_file_range, SYS_splice, SYS_tee, SYS_sync, SYS_syncfs, SYS_msync, SYS_truncate,
     SYS_recvmmsg, SYS_sendmmsg, SYS_msgrcv, SYS_msgsnd, SYS_semop, SYS_semtimedop,
     SYS_mq_timedreceive, SYS_mq_timedsend, SYS_futex, SYS_open_by_handle_at,

@@ -369,6 +369,37 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         s->poll32_events = (uint16_t)pfd.events | POLLERR | POLLHUP;
         break;
     }
+    case SYS_epoll_wait:
+    case SYS_epoll_pwait:
+    case SYS_epoll_pwait2: {
+        /* IORING_OP_EPOLL_WAIT (Linux 6.15) waits as epoll_wait does; a
+         * signal mask to wait with, or an older kernel: a worker's */
+        if (!ok[AGG_OP_EPOLL_WAIT] || (nr != SYS_epoll_wait && a[4]))
+            return AGG_TR_WORKER;
+        struct __kernel_timespec ts = {0, 0};
+        int forever;
+        if (nr == SYS_epoll_pwait2) {
+            forever = !a[3];
+            if (!forever && read_ts(&ts, a[3]))
+                return AGG_TR_NATIVE;  /* EFAULT or EINVAL, at once */
+        } else {
+            int ms = (int)a[3];
+            forever = ms < 0;
+            ts.tv_sec = ms / 1000;
+            ts.tv_nsec = (long long)(ms % 1000) * 1000000LL;
+        }
+        if (!forever && !ts.tv_sec && !ts.tv_nsec)
+            return AGG_TR_NATIVE;  /* a look, not a wait */
+        if (!forever && !req)
+            return AGG_TR_WORKER;  /* a raw batch has no room for the timeout */
+        if (req) {
+            req->timed = !forever;
+            if (sqe)
+                req->ts = ts;
+        }
+        rw(s, AGG_OP_EPOLL_WAIT, a[0], (void *)a[1], (unsigned)(int)a[2], 0);
+        break;
+    }
     case SYS_sched_yield:
         rw(s, IORING_OP_NOP, -1, 0, 0, 0);
         break;
@@ -741,6 +772,7 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     req.carrier = c;
     req.done = 0;
     req.next = 0;
+    req.timed = 0;
     req.cancel = 0;
     req.worker_tid = 0;
     enum agg_tr tr = AGG_TR_WORKER;
@@ -754,6 +786,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         return 0;
     }
     if (tr == AGG_TR_RING) {
+        if (req.timed)
+            agg_sqe_room(c, t, 2);
         struct io_uring_sqe *sqe = agg_sqe(c, t);
         local.user_data = (uint64_t)(uintptr_t)&req | AGG_TAG_REQ;
         const sqe_word *src = (const sqe_word *)&local;
@@ -762,6 +796,14 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
             dst[i] = src[i];
         c->pools[t].inflight++;
         c->pools[t].queued++;
+        if (req.timed) {
+            /* the call's own timeout: it ends the operation with ECANCELED */
+            sqe->flags |= IOSQE_IO_LINK;
+            struct io_uring_sqe *to = agg_sqe(c, t);
+            io_uring_prep_link_timeout(to, &req.ts, 0);
+            io_uring_sqe_set_data64(to, AGG_TAG_IGNORE);
+            c->pools[t].misc++;
+        }
     } else {
         c->worker_pending++;
         agg_worker_queue(g, &req);
@@ -776,6 +818,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     *done_at = req.done_tsc;
     if (f->interrupted && res == -ECANCELED)
         res = -EINTR;  /* a signal for the thread cut the call short */
+    else if (req.timed && res == -ECANCELED)
+        res = 0;       /* its timeout: no event */
     /* io_uring refuses to close an io_uring descriptor; close(2) does not */
     if (nr == SYS_close && res == -EBADF && tr == AGG_TR_RING) {
         res = native(g, r);

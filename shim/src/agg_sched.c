@@ -47,7 +47,7 @@ const struct agg_sched_ops agg_sched_round_robin = {"round-robin", rr_push, rr_p
 
 /* ---- time ---------------------------------------------------------------- */
 
-static uint64_t now_ns(void)
+uint64_t agg_now_ns(void)
 {
     /* ns = tsc * mult >> 32, mult from the store's calibration: no division */
     static uint64_t mult;
@@ -218,6 +218,12 @@ static void submit_nowait(struct agg_carrier *c, unsigned pool)
     note_enter(c, pool);
 }
 
+void agg_sqe_room(struct agg_carrier *c, unsigned pool, unsigned n)
+{
+    if (io_uring_sq_space_left(&c->pools[pool].ring) < n)
+        submit_nowait(c, pool);
+}
+
 struct io_uring_sqe *agg_sqe(struct agg_carrier *c, unsigned pool)
 {
     struct io_uring_sqe *sqe;
@@ -351,7 +357,7 @@ static void wait_ring(struct agg_carrier *c, unsigned pool, unsigned min, uint64
 {
     struct agg_pool_run *pr = &c->pools[pool];
     struct io_uring *ring = &pr->ring;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = agg_now_ns();
     struct io_uring_cqe *cqe;
     if (timeout_ns && c->g->ext_arg) {
         struct __kernel_timespec ts = {(long long)(timeout_ns / 1000000000ULL),
@@ -360,7 +366,7 @@ static void wait_ring(struct agg_carrier *c, unsigned pool, unsigned min, uint64
     } else {
         io_uring_submit_and_wait(ring, min);
     }
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = agg_now_ns() - t0;
     note_enter(c, pool);
     agg_stat_pool(c->g, pool, AGG_PST(wait_ns), dt);
     unsigned got = reap(c, pool);

@@ -265,6 +265,7 @@ void agg_threads_raise(struct agg_fiber *f, uint64_t frame_mask)
  * most SIGNAL_POLL_NS, and hands each to a fiber that does not block it, as
  * the kernel hands it to such a thread (agg_threads_take_signals). */
 #define SIGNAL_POLL_NS 10000000ULL
+#define SIGNAL_LOOK_NS 1000000ULL
 static uint64_t accepted;            /* signals some thread does not block */
 static int accepted_stale = 1;
 
@@ -316,6 +317,13 @@ void agg_threads_take_signals(struct agg_carrier *c)
 {
     if (!agg_threads_wait_limit(c))
         return;
+    /* at most once a millisecond: a busy carrier waits thousands of times a
+     * second, and each look is a crossing */
+    static uint64_t looked;
+    uint64_t now = agg_now_ns();
+    if (now - looked < SIGNAL_LOOK_NS)
+        return;
+    looked = now;
     uint64_t pend = 0;
     if (ferry_raw2(SYS_rt_sigpending, &pend, 8) != 0 || !pend)
         return;

@@ -245,6 +245,35 @@ def siginfo():
     print("tgkill", si.si_code, si.si_pid == os.getpid())
 
 
+def epoll_cases():
+    """epoll_wait as natively (under fibers on Linux 6.15+ io_uring waits for
+    it, with its timeout linked): a timeout with no event, an event from
+    another thread, a wait without timeout, a handler that raises, errors."""
+    ep = select.epoll()
+    r, w = os.pipe()
+    ep.register(r, select.EPOLLIN)
+    t0 = time.monotonic()
+    print("timeout", ep.poll(0.2), time.monotonic() - t0 >= 0.19)
+    later(0.1, lambda: os.write(w, b"x"))
+    print("event", ep.poll(5) == [(r, select.EPOLLIN)])
+    os.read(r, 1)
+    later(0.1, lambda: os.write(w, b"y"))
+    print("forever", ep.poll(-1) == [(r, select.EPOLLIN)])
+    os.read(r, 1)
+    signal.signal(signal.SIGALRM, boom)
+    signal.alarm(1)
+    try:
+        ep.poll(-1)
+    except Boom:
+        print("handler raised out of epoll_wait")
+    events = (ctypes.c_char * 64)()
+    for fd, n in ((ep.fileno(), 0), (r, 4), (999, 4)):
+        got = libc.epoll_wait(fd, events, n, 10)
+        print("epoll_wait", got, errno.errorcode.get(ctypes.get_errno()) if got < 0 else "")
+    ts = (ctypes.c_long * 2)(0, 50000000)
+    print("epoll_pwait2", libc.syscall(441, ep.fileno(), events, 4, ts, None, 8))
+
+
 class PollFd(ctypes.Structure):
     _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
 
@@ -321,6 +350,7 @@ CASES = {
     "rtmax": rtmax,
     "poll_restart": poll_restart,
     "siginfo": siginfo,
+    "epoll": epoll_cases,
     "rtmax_default": rtmax_default,
     "lsfd": lsfd,
 }
