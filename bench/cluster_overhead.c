@@ -2,6 +2,8 @@
  * and in Cluster Calls batches (the thesis's Table 6.2).
  *
  *   cluster_overhead native B    getppid, a plain `syscall`
+ *   cluster_overhead floor B     B NOPs per io_uring_enter with liburing alone, no Ferry
+ *                                code: the kernel's own cost, the floor of the raw path
  *   cluster_overhead raw B       B io_uring NOPs per ferry_submit (WaitAll), same core
  *   cluster_overhead remote B    the same on a pool whose SQPOLL thread runs on another core
  *   cluster_overhead fiber B     B fibers each calling sched_yield() through the
@@ -21,6 +23,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <liburing.h>
 
 #include "ferry.h"
 
@@ -106,6 +110,41 @@ static double bench_raw(unsigned batch, int sqpoll_cpu)
     return best;
 }
 
+/* What raw does, with nothing of Ferry's between the program and the ring. */
+static double bench_floor(unsigned batch)
+{
+    struct io_uring ring;
+    unsigned entries = 8;
+    while (entries < batch)
+        entries <<= 1;
+    int r = io_uring_queue_init(entries, &ring, 0);
+    if (r)
+        die("io_uring_queue_init", r);
+    unsigned rounds = TOTAL_CALLS / batch;
+    if (rounds < 20)
+        rounds = 20;
+    double best = 1e18;
+    for (int rep = 0; rep < REPS + 1; rep++) {
+        uint64_t t0 = now();
+        for (unsigned k = 0; k < rounds; k++) {
+            for (unsigned i = 0; i < batch; i++)
+                io_uring_prep_nop(io_uring_get_sqe(&ring));
+            r = io_uring_submit_and_wait(&ring, batch);
+            if (r != (int)batch)
+                die("io_uring_submit_and_wait", r < 0 ? r : -5);
+            struct io_uring_cqe *cqe;
+            unsigned head, n = 0;
+            io_uring_for_each_cqe(&ring, head, cqe) n++;
+            io_uring_cq_advance(&ring, n);
+        }
+        double ns = (double)(now() - t0) / ((double)rounds * batch);
+        if (rep && ns < best)
+            best = ns;
+    }
+    io_uring_queue_exit(&ring);
+    return best;
+}
+
 static unsigned fiber_rounds;
 static unsigned fiber_batch;
 static double fiber_ns;
@@ -163,7 +202,7 @@ static double bench_fiber(unsigned batch)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: cluster_overhead native|raw|remote|fiber BATCH\n");
+        fprintf(stderr, "usage: cluster_overhead native|floor|raw|remote|fiber BATCH\n");
         return 2;
     }
     unsigned batch = (unsigned)atoi(argv[2]);
@@ -177,6 +216,8 @@ int main(int argc, char **argv)
     double ns;
     if (!strcmp(argv[1], "native"))
         ns = bench_native(batch);
+    else if (!strcmp(argv[1], "floor"))
+        ns = bench_floor(batch);
     else if (!strcmp(argv[1], "raw"))
         ns = bench_raw(batch, -1);
     else if (!strcmp(argv[1], "remote"))

@@ -2,6 +2,8 @@
 
 Per-call cost of a no-op system call for batch sizes 1, 2, 4, ..., 1024:
   native  getppid, one `syscall` per call
+  floor   B io_uring NOPs per io_uring_enter with liburing alone (no Ferry code): the
+          kernel's own cost per operation, the floor under raw
   raw     B io_uring NOPs per ferry_submit (one io_uring_enter, WaitAll), same core
   fiber   B fibers on one carrier, each calling sched_yield() through the rewritten
           libc; the shim routes it to an io_uring NOP and parks the fiber; the
@@ -23,7 +25,7 @@ FERRY = str(Path(sys.executable).parent / "ferry")
 PROGRAM = ROOT / "bench" / "build" / "cluster_overhead"
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 BATCHES = [1 << i for i in range(11)]
-MODES = ["native", "raw", "fiber", "remote"]
+MODES = ["native", "floor", "raw", "fiber", "remote"]
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 
 
@@ -60,9 +62,11 @@ def main():
     native = {b: native_all for b in BATCHES}
 
     print(f"no-op call, ns per call (median of {ROUNDS} interleaved rounds, each best of 5)")
-    print(f"{'batch':>6} {'native':>9} {'raw':>9} {'ratio':>6} {'fiber':>9} {'ratio':>6} {'remote':>9} {'ratio':>6}")
+    print(f"{'batch':>6} {'native':>9} {'floor':>9} {'raw':>9} {'ratio':>6} {'fiber':>9} {'ratio':>6} "
+          f"{'remote':>9} {'ratio':>6}")
     for b in BATCHES:
-        print(f"{b:>6} {native[b]:>9.1f} {med['raw'][b]:>9.1f} {med['raw'][b] / native[b]:>6.2f} "
+        print(f"{b:>6} {native[b]:>9.1f} {med['floor'][b]:>9.1f} {med['raw'][b]:>9.1f} "
+              f"{med['raw'][b] / native[b]:>6.2f} "
               f"{med['fiber'][b]:>9.1f} {med['fiber'][b] / native[b]:>6.2f} "
               f"{med['remote'][b]:>9.1f} {med['remote'][b] / native[b]:>6.2f}")
     res = {}
@@ -74,11 +78,17 @@ def main():
         print(f"{m:>6}: {res[f'{m}_ratio_1024']:.2f} of native at 1024 "
               f"({(1 - res[f'{m}_ratio_1024']) * 100:+.0f}% saved), break-even at "
               f"{be if be else 'none up to 1024'}")
+    res["raw_floor_ratio_1024"] = med["raw"][1024] / med["floor"][1024]
+    res["fiber_floor_ratio_1024"] = med["fiber"][1024] / med["floor"][1024]
+    print(f" floor: {med['floor'][1024]:.1f} ns per NOP at 1024 (liburing alone); raw is "
+          f"{res['raw_floor_ratio_1024']:.2f}x the floor, fiber {res['fiber_floor_ratio_1024']:.2f}x")
     print("thesis (Table 6.2): 0.42 at 1024, break-even 17; remote: -49% at 1024, break-even 120")
 
     def fmt(v):
         return "none" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
     print(f"RESULT raw_ratio_1024={fmt(res['raw_ratio_1024'])} raw_break_even={fmt(res['raw_break_even'])} "
+          f"raw_floor_ratio_1024={fmt(res['raw_floor_ratio_1024'])} "
+          f"fiber_floor_ratio_1024={fmt(res['fiber_floor_ratio_1024'])} "
           f"fiber_ratio_1024={fmt(res['fiber_ratio_1024'])} fiber_break_even={fmt(res['fiber_break_even'])} "
           f"remote_ratio_1024={fmt(res['remote_ratio_1024'])}")
 
