@@ -137,3 +137,19 @@ def layout(name):
     if name not in _cache:
         _cache[name] = Layout(name)
     return _cache[name]
+
+
+def describe(name):
+    """Lines of `struct name` as the compiler laid it out: offset, size, member."""
+    lay = layout(name)
+    lines = [f"struct {name}: {lay.size} bytes"]
+    for member, (off, size, count, elem, kind) in sorted(lay.members.items(), key=lambda m: m[1][0]):
+        shape = f"[{count}] x {elem}" if size != elem else ""
+        lines.append(f"  {off:>7}  {size or '-':>7}  {member}{shape}")
+    return lines
+
+
+if __name__ == "__main__":
+    import sys
+    for arg in sys.argv[1:] or sorted(_layouts.STRUCTS):
+        print("\n".join(describe(arg)))
