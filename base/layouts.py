@@ -31,11 +31,6 @@ def constants(prefix):
     return {k[len(prefix):]: v for k, v in _layouts.CONSTANTS.items() if k.startswith(prefix)}
 
 
-def formats():
-    """Every struct and constant the headers define (what a cache key digests)."""
-    return {"structs": _layouts.STRUCTS, "constants": _layouts.CONSTANTS}
-
-
 class Layout:
     """One C struct as the compiler laid it out."""
 

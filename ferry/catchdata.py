@@ -3,7 +3,7 @@
 says through ferry.base.layouts): the sites outside the patched code whose
 calls Syscall User Dispatch caught."""
 from .base.layouts import constant, layout
-from .rewriter.syscall_table import name_of
+from .base.syscall_table import name_of
 
 AREA = layout("ferry_catch_area")
 SITE = layout("ferry_catch_site")

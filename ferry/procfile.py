@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import aggdata, catchdata
 from .base.layouts import constant, constants, layout
-from .rewriter.syscall_table import name_of
+from .base.syscall_table import name_of
 
 HEADER = layout("ferry_proc_header")
 BLOCK = layout("ferry_blk")

@@ -1,6 +1,7 @@
 """The binary contract with the shim: the control block a rewritten module
 carries (struct ferry_ctl of shim/src/ctl.h) and the trampoline's fixed
 distance (shim/src/layout.h), as the headers define them (ferry.base.layouts)."""
+from ..base import layouts
 from ..base.layouts import constant, layout
 
 CTL = layout("ferry_ctl")
@@ -18,15 +19,15 @@ TRAMP_RAW_DELTA = constant("FERRY_TRAMP_RAW_DELTA")
 
 
 def _rewriter_digest():
-    """A digest of the rewriter's own source and of the shared layouts: any
+    """A digest of the rewriter's own source and of the base package: any
     change to how images are made changes the cache key, so the image cache
     never serves an image made by other code than the code running now."""
     import hashlib
     from pathlib import Path
-    from ..base import layouts
     h = hashlib.sha256()
-    h.update(repr(sorted(layouts.formats().items())).encode())
-    for p in sorted(Path(__file__).resolve().parent.glob("*.py")):
+    here = Path(__file__).resolve().parent
+    base = Path(layouts.__file__).resolve().parent     # the syscall table, the shared layouts
+    for p in sorted(here.glob("*.py")) + sorted(base.glob("*.py")):
         h.update(p.name.encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:12]

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import keystone
 import lief
 
-from . import atomic, layout, plan, room, trampoline
-from .errors import FerryError
+from ..base import atomic
+from . import layout, plan, room, trampoline
+from ..base.errors import FerryError
 
 _TRAMP_ALIGN = 16
 
