@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 # every bench/*.py but the helpers they share
 BENCHES := $(filter-out bench/wrkload.py,$(wildcard bench/*.py))
 
-.PHONY: all setup sysdeps shim examples demo test test-fast check bench clean
+.PHONY: all setup sysdeps shim layouts examples demo test test-fast check bench clean
 
 all: shim
 
@@ -23,8 +23,12 @@ $(STAMP): setup.cfg pyproject.toml | sysdeps
 
 setup: sysdeps $(STAMP)
 
-shim: sysdeps
+shim: sysdeps layouts
 	$(MAKE) -s -C shim
+
+# the Python side of the formats shared with the shim, from its C headers
+layouts:
+	@$(PYTHON) tools/gen_layouts.py base/_layouts.py
 
 examples: sysdeps
 	$(MAKE) -s -C examples
@@ -43,7 +47,7 @@ test-fast: setup shim examples
 
 # ruff and mypy (settings in pyproject.toml), and the shim built with gcc and
 # with clang, warnings as errors, apart from the build `make shim` keeps.
-check: setup
+check: setup layouts
 	$(VENV)/bin/ruff check .
 	$(PY) tools/package_tree.py build/typecheck
 	cd build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml \
@@ -59,4 +63,4 @@ bench: setup shim
 clean:
 	$(MAKE) -s -C shim clean
 	$(MAKE) -s -C examples clean
-	rm -rf $(VENV) build
+	rm -rf $(VENV) build base/_layouts.py

@@ -1,13 +1,16 @@
-"""Packaging hook: the wheel carries libferry.so, built from shim/ by its Makefile.
+"""Packaging hook: the wheel carries libferry.so, built from shim/ by its Makefile,
+and ferry/base/_layouts.py, the shared formats generated from the shim's headers.
 
 Everything else about the package is declared in setup.cfg.  The shim is built
 in setuptools' temporary directory, so a `pip install .` never touches the
 developer's shim/build, and the wheel is tagged for this platform because it
-holds native code.  An editable install (`make setup`) skips this: development
-uses shim/build directly (rewriter/shimlib.py).
+holds native code.  An editable install (`make setup`) builds no shim:
+development uses shim/build directly (rewriter/shimlib.py); it generates the
+layouts in the source tree, as `make shim` does.
 """
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -21,6 +24,9 @@ PACKAGED = Path("ferry") / "_shim" / "libferry.so"  # rewriter/shimlib.py looks 
 class BuildPyWithShim(build_py):
     def run(self):
         super().run()
+        layouts = HERE / "base" if self.editable_mode else Path(self.build_lib) / "ferry" / "base"
+        subprocess.run([sys.executable, str(HERE / "tools" / "gen_layouts.py"), str(layouts / "_layouts.py")],
+                       check=True)
         if self.editable_mode:
             return
         temp = Path(self.get_finalized_command("build").build_temp).resolve() / "shim"

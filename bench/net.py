@@ -126,7 +126,7 @@ class Server:
         agg = getattr(f, "aggregation", None)
         if agg is None and f.mode not in ("count", "trace", "off"):
             from ferry import aggdata
-            agg = aggdata.parse(Path(self.proc_file()).read_bytes()[:65536])
+            agg = aggdata.parse(Path(self.proc_file()).read_bytes()[:procfile.HEADER_SIZE])
         return calls, f.overflow, agg
 
     def alive(self):

@@ -27,12 +27,13 @@ import json
 import os
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ferry import procfile
 
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
@@ -43,7 +44,7 @@ ROUNDS = int(os.environ.get("SPAWN_ROUNDS", "5"))
 MODES = ("off", "count", "trace")
 NAN = float("nan")
 
-SPAN_NAMES = ("ctor", "file", "calibrated", "modules", "plans", "catchall", "ready", "exec_hook")
+SPAN_NAMES = tuple(procfile.SPANS[i] for i in range(len(procfile.SPANS)))   # enum ferry_span
 
 
 def median(xs):
@@ -109,14 +110,13 @@ def ferry_run(cmd, mode, out, env):
 
 def read_proc(path):
     """The fields of a process file (procfile.h) the breakdown needs."""
-    b = path.read_bytes()[:256]
-    if len(b) < 256 or not b.startswith(b"FERRYPROC"):
+    b = path.read_bytes()[:procfile.HEADER_SIZE]
+    if len(b) < procfile.HEADER_SIZE or not b.startswith(procfile.MAGIC):
         return None
-    pid, = struct.unpack_from("<i", b, 40)
-    end_tsc, cal_tsc, cal_ns = struct.unpack_from("<QQQ", b, 96)
-    seq, = struct.unpack_from("<I", b, 140)
-    spans = dict(zip(SPAN_NAMES, struct.unpack_from("<8Q", b, 160)))
-    return {"pid": pid, "seq": seq, "end_tsc": end_tsc, "cal": (cal_tsc, cal_ns), "spans": spans}
+    h = procfile.HEADER.unpack(b)
+    spans = dict(zip(SPAN_NAMES, h["start_spans"]))
+    return {"pid": h["pid"], "seq": h["seq"], "end_tsc": h["end_tsc"], "cal": (h["cal_tsc"], h["cal_ns"]),
+            "spans": spans}
 
 
 def breakdown(run_dir):

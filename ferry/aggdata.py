@@ -1,22 +1,25 @@
-"""The aggregation area of a process file (docs/aggregate.md, "Process file"), and the
-run model's "aggregation" entry built from the areas of every process.
+"""The aggregation area of a process file (struct ferry_agg_area of
+shim/src/aggarea.h, the `aggregate` member of the process file's header, laid
+out as the headers say through ferry.base.layouts), and the run model's
+"aggregation" entry built from the areas of every process.
 
-The layout is the contract with the shim's engine: offsets here are those of the
-document. An area that is all zero belongs to a process that never created a group.
+An area that is all zero belongs to a process that never created a group.
 """
-import struct
+from .base.layouts import constant, constants, layout
 
-OFFSET = 57344           # in the process file's header
-SIZE = 8192
-MAGIC = b"FERRYAGG"
-VERSION = 1
-MAX_POOLS = 8
-POOLS_AT, POOL_STRIDE = 80, 256
-ROUTE_AT = 2128
-MAX_CARRIERS = 64        # carrier slots; carriers beyond them count only in the totals
-CARRIER_SLOTS_AT, CARRIERS_AT, CARRIER_STRIDE = 2640, 2648, 40
-BATCH_BUCKETS = 12
-WAITS = ("none", "any", "some", "all", "adaptive")     # enum ferry_wait
+AREA = layout("ferry_agg_area")
+POOL = layout("ferry_agg_pool_row")
+CARRIER = layout("ferry_agg_carrier_row")
+_HEADER = layout("ferry_proc_header")
+OFFSET = _HEADER.offset("aggregate")         # in the process file's header
+SIZE = _HEADER.span("aggregate")
+MAGIC = constant("FERRY_AGG_MAGIC")
+VERSION = constant("FERRY_AGG_VERSION")
+MAX_POOLS = AREA.count("pools")
+MAX_CARRIERS = AREA.count("carrier")         # carrier rows; carriers beyond them count only in the totals
+BATCH_BUCKETS = POOL.count("batches")
+_WAIT = {v: k.lower() for k, v in constants("FERRY_WAIT_").items()}      # enum ferry_wait
+WAITS = tuple(_WAIT[i] for i in range(len(_WAIT)))
 
 COUNTERS = ("aggregated", "native", "worker", "crossings", "fibers", "switches", "carriers",
             "groups")
@@ -34,33 +37,15 @@ def _cpus(mask):
     return [i for i in range(64) if mask >> i & 1]
 
 
-def _pool(area, i):
-    off = POOLS_AT + i * POOL_STRIDE
-    counters = struct.unpack_from("<6Q", area, off)
-    batches = list(struct.unpack_from(f"<{BATCH_BUCKETS}Q", area, off + 64))
-    entries, concurrency, cpus, sqpoll, priority, wait, limit, timeout = \
-        struct.unpack_from("<IIQiiIIQ", area, off + 160)
-    pool = {"index": i, "name": None, "entries": entries, "concurrency": concurrency,
-            "cpus": _cpus(cpus), "sqpoll_cpu": sqpoll, "priority": priority,
-            "wait": WAITS[wait] if wait < len(WAITS) else f"?{wait}", "wait_limit": limit,
-            "wait_timeout_ns": timeout, "mixed": False}
-    pool.update(zip(POOL_COUNTERS, counters))
-    pool["batches"] = batches
+def _pool(row, i):
+    wait = row["wait"]
+    pool = {"index": i, "name": None, "entries": row["entries"], "concurrency": row["concurrency"],
+            "cpus": _cpus(row["cpus"]), "sqpoll_cpu": row["sqpoll_cpu"], "priority": row["priority"],
+            "wait": WAITS[wait] if wait < len(WAITS) else f"?{wait}", "wait_limit": row["wait_limit"],
+            "wait_timeout_ns": row["wait_timeout_ns"], "mixed": False}
+    pool.update((k, row[k]) for k in POOL_COUNTERS)
+    pool["batches"] = list(row["batches"])
     return pool
-
-
-def _carrier(area, i):
-    counters = struct.unpack_from("<5Q", area, CARRIERS_AT + i * CARRIER_STRIDE)
-    return {"index": i, **dict(zip(CARRIER_COUNTERS, counters))}
-
-
-def _carriers(area):
-    """The per-carrier table; empty in an area written before it existed (slots 0)."""
-    (slots,) = struct.unpack_from("<I", area, CARRIER_SLOTS_AT)
-    if slots > MAX_CARRIERS:
-        raise AggAreaError(f"corrupt aggregation area ({slots} carrier slots, at most "
-                           f"{MAX_CARRIERS})")
-    return [_carrier(area, i) for i in range(slots)]
 
 
 def parse(header):
@@ -69,18 +54,23 @@ def parse(header):
     area = header[OFFSET:OFFSET + SIZE]
     if len(area) < SIZE:
         raise AggAreaError("truncated aggregation area")
-    if area[:8] != MAGIC:
+    if area[:len(MAGIC)] != MAGIC:
         if any(area[:16]):
             raise AggAreaError("corrupt aggregation area (bad magic)")
         return None
-    version, npools = struct.unpack_from("<II", area, 8)
-    if version != VERSION:
-        raise AggAreaError(f"unsupported aggregation area version {version}")
-    if npools > MAX_POOLS:
-        raise AggAreaError(f"corrupt aggregation area ({npools} pools, at most {MAX_POOLS})")
-    record = dict(zip(COUNTERS, struct.unpack_from("<8Q", area, 16)))
-    record["pools"] = [_pool(area, i) for i in range(npools)]
-    record["carrier_list"] = _carriers(area)
+    a = AREA.unpack(area)
+    if a["version"] != VERSION:
+        raise AggAreaError(f"unsupported aggregation area version {a['version']}")
+    if a["npools"] > MAX_POOLS:
+        raise AggAreaError(f"corrupt aggregation area ({a['npools']} pools, at most {MAX_POOLS})")
+    # the carrier table is empty in an area written before it existed (slots 0)
+    if a["carrier_slots"] > MAX_CARRIERS:
+        raise AggAreaError(f"corrupt aggregation area ({a['carrier_slots']} carrier slots, at most "
+                           f"{MAX_CARRIERS})")
+    record = {k: a[k] for k in COUNTERS}
+    record["pools"] = [_pool(row, i) for i, row in enumerate(AREA.rows(area, 0, "pools", POOL, a["npools"]))]
+    record["carrier_list"] = [{"index": i, **{k: row[k] for k in CARRIER_COUNTERS}}
+                              for i, row in enumerate(AREA.rows(area, 0, "carrier", CARRIER, a["carrier_slots"]))]
     return derive(record)
 
 

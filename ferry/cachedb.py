@@ -143,7 +143,7 @@ def entries(root=None):
     """Every entry of the cache at `root` (default: the one ferry uses)."""
     root = Path(root) if root is not None else cache.root()
     from .rewriter import shimlib
-    from .rewriter.errors import FerryError
+    from .base.errors import FerryError
     try:
         shim_sha = cache.sha256_file(shimlib.path())
     except (FerryError, OSError):

@@ -1,33 +1,33 @@
-"""The catch-all's record in a process file (shim/src/procfile.h,
-struct ferry_catch_area at header offset 53248): the sites outside the
-patched code whose calls Syscall User Dispatch caught."""
-import struct
+"""The catch-all's record in a process file (struct ferry_catch_area, the
+`catchall` member of shim/src/procfile.h's header, laid out as the header
+says through ferry.base.layouts): the sites outside the patched code whose
+calls Syscall User Dispatch caught."""
+from .base.layouts import constant, layout
+from .base.syscall_table import name_of
 
-from .rewriter.syscall_table import name_of
-
-OFFSET = 53248
-MAGIC = b"FERRYCAT"
-SITES = 31
-SITE_SIZE = 128
-OFFSET_VALID = 1
+AREA = layout("ferry_catch_area")
+SITE = layout("ferry_catch_site")
+OFFSET = layout("ferry_proc_header").offset("catchall")
+MAGIC = constant("FERRY_CATCH_MAGIC")
+OFFSET_VALID = constant("FERRY_CATCH_OFFSET_VALID")
 
 
 def parse(data):
     """The area of one process file as a dict, or None when the catch-all was
     not on in that process."""
-    if data[OFFSET:OFFSET + 8] != MAGIC:
+    if data[OFFSET:OFFSET + len(MAGIC)] != MAGIC:
         return None
-    enabled, nsites, caught, overflow = struct.unpack_from("<IIQQ", data, OFFSET + 8)
+    area = AREA.unpack(data, OFFSET)
     sites = []
-    for i in range(min(nsites, SITES)):
-        off = OFFSET + 64 + i * SITE_SIZE
-        addr, offset, count, nr, flags = struct.unpack_from("<QQQII", data, off)
-        path = data[off + 32:off + SITE_SIZE].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-        if not count:
+    for s in AREA.rows(data, OFFSET, "sites", SITE, area["nsites"]):
+        if not s["count"]:
             continue  # a slot claimed by a thread that had not filled it yet
-        sites.append({"address": addr, "path": path, "offset": offset if flags & OFFSET_VALID else None,
-                      "calls": count, "nr": nr, "name": name_of(nr)})
-    return {"enabled": bool(enabled), "caught": caught, "overflow": overflow, "sites": sites}
+        path = s["path"].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        sites.append({"address": s["addr"], "path": path,
+                      "offset": s["offset"] if s["flags"] & OFFSET_VALID else None,
+                      "calls": s["count"], "nr": s["nr"], "name": name_of(s["nr"])})
+    return {"enabled": bool(area["enabled"]), "caught": area["caught"], "overflow": area["overflow"],
+            "sites": sites}
 
 
 def summarize(records):

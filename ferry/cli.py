@@ -7,7 +7,7 @@ import click
 
 from . import __version__
 from .commands import attach, cache, doctor, gui, instrument, live, profile, report, run, runs, sites
-from .rewriter.errors import FerryError
+from .base.errors import FerryError
 
 
 class FerryGroup(click.Group):

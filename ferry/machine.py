@@ -140,7 +140,7 @@ def wine():
 def image_cache():
     from .injector.launch import check_cache_usable
     from .rewriter import cache
-    from .rewriter.errors import FerryError
+    from .base.errors import FerryError
     root = cache.root()
     enables = "running programs: rewritten images are kept and run from the image cache"
     try:
@@ -154,7 +154,7 @@ def image_cache():
 
 def shim():
     from .rewriter import shimlib
-    from .rewriter.errors import FerryError
+    from .base.errors import FerryError
     enables = "everything: libferry.so is what rewritten sites jump into"
     try:
         return Check("shim", OK, str(shimlib.path()), enables)

@@ -1,57 +1,59 @@
 """Reading one process file (`proc/<pid>-<seq>.ferry`) written by the shim.
 
-Every offset mirrors shim/src/procfile.h (tests/test_layout_matches_shim.py
-checks them).  A file is sized for the most blocks the shim may claim (sparse);
-only its header and the blocks it says were claimed are read, and they are
-checked before use: a truncated or corrupt file is a ProcFileError naming it,
-never a crash.  proc/ may be writable by other users (a run whose processes
-change user): only regular files are read, never through a symlink, and
-never a FIFO that would block.
+The layout is shim/src/procfile.h's, taken member by member from the header
+(ferry.base.layouts).  A file is sized for the most blocks the shim may claim
+(sparse); only its header and the blocks it says were claimed are read, and
+they are checked before use: a truncated or corrupt file is a ProcFileError
+naming it, never a crash.  proc/ may be writable by other users (a run whose
+processes change user): only regular files are read, never through a
+symlink, and never a FIFO that would block.
 """
 import errno as errno_names
 import os
 import stat
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import aggdata, catchdata
-from .rewriter.syscall_table import name_of
+from .base.layouts import constant, constants, layout
+from .base.syscall_table import name_of
 
-MAGIC = b"FERRYPROC\0v1\0\0\0\0"
-VERSION = 1
-HEADER_SIZE = 65536
-NR_MAX = 512
-MAX_SITES = 4096
-HIST_BUCKETS = 32
-ERRNO_SLOTS = 1024
-EVENT_SIZE = 32
+HEADER = layout("ferry_proc_header")
+BLOCK = layout("ferry_blk")
+MODULE = layout("ferry_module_entry")
+WAIT = layout("ferry_wait_entry")
+NR_STATS = layout("ferry_nr_stats")
+SITE_STATS = layout("ferry_site_stats")
+ERRNO_SLOT = layout("ferry_errno_slot")
+EVENT = layout("ferry_event")
 
-OFF_CALLS = 64
-OFF_INVALID = 4160
-OFF_NR = 4224
-NR_STATS_SIZE = 8 * (4 + HIST_BUCKETS)
-OFF_SITES = 151680
-SITE_STATS_SIZE = 24
-OFF_ERRNOS = 249984
-OFF_EVENTS = 266368
-OFF_MODULES = 8192
-MODULE_SIZE = 256
-OFF_WAITS = 40960
-WAIT_SIZE = 16
-OFF_INTERNAL = 49152
-OFF_UID = 152
-OFF_PLATFORM = 224          # u32 platform, u32 names_size, u64 names_offset
-PLATFORM_LINUX, PLATFORM_WINDOWS = 0, 1
-NAME_SIZE = 64
+MAGIC = constant("FERRY_PROC_MAGIC")
+VERSION = constant("FERRY_PROC_VERSION")
+HEADER_SIZE = HEADER.size
+NR_MAX = constant("FERRY_NR_MAX")
+MAX_BLOCKS = constant("FERRY_MAX_BLOCKS")
+HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
+OFF_EVENTS = BLOCK.offset("events")     # the fixed part of a block ends here
+NAME_SIZE = constant("FERRY_CALL_NAME_SIZE")     # a Windows process's call names
 MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
+PLATFORM_LINUX = constant("FERRY_PLATFORM_LINUX")
+PLATFORM_WINDOWS = constant("FERRY_PLATFORM_WINDOWS")
 
-STATE_RUNNING, STATE_EXITED, STATE_EXEC, STATE_DETACHED = 1, 2, 3, 4
-EXEC_REWRITTEN, EXEC_PLAIN, EXEC_SETUID, EXEC_STATIC, EXEC_UNKNOWN, EXEC_FOREIGN = 1, 2, 3, 4, 5, 6
-MODES = {0: "off", 1: "count", 2: "trace", 3: "aggregate"}
+STATE_RUNNING = constant("FERRY_STATE_RUNNING")
+STATE_EXITED = constant("FERRY_STATE_EXITED")
+STATE_EXEC = constant("FERRY_STATE_EXEC")
+STATE_DETACHED = constant("FERRY_STATE_DETACHED")
+EXEC_REWRITTEN = constant("FERRY_EXEC_REWRITTEN")
+EXEC_PLAIN = constant("FERRY_EXEC_PLAIN")
+EXEC_SETUID = constant("FERRY_EXEC_SETUID")
+EXEC_STATIC = constant("FERRY_EXEC_STATIC")
+EXEC_UNKNOWN = constant("FERRY_EXEC_UNKNOWN")
+EXEC_FOREIGN = constant("FERRY_EXEC_FOREIGN")
+MODES = {v: k.lower() for k, v in constants("FERRY_MODE_").items()}
 # Modes whose blocks hold errors and times: trace (the traced calls) and aggregate (the calls
 # that reach the shim's slow path, the engine's among them; docs/aggregate.md).
-RECORDING_MODES = (2, 3)
+RECORDING_MODES = (constant("FERRY_MODE_TRACE"), constant("FERRY_MODE_AGGREGATE"))
+SPANS = {v: k.lower() for k, v in constants("FERRY_SPAN_").items()}
 
 
 class ProcFileError(Exception):
@@ -158,14 +160,13 @@ def _read_used(path):
             raise ProcFileError(path, "not a regular file")
         data = f.read(HEADER_SIZE)
         names = b""
-        if len(data) == HEADER_SIZE and data[:16] == MAGIC:
-            block_size, max_blocks, nblocks = struct.unpack_from("<III", data, 24)
-            if block_size % 4096 == 0:
-                data += f.read(min(nblocks, max_blocks, 1024) * block_size)
-            _platform, names_size, names_offset = struct.unpack_from("<IIQ", data, OFF_PLATFORM)
-            if names_size:
-                f.seek(names_offset)
-                names = f.read(min(names_size, MAX_NAMES_SIZE))
+        if len(data) == HEADER_SIZE and data[:len(MAGIC)] == MAGIC:
+            h = HEADER.unpack(data)
+            if h["block_size"] % 4096 == 0:
+                data += f.read(min(h["nblocks"], h["max_blocks"], MAX_BLOCKS) * h["block_size"])
+            if h["names_size"]:
+                f.seek(h["names_offset"])
+                names = f.read(min(h["names_size"], MAX_NAMES_SIZE))
     return st, data, names
 
 
@@ -181,86 +182,82 @@ def read(path):
         raise NeverStarted(path, "the process was killed before the shim wrote its file")
     if len(data) < HEADER_SIZE:
         raise ProcFileError(path, "truncated process file (shorter than its header)")
-    if data[:16] != MAGIC:
+    if data[:len(MAGIC)] != MAGIC:
         raise ProcFileError(path, "not a Ferry process file")
-    version, header_size, block_size, max_blocks, nblocks, state, pid, ppid, exit_code, mode = \
-        struct.unpack_from("<IIIIIIiiii", data, 16)
-    if version != VERSION or header_size != HEADER_SIZE:
-        raise ProcFileError(path, f"unsupported process file version {version}")
+    h = HEADER.unpack(data)
+    if h["version"] != VERSION or h["header_size"] != HEADER_SIZE:
+        raise ProcFileError(path, f"unsupported process file version {h['version']}")
+    block_size = h["block_size"]
     if block_size < OFF_EVENTS or block_size % 4096:
         raise ProcFileError(path, "corrupt process file header (block size)")
-    (start_real, start_mono, start_tsc, end_real, end_mono, end_tsc, cal_tsc, cal_ns) = \
-        struct.unpack_from("<8Q", data, 56)
-    nmodules, nsites, nwaits, event_capacity, overflow, seq, exec_kind, load_patched = \
-        struct.unpack_from("<8I", data, 120)
-    uid, exec_uid = struct.unpack_from("<II", data, OFF_UID)
-    platform, = struct.unpack_from("<I", data, OFF_PLATFORM)
+    platform = h["platform"]
     if platform not in (PLATFORM_LINUX, PLATFORM_WINDOWS):
         raise ProcFileError(path, f"corrupt process file header (platform {platform})")
     table = None
     if platform == PLATFORM_WINDOWS:
         table = [_cstr(names[i:i + NAME_SIZE]) for i in range(0, len(names) - NAME_SIZE + 1, NAME_SIZE)]
-    cmdline_len, = struct.unpack_from("<I", data, 1280)
     argv = [a.decode("utf-8", "surrogateescape")
-            for a in data[1288:1288 + min(cmdline_len, 4096)].split(b"\0")[:-1]]
-    modules = []
-    for i in range(min(nmodules, 128)):
-        off = OFF_MODULES + i * MODULE_SIZE
-        name = _cstr(data[off:off + 232])
-        m_nsites, m_base = struct.unpack_from("<II", data, off + 232)
-        modules.append((name, m_nsites, m_base))
-    waits = [struct.unpack_from("<iiQ", data, OFF_WAITS + i * WAIT_SIZE) for i in range(min(nwaits, 512))]
-    internal = {n: c for n, c in enumerate(struct.unpack_from(f"<{NR_MAX}Q", data, OFF_INTERNAL)) if c}
+            for a in h["cmdline"][:h["cmdline_len"]].split(b"\0")[:-1]]
+    modules = [(_cstr(m["name"]), m["nsites"], m["site_base"])
+               for m in HEADER.rows(data, 0, "modules", MODULE, h["nmodules"])]
+    waits = [(w["pid"], w["status"], w["mono_ns"]) for w in HEADER.rows(data, 0, "waits", WAIT, h["nwaits"])]
+    internal = {n: c for n, c in enumerate(h["internal"]) if c}
     blocks = []
-    count = min(nblocks, max_blocks)
+    mode, state = h["mode"], h["state"]
+    count = min(h["nblocks"], h["max_blocks"])
     for b in range(count):
         off = HEADER_SIZE + b * block_size
         if off + OFF_EVENTS > len(data):
             if b == count - 1 and state == STATE_RUNNING:
                 break  # a thread was still creating its block when the process died
             raise ProcFileError(path, f"truncated process file (block {b} of {count} missing)")
-        blocks.append(_block(data, off, mode, event_capacity, block_size))
+        blocks.append(_block(data, off, mode, h["event_capacity"]))
     try:
         aggregation = aggdata.parse(data)
     except aggdata.AggAreaError as e:
         raise ProcFileError(path, str(e)) from None
-    return ProcFile(path, pid, ppid, seq, state, exit_code, MODES.get(mode, "?"), _cstr(data[256:1280]),
-                    argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc,
-                    end_real, end_mono, end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal,
-                    uid, exec_uid, st.st_uid, aggregation, catchdata.parse(data), platform, table)
+    return ProcFile(path, h["pid"], h["ppid"], h["seq"], state, h["exit_code"], MODES.get(mode, "?"),
+                    _cstr(h["exe"]), argv, _cstr(h["exec_path"]), h["exec_kind"], h["load_patched"],
+                    h["start_real_ns"], h["start_mono_ns"], h["start_tsc"], h["end_real_ns"], h["end_mono_ns"],
+                    h["end_tsc"], h["cal_tsc"], h["cal_ns"], modules, waits, h["overflow"], blocks, internal,
+                    h["uid"], h["exec_uid"], st.st_uid, aggregation, catchdata.parse(data), platform, table)
 
 
-def _block(data, off, mode, capacity, block_size):
-    tid, = struct.unpack_from("<i", data, off + 4)
-    event_head, = struct.unpack_from("<Q", data, off + 16)
-    calls = list(struct.unpack_from(f"<{NR_MAX}Q", data, off + OFF_CALLS))
-    invalid, = struct.unpack_from("<Q", data, off + OFF_INVALID)
+def _array(data, off, layout_, member):
+    """The raw bytes of an array member of the struct at `off`."""
+    at = off + layout_.offset(member)
+    return data[at:at + layout_.span(member)]
+
+
+def _block(data, off, mode, capacity):
+    b = BLOCK.unpack(data, off)
+    calls = list(b["calls"])
     nr, sites, events = {}, {}, []
     if mode in RECORDING_MODES:
+        nr_at = off + BLOCK.offset("nr")
         for n in range(NR_MAX):
             if not calls[n]:
                 continue
-            o = off + OFF_NR + n * NR_STATS_SIZE
-            errors, ticks, mn, mx = struct.unpack_from("<4Q", data, o)
-            hist = list(struct.unpack_from(f"<{HIST_BUCKETS}Q", data, o + 32))
-            nr[n] = NrStats(calls[n], errors, ticks, mn, mx, hist)
-        raw = data[off + OFF_SITES:off + OFF_SITES + MAX_SITES * SITE_STATS_SIZE]
-        for g, (c, e, t) in enumerate(struct.iter_unpack("<3Q", raw)):
-            if c:
-                sites[g] = (c, e, t)
-        raw = data[off + OFF_ERRNOS:off + OFF_ERRNOS + ERRNO_SLOTS * 16]
-        for key, _pad, count in struct.iter_unpack("<IIQ", raw):
+            s = NR_STATS.unpack(data, nr_at + n * NR_STATS.size)
+            nr[n] = NrStats(calls[n], s["errors"], s["time_total"], s["time_min"], s["time_max"], list(s["hist"]))
+        ci, ei, ti = (SITE_STATS.position(m) for m in ("calls", "errors", "time_total"))
+        for g, row in enumerate(SITE_STATS.codec.iter_unpack(_array(data, off, BLOCK, "sites"))):
+            if row[ci]:
+                sites[g] = (row[ci], row[ei], row[ti])
+        ki, ni = ERRNO_SLOT.position("key"), ERRNO_SLOT.position("count")
+        for row in ERRNO_SLOT.codec.iter_unpack(_array(data, off, BLOCK, "errnos")):
+            key, count = row[ki], row[ni]
             if key and count:
                 n, err = key >> 16, key & 0xFFFF
                 if n in nr:
                     name = errno_names.errorcode.get(err, f"E{err}")
                     nr[n].errnos[name] = nr[n].errnos.get(name, 0) + count
+        event_head = b["event_head"]
         if capacity and event_head:
             n_events = min(event_head, capacity)
-            ring_end = off + OFF_EVENTS + capacity * EVENT_SIZE
+            ring_end = off + OFF_EVENTS + capacity * EVENT.size
             if ring_end <= len(data):
                 for k in range(event_head - n_events, event_head):
-                    o = off + OFF_EVENTS + (k % capacity) * EVENT_SIZE
-                    t0, t1, result, nr_, _r, site = struct.unpack_from("<QQqHHI", data, o)
-                    events.append((t0, t1, result, nr_, site))
-    return Block(tid, calls, invalid, nr, sites, events)
+                    e = EVENT.unpack(data, off + OFF_EVENTS + (k % capacity) * EVENT.size)
+                    events.append((e["enter_tsc"], e["exit_tsc"], e["result"], e["nr"], e["site"]))
+    return Block(b["tid"], calls, b["invalid"], nr, sites, events)

@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 from . import aggdata, catchdata, procfile, runlock
-from .rewriter.errors import FerryError
+from .base.errors import FerryError
 
 NOT_ENABLED = {
     procfile.EXEC_REWRITTEN: "its rewritten image did not start the shim",

@@ -10,7 +10,7 @@ import fcntl
 import json
 import os
 
-from .rewriter.errors import FerryError
+from .base.errors import FerryError
 
 
 def hold(run_dir):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from . import __version__, catchdata, runindex, runlock
-from .rewriter.errors import FerryError
+from .base.errors import FerryError
 from .rewriter.manifest import write_json
 
 DEFAULT_DIR = "ferry.data"
@@ -183,20 +183,14 @@ def _program_env(launch, profile, out_dir):
     """The environment the program starts with: its own, and for an enabled
     program what the shim needs (the shim takes it out again before the
     program's code runs, shim/src/environ.c)."""
-    from .injector.environment import enabled_env
-    from .rewriter import shimlib
+    from .injector.environment import enabled_env, run_settings
     base = _user_environment()
     if not launch.enabled:
         return base
     if launch.how == "wine":
         from .injector.pe_launch import program_env
         return program_env(base, profile, out_dir)
-    settings = dict(profile.shim_env())
-    settings["FERRY_RUN_DIR"] = str(out_dir)
-    from .rewriter import cache
-    settings["FERRY_CACHE"] = str(cache.root())  # the one this run's images are in
-    # preloaded into children without an image
-    settings["FERRY_SHIM"] = str(shimlib.path().resolve())
+    settings = run_settings(profile, out_dir)
     return enabled_env(base, settings, launch.how, shim=settings["FERRY_SHIM"],
                        libdir=launch.libdir)
 

@@ -4,7 +4,7 @@ import os
 import sys
 import traceback
 
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 
 
 def check_display():

@@ -19,7 +19,7 @@ def _emit(obj):
 
 
 def main(argv):
-    from ..rewriter.errors import FerryError
+    from ..base.errors import FerryError
     from ..runner import prepare
     if len(argv) != 1:
         print("usage: python -m ferry.gui.instrument_job COMMAND", file=sys.stderr)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QRunnable, QThreadPool, QTimer, Signal
 
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 
 KILL_AFTER_MS = 3000   # Cancel: SIGTERM first, SIGKILL if still running after this
 

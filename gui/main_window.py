@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QFileDialog, QLabel, QMainWindow, QMessageBox, QP
                                QSplitter, QStyle, QTabWidget, QToolBar, QVBoxLayout, QWidget)
 
 from .. import __version__
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 from . import project as projects
 from . import recent
 from .console import Console

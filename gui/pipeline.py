@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, Signal
 
 from ..rundata import is_run_dir, read_info
 from ..report.rows import exit_text
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 from .jobs import ProcessJob, ferry_command
 
 STEPS = ("instrument", "run", "report")

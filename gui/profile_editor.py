@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, Q
                                QVBoxLayout, QWidget)
 
 from ..profiles import loads, read_text, shipped_paths
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 
 CUSTOM = "custom"
 VALIDATE_AFTER_MS = 250

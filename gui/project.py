@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..profiles.loader import is_path, shipped_paths
 from ..profiles.schema import key_name, shown, suggest, toml_value
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 
 SUFFIX = ".ferryproj"
 FORMAT_VERSION = 1

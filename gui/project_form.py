@@ -8,7 +8,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QPlainTextEdit,
                                QPushButton, QVBoxLayout, QWidget)
 
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 
 
 def parse_environment(text):

@@ -4,7 +4,7 @@ import json
 import os
 from pathlib import Path
 
-from ..rewriter import atomic
+from ..base import atomic
 
 KEEP = 10
 

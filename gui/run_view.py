@@ -258,7 +258,7 @@ class RunView(QTabWidget):
         return path
 
     def open_html_report(self):
-        from ..rewriter.errors import FerryError
+        from ..base.errors import FerryError
         if self.model is None:
             return
         try:

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QMessageBox,
                                QVBoxLayout, QWidget)
 
 from .. import runindex
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 from ..rundata import is_run_dir, read_info
 from . import runstore
 from .tables import Column, Table, fmt_int

@@ -18,7 +18,7 @@ import signal
 import time
 from pathlib import Path
 
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 
 PTRACE_PEEKDATA, PTRACE_POKEDATA = 2, 5
 PTRACE_CONT, PTRACE_DETACH = 7, 17

@@ -42,3 +42,13 @@ def enabled_env(base, settings, how, shim=None, libdir=None):
         _prepend(env, "LD_PRELOAD", f"{libdir}/libferry.so")
         _prepend(env, "LD_LIBRARY_PATH", str(libdir))
     return env
+
+
+def run_settings(profile, run_dir):
+    """The FERRY_* settings of a run recording into `run_dir`, the same for
+    `ferry run`, `ferry attach` and the GUI: the profile's, where process
+    files go, the image cache the run's images are in, and the shim the exec
+    hook preloads into children that have no image."""
+    from ..rewriter import cache, shimlib
+    return dict(profile.shim_env(), FERRY_RUN_DIR=str(run_dir), FERRY_CACHE=str(cache.root().absolute()),
+                FERRY_SHIM=str(shimlib.path().resolve()))

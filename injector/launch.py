@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass
 
 from .environment import LIBDIR, PRELOAD, RUN
-from ..rewriter.errors import FerryError, InputError
+from ..base.errors import FerryError, InputError
 
 
 @dataclass

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from ..rewriter import pe_kind, shimlib
-from ..rewriter.errors import FerryError, InputError
+from ..base.errors import FerryError, InputError
 
 WINE = "wine"      # a Launch's `how` for a PE program
 

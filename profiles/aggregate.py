@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..rewriter.syscall_table import NUMBERS
+from ..base.syscall_table import NUMBERS
 from . import routing
 from .values import Invalid, choice, integer, key_name, quote, shown, suggest, wrong_type
 

@@ -4,7 +4,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 from .aggregate import DEFAULT_POOLS
 from .schema import (FORMAT_VERSION, SECTIONS, Invalid, dotted, suggest, toml_table, toml_value,
                      validate)

@@ -5,7 +5,7 @@ one target per syscall number (what FERRY_AGG carries).
 Groups are disjoint, so a syscall is never claimed by two groups; a syscall named
 on its own overrides its group, and a group overrides "default".
 """
-from ..rewriter.syscall_table import NAMES, NUMBERS
+from ..base.syscall_table import NAMES, NUMBERS
 
 NATIVE, WORKER = "native", "worker"
 

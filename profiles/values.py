@@ -6,7 +6,7 @@ import difflib
 import re
 import unicodedata
 
-from ..rewriter.syscall_table import NAMES, NUMBERS
+from ..base.syscall_table import NAMES, NUMBERS
 
 
 class Invalid(Exception):

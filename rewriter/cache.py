@@ -31,7 +31,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from . import atomic
+from ..base import atomic
 from .layout import FORMAT
 
 

@@ -11,7 +11,7 @@ import stat
 import struct
 from dataclasses import dataclass
 
-from .errors import InputError
+from ..base.errors import InputError
 
 EM_X86_64 = 62
 ET_EXEC, ET_DYN = 2, 3

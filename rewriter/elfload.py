@@ -15,7 +15,7 @@ from pathlib import Path
 import lief
 
 from .elfkind import header_problem, open_input
-from .errors import InputError
+from ..base.errors import InputError
 from .layout import CTL_MAGIC
 
 lief.logging.disable()

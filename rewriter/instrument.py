@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic, cache, elfkind, layout, manifest, shimlib
-from .errors import FerryError, InputError
+from ..base import atomic
+from . import cache, elfkind, layout, manifest, shimlib
+from ..base.errors import FerryError, InputError
 
 FERRY_VERSION = "0.1.0"
 

@@ -1,8 +1,8 @@
 """Sites and modules as JSON (schema: docs/manifest.md)."""
 import json
 
-from . import atomic
-from .syscall_table import name_of
+from ..base import atomic
+from ..base.syscall_table import name_of
 
 
 def _hex(v):

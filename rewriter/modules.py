@@ -20,7 +20,7 @@ from pathlib import Path
 import lief
 
 from .elfload import header_problem
-from .errors import InputError
+from ..base.errors import InputError
 
 DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
                 "/lib", "/usr/lib")

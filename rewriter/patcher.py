@@ -9,15 +9,15 @@ original addresses.
 """
 import os
 import signal
-import struct
 import tempfile
 from dataclasses import dataclass
 
 import keystone
 import lief
 
-from . import atomic, layout, plan, room, trampoline
-from .errors import FerryError
+from ..base import atomic
+from . import layout, plan, room, trampoline
+from ..base.errors import FerryError
 
 _TRAMP_ALIGN = 16
 
@@ -49,11 +49,12 @@ def _layout_trampolines(sites):
 
 
 def _control_block(sites, patched):
-    header = bytearray(layout.CTL_HEADER_SIZE)
-    header[0:len(layout.CTL_MAGIC)] = layout.CTL_MAGIC
-    struct.pack_into("<QII", header, layout.CTL_VECTOR_OFFSET, 0, len(patched), layout.CTL_VERSION)
-    records = b"".join(struct.pack("<IiQ", s.id, -1 if s.nr is None else s.nr, 0) for s in patched)
-    return bytes(header) + records
+    block = bytearray(layout.CTL_HEADER_SIZE + len(patched) * layout.SITE_RECORD_SIZE)
+    layout.CTL.pack_into(block, 0, magic=layout.CTL_MAGIC, nsites=len(patched), version=layout.CTL_VERSION)
+    for n, s in enumerate(patched):
+        layout.SITE_RECORD.pack_into(block, layout.CTL_HEADER_SIZE + n * layout.SITE_RECORD_SIZE, id=s.id,
+                                     nr=-1 if s.nr is None else s.nr)
+    return bytes(block)
 
 
 def _load_layout(binary):

@@ -15,7 +15,7 @@ import lief
 
 from .code import Section
 from .elfload import read_input
-from .errors import InputError
+from ..base.errors import InputError
 from .pe_kind import DIR_EXCEPTION, parse_headers, refusal
 
 lief.logging.disable()

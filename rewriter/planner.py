@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import capstone
 
-from .syscall_table import name_of
+from ..base.syscall_table import name_of
 
 JMP_REL32_SIZE = 5
 MAX_BEFORE = 6

@@ -19,7 +19,7 @@ already passed `elfload.header_problem`.
 """
 import struct
 
-from .errors import FerryError
+from ..base.errors import FerryError
 
 PAGE = 0x1000
 PT_LOAD, PT_PHDR = 1, 6

@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from .errors import FerryError
+from ..base.errors import FerryError
 
 _TOP = Path(__file__).resolve().parent.parent
 # In an installed package this file is ferry/rewriter/shimlib.py; in the

@@ -79,7 +79,7 @@ def read_stats(directory):
 
 def calls_of(stats, name):
     """Total calls of syscall `name` over all processes in `stats`."""
-    from ferry.rewriter.syscall_table import NUMBERS
+    from ferry.base.syscall_table import NUMBERS
     nr = str(NUMBERS[name])
     return sum(s["calls"].get(nr, 0) for s in stats.values())
 

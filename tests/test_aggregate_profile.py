@@ -1,11 +1,9 @@
 """FERRY_MODE=aggregate with FERRY_AGG (docs/aggregate.md): the settings
 reach the shim, a malformed FERRY_AGG is reported and the process runs in
 count mode, and the figures land in the process file's aggregation area."""
-import struct
-
 from aggregate_helpers import agg, engine_stats  # noqa: F401
-
-AREA = 57344
+from ferry import aggdata, procfile
+from ferry.base.layouts import constant
 
 
 def test_malformed_ferry_agg_is_reported_and_ignored(agg, tmp_path):
@@ -26,24 +24,18 @@ def test_aggregation_area_in_process_file(agg, tmp_path):
     files = list((run_dir / "proc").glob("*.ferry"))
     assert len(files) == 1
     data = files[0].read_bytes()
-    assert struct.unpack_from("<i", data, 52)[0] == 3  # FERRY_MODE_AGGREGATE
-    a = data[AREA:AREA + 8192]
-    assert a[:8] == b"FERRYAGG"
-    version, npools, aggregated, native, worker, crossings, fibers, switches, carriers, groups = \
-        struct.unpack_from("<II8Q", a, 8)
+    assert procfile.HEADER.unpack(data)["mode"] == constant("FERRY_MODE_AGGREGATE")
+    a = aggdata.AREA.unpack(data, aggdata.OFFSET)
+    assert a["magic"] == b"FERRYAGG"
     stats = engine_stats(r.stderr)
-    assert (version, npools, carriers, groups) == (1, 1, 1, 1)
-    assert aggregated == stats["aggregated"] > 0
-    assert worker == stats["worker"] > 0
-    assert fibers == 1 and switches > 0
-    assert crossings >= stats["enters"]
-    submitted, completed, enters = struct.unpack_from("<3Q", a, 80)
-    assert submitted == completed == aggregated and enters == stats["enters"]
-    batches = struct.unpack_from("<12Q", a, 80 + 64)
-    assert sum(batches) > 0
-    entries, concurrency, cpus, sqpoll_cpu, priority, wait, limit, timeout = \
-        struct.unpack_from("<IIQiiIIQ", a, 80 + 160)
-    assert (entries, concurrency, cpus, sqpoll_cpu, priority, wait, limit, timeout) == \
-        (128, 2, 0, -1, 3, 2, 8, 50000)
-    route = a[2128:2128 + 512]
+    assert (a["version"], a["npools"], a["carriers"], a["groups"]) == (1, 1, 1, 1)
+    assert a["aggregated"] == stats["aggregated"] > 0
+    assert a["worker"] == stats["worker"] > 0
+    assert a["fibers"] == 1 and a["switches"] > 0
+    assert a["crossings"] >= stats["enters"]
+    pool = aggdata.POOL.unpack(data, aggdata.OFFSET + aggdata.AREA.offset("pools"))
+    assert pool["submitted"] == pool["completed"] == a["aggregated"] and pool["enters"] == stats["enters"]
+    assert sum(pool["batches"]) > 0
+    assert tuple(pool[k] for k in aggdata.POOL_SETTINGS) == (128, 2, 0, -1, 3, 2, 8, 50000)
+    route = a["route"]
     assert route[0] == 0 and route[1] == 0 and route[61] == 0xFE and route[39] == 0xFF

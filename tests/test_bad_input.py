@@ -175,7 +175,7 @@ def test_a_crash_inside_the_writer_is_an_error_not_a_dead_ferry(tmp_path):
     # It runs in a child process, so that is a FerryError naming the input.
     import signal
     from ferry.rewriter import patcher
-    from ferry.rewriter.errors import FerryError
+    from ferry.base.errors import FerryError
 
     class CrashingWriter:
         def write(self, path):

@@ -27,7 +27,7 @@ from ferry import runindex  # noqa: E402
 from ferry.gui import app as gui_app  # noqa: E402
 from ferry.gui import project as projects  # noqa: E402
 from ferry.gui import recent  # noqa: E402
-from ferry.rewriter.errors import FerryError  # noqa: E402
+from ferry.base.errors import FerryError  # noqa: E402
 from ferry.rundata import load_run  # noqa: E402
 
 DEMO = ROOT / "examples" / "build" / "demo"

@@ -10,7 +10,6 @@ aggregation engine.  No timing is asserted.
 import http.client
 import os
 import socket
-import struct
 import subprocess
 import threading
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 import httpload
 from conftest import FERRY, ROOT
+from ferry import aggdata, procfile
 
 SERVER = ROOT / "examples" / "build" / "net_server"
 PAGE = (ROOT / "examples" / "net" / "index.html").read_bytes()
@@ -27,7 +27,6 @@ MODELS = ["thread", "pool", "async", "cluster"]
 CONNECTIONS, REQUESTS = 20, 50
 # Generous: the first `ferry run` of a session rewrites libc into a fresh cache.
 START_TIMEOUT = 180
-AGG_OFFSET = 57344  # docs/aggregate.md: the process file's aggregation area
 
 
 @pytest.fixture(scope="session")
@@ -138,12 +137,11 @@ def aggregation_area(run_dir):
     found, aggregated, crossings = False, 0, 0
     for p in (Path(run_dir) / "proc").glob("*.ferry"):
         with open(p, "rb") as f:
-            f.seek(AGG_OFFSET)
-            raw = f.read(48)
-        if raw[:8] == b"FERRYAGG":
+            record = aggdata.parse(f.read(procfile.HEADER_SIZE))
+        if record:
             found = True
-            aggregated += struct.unpack_from("<Q", raw, 16)[0]
-            crossings += struct.unpack_from("<Q", raw, 40)[0]
+            aggregated += record["aggregated"]
+            crossings += record["crossings"]
     return (aggregated, crossings) if found else None
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import FERRY
 from ferry import procfile
-from ferry.rewriter import syscall_table
+from ferry.base import syscall_table
 
 CAT_FROM_SH = ["sh", "-c", "/bin/cat; :"]
 

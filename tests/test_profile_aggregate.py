@@ -17,8 +17,8 @@ from conftest import FERRY
 from ferry.profiles import SHIPPED_DIR, load, loads, shipped
 from ferry.profiles import aggenv, routing
 from ferry.profiles.aggregate import DEFAULT_POOLS, MAX_POOLS, Pool, online_cpus
-from ferry.rewriter.errors import FerryError
-from ferry.rewriter.syscall_table import NAMES, NUMBERS
+from ferry.base.errors import FerryError
+from ferry.base.syscall_table import NAMES, NUMBERS
 
 ONLINE = online_cpus()
 ONLINE_TEXT = f"{ONLINE[0]}-{ONLINE[-1]}" if len(ONLINE) > 1 else str(ONLINE[0])

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from ferry.profiles import MODES, SHIPPED_DIR, Profile, load, loads, shipped
-from ferry.rewriter.errors import FerryError
-from ferry.rewriter.syscall_table import NAMES, NUMBERS
+from ferry.base.errors import FerryError
+from ferry.base.syscall_table import NAMES, NUMBERS
 
 FERRY = Path(sys.executable).parent / "ferry"
 

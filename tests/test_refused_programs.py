@@ -89,7 +89,7 @@ def test_refusing_loads_no_disassembler_or_elf_library(programs, kind):
     if kind not in programs:
         pytest.skip("musl-gcc is not installed (apt-get install musl-tools)")
     then = textwrap.dedent(f"""
-        from ferry.rewriter.errors import InputError
+        from ferry.base.errors import InputError
         from ferry.rewriter.instrument import instrument
         try:
             instrument({str(programs[kind])!r})

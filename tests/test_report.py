@@ -18,7 +18,7 @@ from rich.console import Console
 
 from ferry.report import chrome, diff, export, rows, source, table
 from ferry.report.output import write_atomic
-from ferry.rewriter.errors import FerryError
+from ferry.base.errors import FerryError
 
 FERRY = str(Path(sys.executable).parent / "ferry")
 DATA = Path(__file__).parent / "data" / "run_small.json"

@@ -1,8 +1,8 @@
 """The Aggregation part of `ferry report`: the aggregation area of process files (layout:
-docs/aggregate.md) read into the run model, and shown as text, JSON, CSV (--by pool)
+shim/src/aggarea.h) read into the run model, and shown as text, JSON, CSV (--by pool)
 and HTML. The process files come from real `ferry run`s; their aggregation areas are
-filled here byte by byte per the documented layout (the layout is the contract with the
-engine), so the reader is tested whether or not the engine is built."""
+filled here member by member in the header's layout (ferry.base.layouts), so the reader
+is tested whether or not the engine ran."""
 import csv
 import io
 import itertools
@@ -10,18 +10,16 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
 
 import pytest
 
 from conftest import FERRY
-from ferry import aggdata
+from ferry import aggdata, procfile
+from ferry.base.layouts import constant
 from ferry.rundata import load_run
 
-AREA = 57344
-MODE_AT = 52          # the header's u32 mode (procfile.h)
-BUCKETS = 12
+BUCKETS = aggdata.BATCH_BUCKETS
 
 
 def ferry(*args, cwd=None):
@@ -36,23 +34,23 @@ def area(pools, aggregated=1000, native=30, worker=20, crossings=25, fibers=40, 
          slots=None):
     """An aggregation area; pools: dicts of counters, batches and settings; carrier_table:
     (fibers, switches, crossings, completed, peak) per carrier."""
-    a = bytearray(8192)
-    a[:8] = magic
-    struct.pack_into("<II", a, 8, version, len(pools) if npools is None else npools)
-    struct.pack_into("<8Q", a, 16, aggregated, native, worker, crossings, fibers, switches,
-                     carriers, groups)
+    a = bytearray(aggdata.SIZE)
+    area_ = aggdata.AREA
+    area_.pack_into(a, 0, magic=magic, version=version, npools=len(pools) if npools is None else npools,
+                    aggregated=aggregated, native=native, worker=worker, crossings=crossings,
+                    fibers=fibers, switches=switches, carriers=carriers, groups=groups,
+                    route=[0xff] * area_.count("route"),
+                    carrier_slots=len(carrier_table) if slots is None else slots)
     for i, p in enumerate(pools):
-        off = 80 + 256 * i
-        struct.pack_into("<6Q", a, off, p["submitted"], p["completed"], p["enters"],
-                         p["max_depth"], p["wait_ns"], p["depth_sum"])
-        struct.pack_into(f"<{BUCKETS}Q", a, off + 64, *p["batches"])
-        struct.pack_into("<IIQiiIIQ", a, off + 160, p.get("entries", 256), p.get("concurrency", 0),
-                         p.get("cpus", 0), p.get("sqpoll", -1), p.get("priority", 0),
-                         p.get("wait", 4), p.get("limit", 0), p.get("timeout", 0))
-    a[2128:2128 + 512] = b"\xff" * 512
-    struct.pack_into("<I", a, 2640, len(carrier_table) if slots is None else slots)
+        off = area_.offset("pools") + i * aggdata.POOL.size
+        aggdata.POOL.pack_into(a, off, **{k: p[k] for k in aggdata.POOL_COUNTERS}, batches=p["batches"],
+                               entries=p.get("entries", 256), concurrency=p.get("concurrency", 0),
+                               cpus=p.get("cpus", 0), sqpoll_cpu=p.get("sqpoll", -1),
+                               priority=p.get("priority", 0), wait=p.get("wait", 4),
+                               wait_limit=p.get("limit", 0), wait_timeout_ns=p.get("timeout", 0))
     for i, c in enumerate(carrier_table):
-        struct.pack_into("<5Q", a, 2648 + 40 * i, *c)
+        aggdata.CARRIER.pack_into(a, area_.offset("carrier") + i * aggdata.CARRIER.size,
+                                  **dict(zip(aggdata.CARRIER_COUNTERS, c)))
     return bytes(a)
 
 
@@ -75,9 +73,9 @@ POOL1 = {"submitted": 100, "completed": 99, "enters": 15, "max_depth": 9, "wait_
 
 def fill(proc_file, data, mode=None):
     raw = bytearray(proc_file.read_bytes())
-    raw[AREA:AREA + len(data)] = data
+    raw[aggdata.OFFSET:aggdata.OFFSET + len(data)] = data
     if mode is not None:
-        struct.pack_into("<i", raw, MODE_AT, mode)
+        procfile.HEADER.pack_into(raw, 0, mode=mode)
     proc_file.write_bytes(raw)
 
 
@@ -100,7 +98,7 @@ def one_process_run(recorded, tmp_path, data):
     d = tmp_path / "run"
     shutil.copytree(recorded[0], d)
     (proc,) = (d / "proc").glob("*.ferry")
-    fill(proc, data, mode=3)
+    fill(proc, data, mode=constant("FERRY_MODE_AGGREGATE"))
     return d
 
 

@@ -137,7 +137,7 @@ def test_corrupt_process_file_is_reported_by_name(tmp_path):
     ferry_run(tmp_path, "true", check=True)
     victim = next((tmp_path / "run" / "proc").glob("*.ferry"))
     victim.write_bytes(victim.read_bytes()[:1000])
-    from ferry.rewriter.errors import FerryError
+    from ferry.base.errors import FerryError
     with pytest.raises(FerryError, match="truncated process file"):
         load_run(tmp_path / "run")
     victim.write_bytes(b"garbage" * 20000)

@@ -32,15 +32,14 @@ def attach_command(profile_name, out_dir, pid):
     """Enable the running process PID and record it until it exits or is detached."""
     from .. import runner
     from ..injector import attach
+    from ..injector.environment import run_settings
     from ..profiles import load
-    from ..rewriter import shimlib
     from ..rewriter.instrument import instrument
-    from ..rewriter import cache
     from ..rewriter.manifest import write_json
     profile = load(profile_name)
     exe = os.path.realpath(f"/proc/{pid}/exe") if os.path.exists(f"/proc/{pid}") else None
     if exe is None:
-        from ..rewriter.errors import FerryError
+        from ..base.errors import FerryError
         raise FerryError(pid, "no such process")
     result = instrument(exe)  # leaves the patch plans of its libraries in the cache
     out = runner.open_run_dir(out_dir, result.manifest, profile)
@@ -49,9 +48,8 @@ def attach_command(profile_name, out_dir, pid):
                            {"original": exe, "executable": exe, "enabled": True, "reason": None},
                            {}, pid=pid, attached=True)
     write_json(out / "info.json", info)
-    env = dict(profile.shim_env(), FERRY_RUN_DIR=str(out), FERRY_SHIM=str(shimlib.path().resolve()),
-               FERRY_CACHE=str(cache.root().absolute()))
-    attach.attach(pid, shimlib.path().resolve(), env)
+    env = run_settings(profile, out)
+    attach.attach(pid, env["FERRY_SHIM"], env)
     err_console.print(f"ferry: attached to {pid}; recording into {out} until it exits "
                       f"or `ferry detach {pid}`")
     try:

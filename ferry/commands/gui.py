@@ -9,7 +9,7 @@ def command(project):
 
     A project is a program with its arguments, working directory, environment and
     profile; its runs are kept next to it in runs/<n>."""
-    from ..rewriter.errors import FerryError
+    from ..base.errors import FerryError
     try:
         import PySide6.QtWidgets  # noqa: F401 - fails here if a system library is missing
 

@@ -5,7 +5,7 @@ import click
 from rich.table import Table
 
 from ..console import console, percent
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 
 
 def sites_report(path):

@@ -2,8 +2,8 @@
 so a reader (or a failed run) never leaves half a file."""
 from pathlib import Path
 
-from ..rewriter import atomic
-from ..rewriter.errors import FerryError
+from ..base import atomic
+from ..base.errors import FerryError
 
 
 def check_target(path):

@@ -7,7 +7,7 @@ FerryError naming the path: the renderers can then trust the model's shape.
 import json
 from pathlib import Path
 
-from ..rewriter.errors import FerryError
+from ..base.errors import FerryError
 
 FORMAT = "ferry-run"
 VERSIONS = (1,)

@@ -1,59 +1,23 @@
 /* The engine's figures: in the group (ferry_group_stats) and in the process
- * file's aggregation area (docs/aggregate.md; ferry's Python side reads it),
+ * file's aggregation area (aggarea.h; ferry/aggdata.py reads it),
  * where every group of the process adds into the same counters. */
 #define _GNU_SOURCE
 #include "agg.h"
+#include "aggarea.h"
 #include "store.h"
 #include "util.h"
 
-struct agg_file_pool {
-    uint64_t submitted, completed, enters, max_depth, wait_ns, depth_sum, reserved[2];
-    uint64_t batches[12];
-    uint32_t entries, concurrency;
-    uint64_t cpus;
-    int32_t sqpoll_cpu, priority;
-    uint32_t wait, wait_limit;
-    uint64_t wait_timeout_ns;
-    char pad[256 - 200];
-};
-
-#define CARRIER_SLOTS 64
-
-struct agg_file_carrier {
-    uint64_t fibers, switches, crossings, completed, peak;
-};
-
-struct agg_file {
-    char magic[8];
-    uint32_t version, npools;
-    uint64_t aggregated, native, worker, crossings, fibers, switches, carriers, groups;
-    struct agg_file_pool pools[8];
-    uint8_t route[512];
-    uint32_t carrier_slots, reserved;
-    struct agg_file_carrier carrier[CARRIER_SLOTS];
-};
-
-_Static_assert(sizeof(struct agg_file_pool) == 256, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file_pool, batches) == 64, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file_pool, entries) == 160, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file_pool, wait_timeout_ns) == 192, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file, aggregated) == 16, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file, groups) == 72, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file, pools) == 80, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file, route) == 2128, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file, carrier_slots) == 2640, "aggregation area layout");
-_Static_assert(__builtin_offsetof(struct agg_file, carrier) == 2648, "aggregation area layout");
-_Static_assert(sizeof(struct agg_file_carrier) == 40, "aggregation area layout");
-_Static_assert(sizeof(struct agg_file) <= 8192, "aggregation area layout");
+_Static_assert(sizeof(struct ferry_agg_area) <= sizeof(((struct ferry_proc_header *)0)->aggregate),
+               "the aggregation area fits its room in the process file");
 
 /* The group's counters and the file's share their order up to `carriers`;
  * the pool counters differ in order, so they are mapped one by one. */
-static struct agg_file *area(void)
+static struct ferry_agg_area *area(void)
 {
-    return ferry_hdr ? (struct agg_file *)ferry_hdr->aggregate : 0;
+    return ferry_hdr ? (struct ferry_agg_area *)ferry_hdr->aggregate : 0;
 }
 
-static uint64_t *file_field(struct agg_file *a, size_t field)
+static uint64_t *file_field(struct ferry_agg_area *a, size_t field)
 {
     switch (field) {
     case AGG_ST(aggregated): return &a->aggregated;
@@ -67,9 +31,9 @@ static uint64_t *file_field(struct agg_file *a, size_t field)
     return 0;
 }
 
-static uint64_t *file_pool_field(struct agg_file *a, unsigned pool, size_t field)
+static uint64_t *file_pool_field(struct ferry_agg_area *a, unsigned pool, size_t field)
 {
-    struct agg_file_pool *p = &a->pools[pool];
+    struct ferry_agg_pool_row *p = &a->pools[pool];
     switch (field) {
     case AGG_PST(submitted): return &p->submitted;
     case AGG_PST(completed): return &p->completed;
@@ -85,7 +49,7 @@ static uint64_t *file_pool_field(struct agg_file *a, unsigned pool, size_t field
 void agg_stat(struct ferry_group *g, size_t field, uint64_t n)
 {
     __atomic_add_fetch((uint64_t *)((char *)&g->st + field), n, __ATOMIC_RELAXED);
-    struct agg_file *a = area();
+    struct ferry_agg_area *a = area();
     uint64_t *f = a ? file_field(a, field) : 0;
     if (f)
         __atomic_add_fetch(f, n, __ATOMIC_RELAXED);
@@ -94,7 +58,7 @@ void agg_stat(struct ferry_group *g, size_t field, uint64_t n)
 void agg_stat_pool(struct ferry_group *g, unsigned pool, size_t field, uint64_t n)
 {
     __atomic_add_fetch((uint64_t *)((char *)&g->st + field + pool * POOL_STRIDE), n, __ATOMIC_RELAXED);
-    struct agg_file *a = area();
+    struct ferry_agg_area *a = area();
     uint64_t *f = a ? file_pool_field(a, pool, field) : 0;
     if (f)
         __atomic_add_fetch(f, n, __ATOMIC_RELAXED);
@@ -110,7 +74,7 @@ static void max_into(uint64_t *p, uint64_t v)
 void agg_stat_max_depth(struct ferry_group *g, unsigned pool, uint64_t depth)
 {
     max_into(&g->st.pools[pool].max_depth, depth);
-    struct agg_file *a = area();
+    struct ferry_agg_area *a = area();
     if (a)
         max_into(&a->pools[pool].max_depth, depth);
 }
@@ -121,7 +85,7 @@ void agg_stat_batch(struct ferry_group *g, unsigned pool, unsigned n)
     while (b < 11 && (n >> (b + 1)))
         b++;
     __atomic_add_fetch(&g->st.pools[pool].batches[b], 1, __ATOMIC_RELAXED);
-    struct agg_file *a = area();
+    struct ferry_agg_area *a = area();
     if (a)
         __atomic_add_fetch(&a->pools[pool].batches[b], 1, __ATOMIC_RELAXED);
 }
@@ -130,28 +94,28 @@ void agg_stat_batch(struct ferry_group *g, unsigned pool, unsigned n)
  * counts in the totals). */
 int agg_stat_carrier_slot(void)
 {
-    struct agg_file *a = area();
+    struct ferry_agg_area *a = area();
     if (!a)
         return -1;
     uint32_t n = __atomic_load_n(&a->carrier_slots, __ATOMIC_RELAXED);
     do
-        if (n >= CARRIER_SLOTS)
+        if (n >= FERRY_AGG_CARRIER_SLOTS)
             return -1;
     while (!__atomic_compare_exchange_n(&a->carrier_slots, &n, n + 1, 1, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
     return (int)n;
 }
 
-static struct agg_file_carrier *carrier_row(struct agg_carrier *c)
+static struct ferry_agg_carrier_row *carrier_row(struct agg_carrier *c)
 {
-    struct agg_file *a = area();
+    struct ferry_agg_area *a = area();
     return a && c->slot >= 0 ? &a->carrier[c->slot] : 0;
 }
 
 void agg_stat_carrier(struct agg_carrier *c, uint64_t fibers, uint64_t switches, uint64_t crossings,
                       uint64_t completed)
 {
-    struct agg_file_carrier *row = carrier_row(c);
+    struct ferry_agg_carrier_row *row = carrier_row(c);
     if (!row)
         return;
     /* each row has one writer, its carrier: plain adds */
@@ -163,7 +127,7 @@ void agg_stat_carrier(struct agg_carrier *c, uint64_t fibers, uint64_t switches,
 
 void agg_stat_carrier_peak(struct agg_carrier *c)
 {
-    struct agg_file_carrier *row = carrier_row(c);
+    struct ferry_agg_carrier_row *row = carrier_row(c);
     if (row)
         row->peak = c->peak;
 }
@@ -171,15 +135,15 @@ void agg_stat_carrier_peak(struct agg_carrier *c)
 /* A new group: its settings and routing table in the file. */
 void agg_stats_group(struct ferry_group *g)
 {
-    struct agg_file *a = area();
+    struct ferry_agg_area *a = area();
     if (!a)
         return;
-    a->version = 1;
+    a->version = FERRY_AGG_VERSION;
     if (a->npools < g->cfg.npools)
         a->npools = g->cfg.npools;
     for (unsigned i = 0; i < g->cfg.npools; i++) {
         const struct ferry_pool_config *pc = &g->cfg.pools[i];
-        struct agg_file_pool *p = &a->pools[i];
+        struct ferry_agg_pool_row *p = &a->pools[i];
         p->entries = pc->entries ? pc->entries : 256;
         p->concurrency = pc->concurrency;
         p->cpus = pc->cpus;
@@ -191,7 +155,7 @@ void agg_stats_group(struct ferry_group *g)
     }
     ferry_memcpy(a->route, g->cfg.route, sizeof(a->route));
     __atomic_add_fetch(&a->groups, 1, __ATOMIC_RELAXED);
-    __atomic_store_n((uint64_t *)a->magic, *(const uint64_t *)"FERRYAGG", __ATOMIC_RELEASE);
+    __atomic_store_n((uint64_t *)a->magic, *(const uint64_t *)FERRY_AGG_MAGIC, __ATOMIC_RELEASE);
 }
 
 __attribute__((visibility("default"))) int ferry_group_stats(struct ferry_group *g,

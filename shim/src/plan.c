@@ -36,14 +36,6 @@
 
 static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
-static const char plan_magic[16] = "FERRYPLAN\0v1\0\0\0";
-
-struct plan_header {
-    char magic[16];
-    uint64_t tramp_vaddr, ctl_vaddr;
-    uint32_t tramp_size, ctl_size, nrefs, nwindows;
-};
-
 /* Modules this process has patched from a plan, by load address. */
 static uint64_t planned[MAX_TARGETS];
 static int nplanned;
@@ -203,11 +195,11 @@ int ferry_windows_each(const struct windows *w,
 {
     const char *win = w->first;
     for (uint32_t i = 0; i < w->count; i++) {
-        const uint64_t *h = (const void *)win;
-        uint64_t vaddr = h[0];
-        uint32_t len = (uint32_t)h[1];
-        const unsigned char *bytes = (const unsigned char *)(win + 16);
-        if (win + 16 + len > w->end || len < 5 || len > 64 || bytes[0] != 0xe9)
+        const struct ferry_plan_window *h = (const void *)win;
+        uint64_t vaddr = h->vaddr;
+        uint32_t len = h->size;
+        const unsigned char *bytes = (const unsigned char *)(h + 1);
+        if ((const char *)(h + 1) + len > w->end || len < 5 || len > 64 || bytes[0] != 0xe9)
             return -22;
         unsigned char patch[64];
         ferry_memcpy(patch, bytes, len);
@@ -215,7 +207,7 @@ int ferry_windows_each(const struct windows *w,
         ferry_memcpy(&disp, patch + 1, 4);
         disp = (int32_t)((int64_t)disp + w->delta);
         ferry_memcpy(patch + 1, &disp, 4);
-        win += 16 + pad8(len);
+        win += sizeof(*h) + pad8(len);
         int rc = fn(vaddr, patch, len, ctx);
         if (rc)
             return rc;
@@ -278,18 +270,18 @@ static int windows_in_text(const struct target *t, const struct windows *w)
 {
     const char *win = w->first;
     for (uint32_t i = 0; i < w->count; i++) {
-        const uint64_t *h = (const void *)win;
-        uint32_t len = (uint32_t)h[1];
+        const struct ferry_plan_window *h = (const void *)win;
+        uint32_t len = h->size;
         int inside = 0;
         for (int k = 0; k < t->phnum && !inside; k++) {
             const ElfW(Phdr) *ph = &t->phdr[k];
             struct write_ctx c = {t, ph};
             inside = ph->p_type == PT_LOAD && (ph->p_flags & PF_X) &&
-                     count_in(h[0], 0, len, &c) == 0;
+                     count_in(h->vaddr, 0, len, &c) == 0;
         }
-        if (!inside || win + 16 + len > w->end)
+        if (!inside || (const char *)(h + 1) + len > w->end)
             return 0;
-        win += 16 + pad8(len);
+        win += sizeof(*h) + pad8(len);
     }
     return 1;
 }
@@ -298,10 +290,10 @@ static int any_avoided(const struct target *t, const struct windows *w)
 {
     const char *win = w->first;
     for (uint32_t i = 0; i < w->count; i++) {
-        const uint64_t *h = (const void *)win;
-        if (avoided(t->base + h[0], t->base + h[0] + (uint32_t)h[1]))
+        const struct ferry_plan_window *h = (const void *)win;
+        if (avoided(t->base + h->vaddr, t->base + h->vaddr + h->size))
             return 1;
-        win += 16 + pad8((uint32_t)h[1]);
+        win += sizeof(*h) + pad8(h->size);
     }
     return 0;
 }
@@ -310,8 +302,8 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, const struct tar
                                const struct ferry_plantext_key *key)
 {
     uint64_t base = t->base;
-    const struct plan_header *h = (const void *)data;
-    if (size < sizeof(*h) || !ferry_memeq(h->magic, plan_magic, 16) || h->ctl_vaddr < h->tramp_vaddr)
+    const struct ferry_plan_header *h = (const void *)data;
+    if (size < sizeof(*h) || !ferry_memeq(h->magic, FERRY_PLAN_MAGIC, FERRY_PLAN_MAGIC_LEN) || h->ctl_vaddr < h->tramp_vaddr)
         return 0;
     const char *tramp = data + sizeof(*h);
     const char *ctl = tramp + pad8(h->tramp_size);

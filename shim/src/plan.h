@@ -6,6 +6,30 @@
 
 #include "ctl.h"
 
+/* A patch plan (<cache>/plans/), written by rewriter/plan.py: this header,
+ * the trampolines and the control block (each padded to 8), nrefs u32
+ * offsets in the trampolines of rel32 fields that refer into the module
+ * (padded to 8), then nwindows windows, each a struct ferry_plan_window and
+ * its bytes (padded to 8).  ferry.base.layouts gives Python these layouts. */
+#define FERRY_PLAN_MAGIC "FERRYPLAN\0v1\0\0\0\0"
+#define FERRY_PLAN_MAGIC_LEN 16
+
+struct ferry_plan_header {
+    char magic[FERRY_PLAN_MAGIC_LEN];
+    uint64_t tramp_vaddr;           /* where the rewritten file has them */
+    uint64_t ctl_vaddr;
+    uint32_t tramp_size;
+    uint32_t ctl_size;
+    uint32_t nrefs;
+    uint32_t nwindows;
+};
+
+struct ferry_plan_window {
+    uint64_t vaddr;                 /* the window's first byte in the module */
+    uint32_t size;                  /* bytes that follow, starting with `jmp rel32` */
+    uint32_t reserved;
+};
+
 /* Apply the cached plan of every loaded module that was not rewritten;
  * `enable` is called for each module patched.  Returns how many. */
 /* Comma-separated hex addresses whose windows must not be patched. */

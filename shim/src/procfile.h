@@ -5,7 +5,8 @@
  * so a process that crashes, is killed, or replaces itself with exec leaves
  * everything it counted.  The header says how the process ended, when it
  * could tell.  Without a run directory the same layout lives in anonymous
- * memory.  ferry/rundata.py reads this layout; every offset is mirrored there.
+ * memory.  ferry/procfile.py reads it with the offsets the compiler gives
+ * (ferry.base.layouts, generated from this header by tools/gen_layouts.py).
  *
  * The file is sized for max_blocks blocks when it is made (sparse: only what
  * is written takes room) and the shim keeps no descriptor of it: a thread's
@@ -28,6 +29,11 @@
 #define FERRY_MAX_WAITS 512
 #define FERRY_ERRNO_SLOTS 1024
 #define FERRY_HIST_BUCKETS 32
+/* platform: whose call numbers the file counts; a Windows process's name
+ * table holds one NUL-padded name of FERRY_CALL_NAME_SIZE bytes a number */
+#define FERRY_PLATFORM_LINUX 0
+#define FERRY_PLATFORM_WINDOWS 1
+#define FERRY_CALL_NAME_SIZE 64
 
 enum ferry_proc_state {
     FERRY_STATE_RUNNING = 1,
@@ -125,7 +131,7 @@ struct ferry_proc_header {
     struct ferry_wait_entry waits[FERRY_MAX_WAITS];         /* 40960 */
     uint64_t internal[FERRY_NR_MAX];                        /* 49152: the shim's own calls */
     char catchall[4096];            /* 53248: sites caught by the catch-all (catchall.h) */
-    char aggregate[8192];           /* 57344: aggregation statistics (agg.h) */
+    char aggregate[8192];           /* 57344: aggregation statistics (aggarea.h) */
 };
 
 /* The catch-all's record (header offset 53248): every site outside the
