@@ -48,6 +48,7 @@ MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
 
 STATE_RUNNING, STATE_EXITED, STATE_EXEC, STATE_DETACHED = 1, 2, 3, 4
 EXEC_REWRITTEN, EXEC_PLAIN, EXEC_SETUID, EXEC_STATIC, EXEC_UNKNOWN, EXEC_FOREIGN = 1, 2, 3, 4, 5, 6
+EXEC_WINDOWS = 7        # wine on a Windows program, which carries ferry.dll (its own files follow)
 MODES = {0: "off", 1: "count", 2: "trace", 3: "aggregate"}
 # Modes whose blocks hold errors and times: trace (the traced calls) and aggregate (the calls
 # that reach the shim's slow path, the engine's among them; docs/aggregate.md).

@@ -22,6 +22,8 @@ NOT_ENABLED = {
     procfile.EXEC_UNKNOWN: "not an ELF program the shim could read",
     procfile.EXEC_FOREIGN: "a program the shim cannot be loaded into (32-bit, or a dynamic "
                            "loader other than glibc's x86-64 ld.so, such as musl's)",
+    procfile.EXEC_WINDOWS: "wine, started on a Windows program with ferry.dll: the program and "
+                           "its children are the Windows processes of this run",
 }
 PREINIT_NOTE = ("calls made before the shim initialized (the dynamic loader mapping the "
                 "program's libraries) are not seen and not counted")

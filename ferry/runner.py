@@ -197,6 +197,8 @@ def _program_env(launch, profile, out_dir):
     settings["FERRY_CACHE"] = str(cache.root())  # the one this run's images are in
     # preloaded into children without an image
     settings["FERRY_SHIM"] = str(shimlib.path().resolve())
+    from .injector.pe_launch import linux_settings
+    settings.update(linux_settings(profile, out_dir))   # `wine app.exe` from a script
     return enabled_env(base, settings, launch.how, shim=settings["FERRY_SHIM"],
                        libdir=launch.libdir)
 
