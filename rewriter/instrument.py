@@ -198,7 +198,19 @@ def instrument(path, out_dir=None, progress=_noop):
         raise InputError(path, "corrupt ELF file: a name in it is not valid text") from None
 
 
+def _is_pe(path):
+    from .pe_kind import is_pe
+    try:
+        with open(path, "rb") as f:
+            return is_pe(f.read(2))
+    except OSError:
+        return False        # said by the ELF path, as for any unreadable file
+
+
 def _instrument(path, out_dir, progress):
+    if _is_pe(path):
+        from . import pe_instrument
+        return pe_instrument.instrument(path, out_dir, progress)
     started = time.monotonic()
     # Refuse what the shim cannot serve before hashing or parsing anything.
     kind = elfkind.classify(path)

@@ -10,7 +10,11 @@
 #define FERRY_PLATFORM_WINDOWS 1
 
 static struct ferry_stub stubs[FERRY_WIN_MAX_STUBS];
-static int nstubs, nntdll;      /* all stubs; ntdll's (win32u's follow) */
+static int nstubs, nntdll, nwin32u;  /* all stubs; ntdll's, then win32u's, then the rewritten modules' */
+#define MAX_REWRITTEN 16
+static struct ferry_module rewritten[MAX_REWRITTEN];
+static int nrewritten;
+static uint64_t *slots[FERRY_WIN_MAX_STUBS];
 static struct ferry_proc_header *hdr;
 static uint8_t *blocks;
 static uint32_t block_size;
@@ -266,12 +270,20 @@ static int open_file(const WCHAR *dir, int mode)
     hdr->names_offset = names_off;
     hdr->names_size = (uint32_t)(nstubs * FERRY_WIN_NAME_MAX);
     hdr->nsites = (uint32_t)nstubs;
-    hdr->nmodules = nstubs > nntdll ? 2 : 1;
     ferry_copy(hdr->modules[0].name, "ntdll.dll", 10);
     hdr->modules[0].nsites = (uint32_t)nntdll;
-    ferry_copy(hdr->modules[1].name, "win32u.dll", 11);
-    hdr->modules[1].nsites = (uint32_t)(nstubs - nntdll);
-    hdr->modules[1].site_base = (uint32_t)nntdll;
+    uint32_t mi = 1;
+    if (nwin32u) {
+        ferry_copy(hdr->modules[mi].name, "win32u.dll", 11);
+        hdr->modules[mi].nsites = (uint32_t)nwin32u;
+        hdr->modules[mi++].site_base = (uint32_t)nntdll;
+    }
+    for (int i = 0; i < nrewritten; i++, mi++) {
+        ferry_copy(hdr->modules[mi].name, rewritten[i].name, sizeof(rewritten[i].name));
+        hdr->modules[mi].nsites = (uint32_t)rewritten[i].nsites;
+        hdr->modules[mi].site_base = (uint32_t)(nntdll + nwin32u + rewritten[i].first);
+    }
+    hdr->nmodules = mi;
     for (int i = 0; i < nstubs; i++)
         ferry_copy(view + names_off + (uint64_t)i * FERRY_WIN_NAME_MAX, stubs[i].name, FERRY_WIN_NAME_MAX);
     fill_identity();
@@ -413,7 +425,11 @@ static void start(HINSTANCE self)
      * initialization runs, when the program uses it */
     void *win32u = GetModuleHandleW(L"win32u.dll");
     int nwin = win32u ? ferry_find_stubs(win32u, stubs + nntdll, FERRY_WIN_MAX_STUBS - nntdll) : 0;
-    nstubs = nntdll + (nwin > 0 ? nwin : 0);
+    nwin32u = nwin > 0 ? nwin : 0;
+    nstubs = nntdll + nwin32u;
+    /* the programs and DLLs `ferry instrument` rewrote: their own stubs */
+    nstubs += ferry_find_rewritten(stubs + nstubs, slots, FERRY_WIN_MAX_STUBS - nstubs, stubs, nntdll,
+                                   rewritten, MAX_REWRITTEN, &nrewritten);
     tls_index = TlsAlloc();
     if (tls_index == TLS_OUT_OF_INDEXES || tls_index >= 64)
         return;     /* the TEB's 64 inline slots only: the trampolines read one directly */
@@ -423,7 +439,12 @@ static void start(HINSTANCE self)
     uint32_t slot = TEB_TLS_SLOTS + 8 * tls_index;
     int timed = mode == FERRY_MODE_TRACE;
     ferry_patch_stubs(stubs, nntdll, 0, slot, timed, &exit_status, (void **)&create_original);
-    ferry_patch_stubs(stubs + nntdll, nstubs - nntdll, (uint32_t)nntdll, slot, timed, 0, 0);
+    ferry_patch_stubs(stubs + nntdll, nwin32u, (uint32_t)nntdll, slot, timed, 0, 0);
+    for (int i = 0; i < nrewritten; i++) {
+        int first = nntdll + nwin32u + rewritten[i].first;
+        ferry_link_stubs(stubs + first, rewritten[i].nsites, (uint32_t)first, slot, timed,
+                         slots + rewritten[i].first);
+    }
 }
 
 static void finish(void)

@@ -30,6 +30,23 @@ int ferry_find_stubs(void *ntdll, struct ferry_stub *stubs, int cap);
  * status and NtCreateUserProcess's own code */
 int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
                       int timed, int32_t **exit_status, void **create_original);
+/* stubs[0..n) (sorted by entry) given trampolines without touching their
+ * entries: slot i gets trampoline i (a rewritten module's stubs jump through it) */
+int ferry_link_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset, int timed,
+                     uint64_t *const *slots);
+
+/* modules.c: the modules `ferry instrument` rewrote, loaded in this process */
+struct ferry_module {
+    char name[64];
+    int first, nsites;          /* their stubs: out[first .. first + nsites) */
+};
+/* Their stubs into out[0..cap) (named after the stub of `named` with the
+ * same SSN), slot addresses into slots[], a module entry each into mods
+ * (*nmods counts them); the number of stubs. */
+int ferry_find_rewritten(struct ferry_stub *out, uint64_t **slots, int cap,
+                         const struct ferry_stub *named, int nnamed, struct ferry_module *mods,
+                         int maxmods, int *nmods);
+
 /* children (ferry_dll.c): NtCreateUserProcess's replacement */
 long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,
                                          void *toa, uint32_t pflags, uint32_t tflags, void *params,

@@ -300,19 +300,18 @@ static void resume_all(HANDLE *held, int nheld)
     }
 }
 
-/* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
-int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
-                      int timed, int32_t **exit_status, void **create_original)
+/* The trampolines of stubs[0..n), in memory within reach of them; NULL if
+ * none could be made.  Trampoline i is at the result + DATA_SIZE + i * TRAMP_SIZE. */
+static uint8_t *make_trampolines(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
+                                 int timed, int32_t **exit_status, void **create_original)
 {
-    if (n <= 0)
-        return -1;
     uint8_t *lo = stubs[0].entry, *hi = stubs[n - 1].entry + STUB_SCAN;
     /* the data (slots, unwind data, function table), then the trampolines,
      * made read-only and executable */
     SIZE_T size = DATA_SIZE + (SIZE_T)n * TRAMP_SIZE;
     uint8_t *area = alloc_near(lo, hi, size);
     if (!area)
-        return -1;
+        return 0;
     void *slots[5] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
                       (void *)ferry_create_user_process};
     ferry_copy(area, slots, sizeof(slots));
@@ -343,10 +342,24 @@ int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t 
     }
     DWORD old;
     if (!VirtualProtect(area + DATA_SIZE, size - DATA_SIZE, PAGE_EXECUTE_READ, &old))
-        return -1;
+        return 0;
     FlushInstructionCache(GetCurrentProcess(), area + DATA_SIZE, size - DATA_SIZE);
     if (ntable)
         RtlAddFunctionTable(table, (DWORD)ntable, (DWORD64)(uintptr_t)area);
+    return area;
+}
+
+/* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
+int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
+                      int timed, int32_t **exit_status, void **create_original)
+{
+    if (n <= 0)
+        return -1;
+    uint8_t *area = make_trampolines(stubs, n, first, tls_offset, timed, exit_status, create_original);
+    if (!area)
+        return -1;
+    uint8_t *lo = stubs[0].entry, *hi = stubs[n - 1].entry + STUB_SCAN;
+    DWORD old;
     if (!VirtualProtect(lo, (SIZE_T)(hi - lo), PAGE_EXECUTE_READWRITE, &old))
         return -1;
     static HANDLE held[256];
@@ -368,5 +381,19 @@ int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t 
     FlushInstructionCache(GetCurrentProcess(), lo, (SIZE_T)(hi - lo));
     resume_all(held, nheld);
     VirtualProtect(lo, (SIZE_T)(hi - lo), old, &old);
+    return 0;
+}
+
+int ferry_link_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset, int timed,
+                     uint64_t *const *slots)
+{
+    if (n <= 0)
+        return -1;
+    uint8_t *area = make_trampolines(stubs, n, first, tls_offset, timed, 0, 0);
+    if (!area)
+        return -1;
+    for (int i = 0; i < n; i++)
+        __atomic_store_n(slots[i], (uint64_t)(uintptr_t)(area + DATA_SIZE + i * TRAMP_SIZE),
+                         __ATOMIC_RELEASE);
     return 0;
 }
