@@ -35,17 +35,16 @@ int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t 
 int ferry_link_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset, int timed,
                      uint64_t *const *slots);
 
-/* modules.c: the modules `ferry instrument` rewrote, loaded in this process */
-struct ferry_module {
-    char name[64];
-    int first, nsites;          /* their stubs: out[first .. first + nsites) */
-};
-/* Their stubs into out[0..cap) (named after the stub of `named` with the
- * same SSN), slot addresses into slots[], a module entry each into mods
- * (*nmods counts them); the number of stubs. */
-int ferry_find_rewritten(struct ferry_stub *out, uint64_t **slots, int cap,
-                         const struct ferry_stub *named, int nnamed, struct ferry_module *mods,
-                         int maxmods, int *nmods);
+/* modules.c: the modules `ferry instrument` rewrote (a control block each) */
+struct _UNICODE_STRING;
+/* The stubs of the module at `base` if it is one, into out[0..cap) (named
+ * after the stub of `named` with the same SSN), their slots into slots[];
+ * their number (0: not a rewritten module). */
+int ferry_rewritten_stubs(uint8_t *base, struct ferry_stub *out, uint64_t **slots, int cap,
+                          const struct ferry_stub *named, int nnamed);
+/* `fn` on every module loaded now, and the file name of one. */
+void ferry_each_module(void (*fn)(uint8_t *base, const struct _UNICODE_STRING *full));
+void ferry_base_name(const struct _UNICODE_STRING *full, char *out, int cap);
 
 /* children (ferry_dll.c): NtCreateUserProcess's replacement */
 long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,

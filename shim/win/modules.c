@@ -60,36 +60,40 @@ static void name_of(struct ferry_stub *s, const struct ferry_stub *named, int nn
     *p = 0;
 }
 
-int ferry_find_rewritten(struct ferry_stub *out, uint64_t **slots, int cap,
-                         const struct ferry_stub *named, int nnamed, struct ferry_module *mods,
-                         int maxmods, int *nmods)
+void ferry_base_name(const UNICODE_STRING *full, char *out, int cap)
+{
+    const WCHAR *w = full ? full->Buffer : 0, *b = w;
+    int len = w ? full->Length / 2 : 0;
+    for (int i = 0; i < len; i++)
+        if (w[i] == L'\\' || w[i] == L'/')
+            b = w + i + 1;
+    int n = w ? WideCharToMultiByte(CP_UTF8, 0, b, len - (int)(b - w), out, cap - 1, 0, 0) : 0;
+    out[n > 0 ? n : 0] = 0;
+}
+
+int ferry_rewritten_stubs(uint8_t *base, struct ferry_stub *out, uint64_t **slots, int cap,
+                          const struct ferry_stub *named, int nnamed)
+{
+    struct control *c = base ? control_of(base) : 0;
+    if (!c || c->n == 0 || (int)c->n > cap)
+        return 0;
+    for (uint32_t k = 0; k < c->n; k++) {
+        out[k].entry = base + c->site[k].entry;
+        out[k].ssn = c->site[k].ssn;
+        name_of(&out[k], named, nnamed);
+        slots[k] = &c->site[k].slot;
+    }
+    return (int)c->n;
+}
+
+void ferry_each_module(void (*fn)(uint8_t *base, const UNICODE_STRING *full))
 {
     PEB *peb;
     __asm__("movq %%gs:0x60, %0" : "=r"(peb));     /* the TEB's ProcessEnvironmentBlock */
     LIST_ENTRY *head = &peb->Ldr->InMemoryOrderModuleList;
-    int n = 0;
-    for (LIST_ENTRY *l = head->Flink; l != head && *nmods < maxmods; l = l->Flink) {
+    for (LIST_ENTRY *l = head->Flink; l != head; l = l->Flink) {
         LDR_DATA_TABLE_ENTRY *m = CONTAINING_RECORD(l, LDR_DATA_TABLE_ENTRY, InMemoryOrderLinks);
-        uint8_t *base = m->DllBase;
-        struct control *c = base ? control_of(base) : 0;
-        if (!c || c->n == 0 || n + (int)c->n > cap)
-            continue;
-        struct ferry_module *mod = &mods[(*nmods)++];
-        mod->first = n;
-        mod->nsites = (int)c->n;
-        const WCHAR *full = m->FullDllName.Buffer, *b = full;
-        for (USHORT i = 0; full && i < m->FullDllName.Length / 2; i++)
-            if (full[i] == L'\\' || full[i] == L'/')
-                b = full + i + 1;
-        int len = full ? (int)(m->FullDllName.Length / 2 - (b - full)) : 0;
-        int w = WideCharToMultiByte(CP_UTF8, 0, b, len, mod->name, sizeof(mod->name) - 1, 0, 0);
-        mod->name[w > 0 ? w : 0] = 0;
-        for (uint32_t k = 0; k < c->n; k++, n++) {
-            out[n].entry = base + c->site[k].entry;
-            out[n].ssn = c->site[k].ssn;
-            name_of(&out[n], named, nnamed);
-            slots[n] = &c->site[k].slot;
-        }
+        if (m->DllBase)
+            fn(m->DllBase, &m->FullDllName);
     }
-    return n;
 }
