@@ -117,6 +117,7 @@ class ProcFile:
     caught: dict = None        # ferry.catchdata record; None: no catch-all in this process
     platform: int = PLATFORM_LINUX
     names: list = None         # a Windows process's call names, by call number
+    max_blocks: int = None     # threads with a block of their own (ferry.dll: fewer than the shim)
 
     @property
     def windows(self):
@@ -228,7 +229,8 @@ def read(path):
     return ProcFile(path, pid, ppid, seq, state, exit_code, MODES.get(mode, "?"), _cstr(data[256:1280]),
                     argv, _cstr(data[5384:6408]), exec_kind, load_patched, start_real, start_mono, start_tsc,
                     end_real, end_mono, end_tsc, cal_tsc, cal_ns, modules, waits, overflow, blocks, internal,
-                    uid, exec_uid, st.st_uid, aggregation, catchdata.parse(data), platform, table)
+                    uid, exec_uid, st.st_uid, aggregation, catchdata.parse(data), platform, table,
+                    max_blocks)
 
 
 def _block(data, off, mode, capacity, block_size):

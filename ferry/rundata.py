@@ -105,12 +105,15 @@ def load_run(run_dir):
     tables = _module_tables(run_dir)
     images = info.get("images", {})
     t0_mono = min([f.start_mono_ns for f in files] or [0])
-    waited = {}
+    waited, terminated = {}, {}
     for f in files:
         for pid, status, _ in f.waits:
-            waited[pid] = status
+            if f.windows:   # ferry.dll: a process this one ended with TerminateProcess, and its code
+                terminated[pid] = (status, f.pid)
+            else:
+                waited[pid] = status
 
-    processes = _processes(files, info, images, waited, _Creators(run_dir))
+    processes = _processes(files, info, images, waited, _Creators(run_dir), terminated)
     program = info.get("program") or {}
     if program.get("enabled") is False and not any(p["pid"] == info.get("pid") for p in processes):
         # The command itself ran without the shim: it wrote nothing, `ferry
@@ -256,7 +259,7 @@ def _enabled_by(f):
     return "load-time patch" if f.load_patched else "rewritten image"
 
 
-def _processes(files, info, images, waited, creators):
+def _processes(files, info, images, waited, creators, terminated):
     out = []
     later_images = {}
     for f in files:
@@ -284,7 +287,9 @@ def _processes(files, info, images, waited, creators):
             entry["reason"] = ("the shim was preloaded, but none of the program's libraries has a "
                                "patch plan yet")
         if f.overflow:
-            entry["reason"] = f"{f.overflow} threads beyond the shim's {procfile.NR_MAX}-block table were not counted"
+            who = "ferry.dll" if f.windows else "the shim"
+            entry["reason"] = (f"{f.overflow} threads beyond {who}'s {f.max_blocks}-block table "
+                               "were not counted")
         if f.state == procfile.STATE_EXITED:
             entry["state"] = "exited"
             entry["exit"] = {"code": f.exit_code & 0xFF, "signal": None}
@@ -293,7 +298,12 @@ def _processes(files, info, images, waited, creators):
             entry["exec"] = f.exec_path
         elif f.state == procfile.STATE_DETACHED:
             entry["state"] = "detached"
-        if f.state == procfile.STATE_RUNNING:
+        if f.state == procfile.STATE_RUNNING and f.windows and f.pid in terminated:
+            # a Windows process never hears of its end by TerminateProcess: its killer tells
+            code, killer = terminated[f.pid]
+            entry["state"], entry["exit"] = "killed", {"code": code & 0xFF, "signal": None}
+            entry["reason"] = f"ended by TerminateProcess in process {killer}"
+        elif f.state == procfile.STATE_RUNNING:
             status = waited.get(f.pid)
             if status is None and f.pid == root_pid and info.get("exit"):
                 entry["exit"] = info["exit"]

@@ -66,7 +66,9 @@ def prepare(argv, given, original):
     if _built() is None:
         raise FerryError(build / "ferry.dll", "not built (install mingw-w64 and run `make shim`)")
     dll, launcher = _built()
-    return Launch([wine, str(launcher), win_path(detours), win_path(dll), win_path(original)]
+    # the parent the report gives the program: `ferry run`, as for a Linux program
+    return Launch([wine, str(launcher), win_path(detours), win_path(dll), str(os.getpid()),
+                   win_path(original)]
                   + list(argv[1:]), wine, original, None, WINE)
 
 

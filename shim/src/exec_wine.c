@@ -2,8 +2,10 @@
  * the exec hook starts it as `ferry run app.exe` does (injector/pe_launch.py),
  * through ferry-launch.exe, which gives it ferry.dll with Detours:
  *
- *     wine app.exe ARGS  ->  wine ferry-launch.exe DETOURS.DLL FERRY.DLL Z:\...\app.exe ARGS
+ *     wine app.exe ARGS  ->  wine ferry-launch.exe DETOURS.DLL FERRY.DLL PID Z:\...\app.exe ARGS
  *
+ * PID, this process's, is the program's parent in the report (wine runs
+ * ferry-launch.exe in this very process).
  * `ferry run` names the three files and the run directory as Windows sees
  * them (FERRY_WIN_* settings).  wine itself is wine's machinery, not the
  * program: it gets no libferry.so, only the settings ferry.dll reads, which
@@ -111,7 +113,7 @@ char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t
                        size_t progcap)
 {
     char *argv0, *arg1;
-    if (!launch[0] || !dll[0] || !detours[0] || !is_wine(target) || cap < 6)
+    if (!launch[0] || !dll[0] || !detours[0] || !is_wine(target) || cap < 7)
         return 0;
     if (ferry_exec_pointer(argv, 0, &argv0) != 1 || ferry_exec_pointer(argv, 1, &arg1) != 1)
         return 0;
@@ -120,13 +122,18 @@ char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t
         return 0;       /* wine's own options (--version, ...): no program */
     struct stat st;
     if (ferry_raw4(SYS_newfstatat, AT_FDCWD, given, &st, 0) != 0 || !S_ISREG(st.st_mode) ||
-        !pe_program(given) || !win_path(given, prog, progcap))
+        !pe_program(given) || !win_path(given, prog, progcap - 24))
         return 0;
+    char *pid = prog + ferry_strlen(prog) + 1;
+    struct ferry_buf b = {pid, 0, 23, 0};
+    ferry_buf_i64(&b, ferry_raw0(SYS_getpid));
+    pid[b.len] = 0;
     size_t n = 0;
     out[n++] = argv0;
     out[n++] = launch;
     out[n++] = detours;
     out[n++] = dll;
+    out[n++] = pid;
     out[n++] = prog;
     char *p;
     for (size_t i = 2;; i++) {

@@ -16,8 +16,9 @@ int ferry_wine_setting(const char *entry);
 
 /* When the exec of `target` with `argv` (the program's memory) runs wine on
  * an x86-64 Windows program file: the argv that runs it through
- * ferry-launch.exe instead, in `out` (cap entries), the program's Windows
- * path in `prog`.  NULL otherwise. */
+ * ferry-launch.exe instead, in `out` (cap entries); `prog` (progcap bytes)
+ * holds two of its strings: the program's Windows path and this process's
+ * pid.  NULL otherwise. */
 char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t cap, char *prog,
                        size_t progcap);
 

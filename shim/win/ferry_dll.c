@@ -29,7 +29,7 @@ static uint8_t *blocks;
 static uint32_t block_size;
 static uint64_t spare[FERRY_NR_MAX + 8] __attribute__((aligned(64)));  /* threads beyond the file */
 static DWORD tls_index = TLS_OUT_OF_INDEXES;
-static int32_t *exit_status;
+static struct ferry_hooks hooks;
 static uint64_t ns_per_tick_q24 = 1 << 24;     /* ns per TSC tick, 24 fraction bits */    /* kept by NtTerminateProcess's trampoline (patch.c) */
 
 void ferry_zero(void *p, uint64_t n)
@@ -180,6 +180,10 @@ static void fill_cmdline(const char *cl)
     hdr->cmdline_len = len;
 }
 
+/* The parent ferry-launch.exe names (FERRY_WIN_PARENT): the process the run
+ * started this program from, in place of the launcher; 0: none. */
+static int32_t given_parent;
+
 static void fill_identity(void)
 {
     static char cl[8192];
@@ -187,8 +191,10 @@ static void fill_identity(void)
     hdr->pid = (int32_t)GetCurrentProcessId();
     PROCESS_BASIC_INFORMATION pbi;
     ULONG got;
-    if (NtQueryInformationProcess(GetCurrentProcess(), ProcessBasicInformation, &pbi,
-                                  sizeof(pbi), &got) == 0)
+    if (given_parent)
+        hdr->ppid = given_parent;
+    else if (NtQueryInformationProcess(GetCurrentProcess(), ProcessBasicInformation, &pbi,
+                                       sizeof(pbi), &got) == 0)
         hdr->ppid = (int32_t)pbi.InheritedFromUniqueProcessId;
     if (GetModuleFileNameW(0, wbuf, 1024))
         utf8(wbuf, hdr->exe, sizeof(hdr->exe));
@@ -347,7 +353,6 @@ static int env_mode(void)
 typedef long (__stdcall *create_fn)(void *, void *, uint32_t, uint32_t, void *, void *, uint32_t,
                                     uint32_t, void *, void *, void *);
 typedef BOOL (WINAPI *update_fn)(HANDLE, LPCSTR *, DWORD);
-static create_fn create_original;
 static update_fn update_with_dll;
 static WCHAR run_dir[2048], detours_path[1024];
 static char self_path[1024];
@@ -398,7 +403,7 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
     uint8_t *pp = params;
     WCHAR **envp = pp ? (WCHAR **)(pp + PARAMS_ENVIRONMENT) : 0;
     if (!update_with_dll || !envp || !*envp)
-        return create_original(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
+        return ((create_fn)hooks.create_original)(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
     int has_size = *(uint32_t *)(pp + PARAMS_LENGTH) >= PARAMS_ENVIRONMENT_SIZE + 8;
     SIZE_T *sizep = has_size ? (SIZE_T *)(pp + PARAMS_ENVIRONMENT_SIZE) : 0;
     WCHAR *saved = *envp;
@@ -409,7 +414,7 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
         if (sizep)
             *sizep = chars * sizeof(WCHAR);
     }
-    long st = create_original(ph, th, pa, ta, poa, toa, pflags, tflags | CREATE_SUSPENDED_THREAD,
+    long st = ((create_fn)hooks.create_original)(ph, th, pa, ta, poa, toa, pflags, tflags | CREATE_SUSPENDED_THREAD,
                               params, info, attrs);
     *envp = saved;
     if (sizep)
@@ -432,9 +437,9 @@ static void patch_module(int i)
     if (mods[i].linked)
         ferry_link_stubs(s, mods[i].n, first, tls_slot, timed, slots + first);
     else if (first == 0)    /* ntdll: the process's exit status, and its children */
-        ferry_patch_stubs(s, mods[i].n, 0, tls_slot, timed, &exit_status, (void **)&create_original);
+        ferry_patch_stubs(s, mods[i].n, 0, tls_slot, timed, &hooks);
     else
-        ferry_patch_stubs(s, mods[i].n, first, tls_slot, timed, 0, 0);
+        ferry_patch_stubs(s, mods[i].n, first, tls_slot, timed, 0);
 }
 
 /* A module `ferry instrument` rewrote: its stubs, a module of their own. */
@@ -491,6 +496,29 @@ static void watch_loads(void)
         reg(0, late_load, 0, &cookie);
 }
 
+/* Another process ended with TerminateProcess: it never hears of its end,
+ * so its killer records it (the pid and the exit code given) in its own
+ * process file's waits, where `ferry report` looks for it. */
+typedef long (__stdcall *terminate_fn)(void *, long);
+
+long __stdcall ferry_terminate_process(void *process, long status)
+{
+    terminate_fn own = (terminate_fn)hooks.terminate_original;
+    DWORD pid = process && process != (void *)-1 ? GetProcessId(process) : 0;
+    if (!pid || pid == GetCurrentProcessId())
+        return own(process, status);
+    long st = own(process, status);
+    if (st >= 0) {
+        uint32_t i = __atomic_fetch_add(&hdr->nwaits, 1, __ATOMIC_ACQ_REL);
+        if (i < FERRY_MAX_WAITS) {
+            hdr->waits[i].status = (int32_t)status;
+            hdr->waits[i].mono_ns = qpc_ns();
+            __atomic_store_n(&hdr->waits[i].pid, (int32_t)pid, __ATOMIC_RELEASE);
+        }
+    }
+    return st;
+}
+
 static void start(HINSTANCE self)
 {
     static WCHAR *const dir = run_dir;
@@ -501,10 +529,15 @@ static void start(HINSTANCE self)
         detours_path[0] = 0;
     GetModuleFileNameA(self, self_path, sizeof(self_path));
     run_mode = mode;
+    char parent[16];
+    DWORD np = GetEnvironmentVariableA("FERRY_WIN_PARENT", parent, sizeof(parent));
+    for (DWORD i = 0; np < sizeof(parent) && i < np && parent[i] >= '0' && parent[i] <= '9'; i++)
+        given_parent = given_parent * 10 + (parent[i] - '0');
     /* the program sees its environment as it was given, without Ferry's */
     SetEnvironmentVariableW(L"FERRY_MODE", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_DETOURS", 0);
+    SetEnvironmentVariableW(L"FERRY_WIN_PARENT", 0);
     if (mode == FERRY_MODE_OFF || n == 0 || n >= 2048)
         return;
     nntdll = ferry_find_stubs(GetModuleHandleW(L"ntdll.dll"), stubs, FERRY_WIN_MAX_STUBS);
@@ -538,8 +571,8 @@ static void finish(void)
     hdr->end_real_ns = real_ns();
     hdr->end_mono_ns = qpc_ns();
     hdr->end_tsc = __builtin_ia32_rdtsc();
-    if (exit_status)
-        hdr->exit_code = __atomic_load_n(exit_status, __ATOMIC_ACQUIRE);
+    if (hooks.exit_status)
+        hdr->exit_code = __atomic_load_n(hooks.exit_status, __ATOMIC_ACQUIRE);
     __atomic_store_n(&hdr->state, FERRY_STATE_EXITED, __ATOMIC_RELEASE);
 }
 
