@@ -412,7 +412,29 @@ def _site_info(f, g, tables):
     return f"?#{g}", None, None
 
 
+def _windows_sites(f):
+    """(site id, module, name, calls, errors, ticks) of a Windows process:
+    ferry.dll patches one stub per call number, so its calls are its sites."""
+    for b in f.blocks:
+        for nr, calls in enumerate(b.calls):
+            if not calls:
+                continue
+            module, index = next(((name, nr - base) for name, n, base in f.modules
+                                  if base <= nr < base + n), (None, nr))
+            st = b.nr.get(nr)
+            yield (f"{module}#{index}", module, f.name_of(nr), calls, st.errors if st else 0,
+                   st.ticks if st else 0)
+
+
 def _add_sites(acc, f, tables):
+    if f.windows:
+        for sid, module, name, calls, errors, ticks in _windows_sites(f):
+            s = acc.setdefault(sid, {"id": sid, "module": module, "function": name, "address": None,
+                                     "nr": None, "name": name, "calls": 0, "errors": 0, "time_ns": 0})
+            s["calls"] += calls
+            s["errors"] += errors
+            s["time_ns"] += round(f.ticks_to_ns(ticks))
+        return
     for b in f.blocks:
         for g, (calls, errors, ticks) in b.sites.items():
             sid, module, site = _site_info(f, g, tables)
