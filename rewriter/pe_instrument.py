@@ -17,11 +17,10 @@ the export table of the copy actually loaded (NTDLL_NOTE says why).
 """
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from . import atomic, cache, layout, manifest, pe_kind, pe_load, pe_rewrite, pe_sites, shimlib
+from . import cache, layout, manifest, pe_kind, pe_load, pe_rewrite, pe_sites, shimlib
 from .elfload import read_input
 from .errors import FerryError, InputError
 
@@ -113,7 +112,8 @@ def _rewrite_module(image, tmp, name):
 
 
 def instrument(path, out_dir, progress):
-    from .instrument import AlreadyRewritten, Result, _current_manifest, _move_into_place, _served
+    from .instrument import (AlreadyRewritten, Result, _current_manifest, _move_into_place, _served,
+                             output_dir, staging_dir)
     started = time.monotonic()
     headers, _problem = pe_kind.parse_headers(read_input(Path(path)))
     if headers is not None and headers.is_dll:     # said first: whatever else is wrong with it
@@ -125,19 +125,14 @@ def instrument(path, out_dir, progress):
     dll_sha = cache.sha256_file(dll)
     deps = closure(image)
     shas = [image.sha256] + [cache.sha256_file(p) if p else None for _n, p, _b in deps]
-    in_cache = out_dir is None
-    out_dir = Path(out_dir) if out_dir is not None else cache.program_dir(image.sha256)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FerryError(out_dir, "output exists and is not a directory")
+    out_dir = output_dir(out_dir, image.sha256)
     # modules not found count as such (None) in both lists
     cached = _current_manifest(out_dir, dll_sha, shas)
     if cached is not None:
         return _served(path, out_dir, cached, False, started, progress)
 
     progress("start", None, total=1 + len(deps))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    os.chmod(tmp, 0o777 & ~atomic.umask())
+    tmp = staging_dir(out_dir)
     try:
         records = []
         root = image.path.name
