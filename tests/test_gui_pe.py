@@ -9,7 +9,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from test_gui import make_project, own_places, press, wait_shown, window  # noqa: E402,F401
 from test_pe_run import ferry_dll_built  # noqa: E402,F401 (fixture)
-from winenv import wine, win_programs  # noqa: E402,F401 (fixtures)
 
 from ferry.gui import project as projects  # noqa: E402
 from ferry.rundata import load_run  # noqa: E402

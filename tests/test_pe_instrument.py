@@ -10,7 +10,7 @@ import pytest
 
 from conftest import FERRY
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
-from winenv import WIN_SOURCES, build_win_program, wine, win_programs  # noqa: F401 (fixtures)
+from winenv import WIN_SOURCES, build_win_program
 
 
 def _ferry(env, *args):

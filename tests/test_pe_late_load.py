@@ -8,7 +8,6 @@ import pytest
 
 from conftest import FERRY
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
-from winenv import wine, win_programs  # noqa: F401 (fixtures)
 
 
 @pytest.mark.parametrize("profile", ["count", "trace"])

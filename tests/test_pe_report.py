@@ -7,7 +7,6 @@ import subprocess
 
 from conftest import FERRY
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
-from winenv import wine, win_programs  # noqa: F401 (fixtures)
 
 
 def _run(wine, run_dir, *argv, profile="count"):

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from conftest import FERRY
-from winenv import wine, win_programs  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 

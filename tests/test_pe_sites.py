@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import FERRY
-from winenv import win_programs  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 WINE_DLLS = Path("/usr/lib/x86_64-linux-gnu/wine/x86_64-windows")
