@@ -5,9 +5,10 @@ exit code are those of the same script without Ferry."""
 import json
 import subprocess
 
+import pytest
+
 from conftest import FERRY
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
-from winenv import wine, win_programs  # noqa: F401 (fixtures)
 
 
 def _same_as_plain(wine, script, run_dir, cwd):
@@ -71,7 +72,43 @@ def test_children_of_a_program_from_a_script_are_enabled(wine, win_programs, fer
 
 def test_program_from_a_script_sees_no_ferry_variable(wine, win_programs, ferry_dll_built, tmp_path):
     exe = win_programs["show_env"]
-    r = _same_as_plain(wine, f"wine {exe} | grep -c -E 'FERRY_(MODE|WIN_|RUN_DIR|SHIM)'; true", tmp_path / "run", tmp_path)
+    script = f"wine {exe} | grep -c -E 'FERRY_(MODE|WIN_|RUN_DIR|SHIM)'; true"
+    r = _same_as_plain(wine, script, tmp_path / "run", tmp_path)
     assert r.stdout == b"0\n"
     windows = [p for p in _model(tmp_path / "run", wine.env)["processes"] if p.get("windows")]
     assert len(windows) == 1 and windows[0]["enabled"], windows
+
+
+def _own_binfmt(cmd):
+    """`cmd` in a user and mount namespace of its own whose binfmt_misc hands
+    files starting with "MZ" to wine, as Debian's binfmt-support entry does
+    (since Linux 6.7 such a registration is that namespace's alone)."""
+    script = ("mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc && "
+              "echo ':ferry-test-wine:M::MZ::/usr/bin/wine:' > /proc/sys/fs/binfmt_misc/register && "
+              'exec "$@"')
+    return ["unshare", "-U", "-r", "-m", "sh", "-c", script, "sh", *map(str, cmd)]
+
+
+def test_program_run_directly_through_binfmt_is_enabled(wine, win_programs, ferry_dll_built, tmp_path):
+    """`./app.exe ARGS` from a script, which the kernel hands to wine through
+    binfmt_misc: started with ferry.dll as `wine app.exe ARGS` is."""
+    probe = subprocess.run(_own_binfmt(["true"]), capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"no binfmt_misc of a user namespace's own here: {probe.stderr.decode().strip()}")
+    exe = win_programs["write_count"]
+    counts = {}
+    for n in (0, 21):
+        script = f"./{exe.name} direct{n}.bin {n}; echo after $?"
+        plain = subprocess.run(_own_binfmt(["sh", "-c", script]), env=wine.env, capture_output=True,
+                               timeout=120, cwd=exe.parent)
+        run_dir = tmp_path / f"run{n}"
+        r = subprocess.run(_own_binfmt(FERRY + ["run", "-p", "count", "-o", run_dir, "--", "sh", "-c",
+                                                script]),
+                           env=wine.env, capture_output=True, timeout=180, cwd=exe.parent)
+        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        assert r.stdout.endswith(f"after {n % 7}\n".encode()), r.stdout
+        model = _model(run_dir, wine.env)
+        windows = [p for p in model["processes"] if p.get("windows")]
+        assert len(windows) == 1 and windows[0]["enabled"], model["processes"]
+        counts[n] = _write_calls(model)
+    assert counts[21] - counts[0] == 21, counts

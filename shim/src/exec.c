@@ -456,11 +456,13 @@ long ferry_exec(const struct ferry_regs *r)
     char *const *use_env = envp;
     char **built;
     uint32_t kind = FERRY_EXEC_UNKNOWN;
-    char prog[PATH_MAX_WINE + 64], **wargv;
-    if (target[0] && (wargv = ferry_wine_argv(target, argv, args, MAX_ARGS, prog, sizeof(prog))) &&
+    char prog[2 * PATH_MAX_WINE], **wargv;
+    const char *wine;
+    if (target[0] &&
+        (wargv = ferry_wine_argv(target, argv, args, MAX_ARGS, prog, sizeof(prog), &wine)) &&
         (built = build_env(envp, env, MAX_ENV, ENV_WINE, 0, x))) {
         ferry_store_exec_begin(path, FERRY_EXEC_WINDOWS);
-        exec_image(target, wargv, built);
+        exec_image(wine, wargv, built);
     }
     if (target[0]) {
         enum cached c = cached_image(target, image, sizeof(image), &st);

@@ -5,7 +5,9 @@
  *     wine app.exe ARGS  ->  wine ferry-launch.exe DETOURS.DLL FERRY.DLL PID Z:\...\app.exe ARGS
  *
  * PID, this process's, is the program's parent in the report (wine runs
- * ferry-launch.exe in this very process).
+ * ferry-launch.exe in this very process).  A PE program executed directly,
+ * which binfmt_misc would hand to wine (`wine FILE ARGS`), is started the
+ * same way.
  * `ferry run` names the three files and the run directory as Windows sees
  * them (FERRY_WIN_* settings).  wine itself is wine's machinery, not the
  * program: it gets no libferry.so, only the settings ferry.dll reads, which
@@ -109,20 +111,126 @@ static int win_path(const char *path, char *out, size_t cap)
     return 1;
 }
 
-char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t cap, char *prog,
-                       size_t progcap)
+/* A small file (/proc) into buf, NUL-terminated; its length or -1. */
+static long read_small(const char *path, char *buf, size_t cap)
 {
-    char *argv0, *arg1;
-    if (!launch[0] || !dll[0] || !detours[0] || !is_wine(target) || cap < 7)
+    long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    long n = ferry_raw3(SYS_read, fd, buf, cap - 1);
+    ferry_raw1(SYS_close, fd);
+    buf[n > 0 ? n : 0] = 0;
+    return n;
+}
+
+/* The value of line `key` ("key value\n") in `text`, or NULL. */
+static const char *line_value(const char *text, const char *key)
+{
+    size_t k = ferry_strlen(key);
+    for (const char *p = text; *p;) {
+        if (ferry_memeq(p, key, k))
+            return p + k;
+        while (*p && *p != '\n')
+            p++;
+        if (*p)
+            p++;
+    }
+    return 0;
+}
+
+/* Whether binfmt_misc entry `text` hands a file starting with "MZ" to wine's
+ * loader, with the arguments as a plain `wine FILE ARGS` (no P, O or C
+ * flag, no mask); the interpreter into `out`. */
+static int wine_entry(const char *text, char *out, size_t cap)
+{
+    const char *interp = line_value(text, "interpreter "), *flags = line_value(text, "flags: ");
+    const char *offset = line_value(text, "offset "), *magic = line_value(text, "magic ");
+    if (!ferry_memeq(text, "enabled\n", 8) || !interp || !offset || !magic ||
+        line_value(text, "mask ") || offset[0] != '0' || offset[1] != '\n' ||
+        !ferry_memeq(magic, "4d5a", 4))
         return 0;
-    if (ferry_exec_pointer(argv, 0, &argv0) != 1 || ferry_exec_pointer(argv, 1, &arg1) != 1)
+    for (const char *f = flags; f && *f && *f != '\n'; f++)
+        if (*f == 'P' || *f == 'O' || *f == 'C')
+            return 0;
+    size_t n = 0;
+    while (interp[n] && interp[n] != '\n')
+        n++;
+    if (n >= cap)
         return 0;
-    char given[PATH_MAX_WINE];
-    if (ferry_exec_string(given, arg1, sizeof(given)) <= 0 || given[0] == '-')
-        return 0;       /* wine's own options (--version, ...): no program */
+    ferry_memcpy(out, interp, n);
+    out[n] = 0;
+    return is_wine(out);
+}
+
+struct dirent64_ {
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[];
+};
+
+/* The interpreter binfmt_misc runs a PE file with, when it is wine's loader
+ * (the kernel would run `wine FILE ARGS`); 0 otherwise. */
+static int binfmt_wine(char *out, size_t cap)
+{
+    static const char dir[] = "/proc/sys/fs/binfmt_misc/";
+    char text[512], path[300], dents[2048];
+    if (read_small("/proc/sys/fs/binfmt_misc/status", text, sizeof(text)) < 7 ||
+        !ferry_memeq(text, "enabled", 7))
+        return 0;
+    long fd = ferry_raw4(SYS_openat, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int found = 0;
+    long n;
+    while (!found && (n = ferry_raw3(SYS_getdents64, fd, dents, sizeof(dents))) > 0) {
+        for (long off = 0; off < n && !found; off += ((struct dirent64_ *)(dents + off))->reclen) {
+            const char *name = ((struct dirent64_ *)(dents + off))->name;
+            if (name[0] == '.' || ferry_memeq(name, "register", 9) || ferry_memeq(name, "status", 7))
+                continue;
+            struct ferry_buf b = {path, 0, sizeof(path), 0};
+            ferry_buf_str(&b, dir);
+            ferry_buf_str(&b, name);
+            if (b.overflow || b.len >= sizeof(path))
+                continue;
+            path[b.len] = 0;
+            found = read_small(path, text, sizeof(text)) > 0 && wine_entry(text, out, cap);
+        }
+    }
+    ferry_raw1(SYS_close, fd);
+    return found;
+}
+
+char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t cap, char *prog,
+                       size_t progcap, const char **run)
+{
+    if (!launch[0] || !dll[0] || !detours[0] || cap < 7 || progcap < 2 * PATH_MAX_WINE)
+        return 0;
+    char given[PATH_MAX_WINE], *argv0, *arg1;
+    char *interp = prog + PATH_MAX_WINE;    /* the second half: what runs */
+    size_t rest;                            /* argv's index of the program's first argument */
     struct stat st;
+    if (is_wine(target)) {
+        /* `wine app.exe ARGS` */
+        if (ferry_exec_pointer(argv, 0, &argv0) != 1 || ferry_exec_pointer(argv, 1, &arg1) != 1)
+            return 0;
+        if (ferry_exec_string(given, arg1, sizeof(given)) <= 0 || given[0] == '-')
+            return 0;       /* wine's own options (--version, ...): no program */
+        *run = target;
+        rest = 2;
+    } else {
+        /* app.exe run directly, which binfmt_misc would hand to wine */
+        size_t n = ferry_strlen(target);
+        if (n >= sizeof(given) || ferry_raw4(SYS_faccessat, AT_FDCWD, target, X_OK, 0) != 0 ||
+            !pe_program(target) || !binfmt_wine(interp, 256))
+            return 0;
+        ferry_memcpy(given, target, n + 1);
+        *run = argv0 = interp;
+        rest = 1;
+    }
     if (ferry_raw4(SYS_newfstatat, AT_FDCWD, given, &st, 0) != 0 || !S_ISREG(st.st_mode) ||
-        !pe_program(given) || !win_path(given, prog, progcap - 24))
+        !pe_program(given) || !win_path(given, prog, PATH_MAX_WINE - 24))
         return 0;
     char *pid = prog + ferry_strlen(prog) + 1;
     struct ferry_buf b = {pid, 0, 23, 0};
@@ -136,7 +244,7 @@ char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t
     out[n++] = pid;
     out[n++] = prog;
     char *p;
-    for (size_t i = 2;; i++) {
+    for (size_t i = rest;; i++) {
         int got = ferry_exec_pointer(argv, i, &p);
         if (got < 0 || n + 1 >= cap)
             return 0;

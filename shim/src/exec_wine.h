@@ -15,11 +15,12 @@ void ferry_wine_configure(char **envp);
 int ferry_wine_setting(const char *entry);
 
 /* When the exec of `target` with `argv` (the program's memory) runs wine on
- * an x86-64 Windows program file: the argv that runs it through
- * ferry-launch.exe instead, in `out` (cap entries); `prog` (progcap bytes)
- * holds two of its strings: the program's Windows path and this process's
- * pid.  NULL otherwise. */
+ * an x86-64 Windows program file (`wine app.exe ARGS`, or app.exe itself
+ * when binfmt_misc hands PE files to wine): the argv that runs it through
+ * ferry-launch.exe instead, in `out` (cap entries), and in *run the file to
+ * execute.  `prog` (progcap >= 2 * PATH_MAX_WINE bytes) holds the strings
+ * they point to.  NULL otherwise. */
 char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t cap, char *prog,
-                       size_t progcap);
+                       size_t progcap, const char **run);
 
 #endif
