@@ -49,6 +49,7 @@ EXEC_SETUID = constant("FERRY_EXEC_SETUID")
 EXEC_STATIC = constant("FERRY_EXEC_STATIC")
 EXEC_UNKNOWN = constant("FERRY_EXEC_UNKNOWN")
 EXEC_FOREIGN = constant("FERRY_EXEC_FOREIGN")
+EXEC_WINDOWS = constant("FERRY_EXEC_WINDOWS")  # wine on a Windows program, with ferry.dll
 MODES = {v: k.lower() for k, v in constants("FERRY_MODE_").items()}
 # Modes whose blocks hold errors and times: trace (the traced calls) and aggregate (the calls
 # that reach the shim's slow path, the engine's among them; docs/aggregate.md).
@@ -118,6 +119,7 @@ class ProcFile:
     caught: dict = None        # ferry.catchdata record; None: no catch-all in this process
     platform: int = PLATFORM_LINUX
     names: list = None         # a Windows process's call names, by call number
+    max_blocks: int = None     # threads with a block of their own (ferry.dll: fewer than the shim)
 
     @property
     def windows(self):
@@ -220,7 +222,8 @@ def read(path):
                     _cstr(h["exe"]), argv, _cstr(h["exec_path"]), h["exec_kind"], h["load_patched"],
                     h["start_real_ns"], h["start_mono_ns"], h["start_tsc"], h["end_real_ns"], h["end_mono_ns"],
                     h["end_tsc"], h["cal_tsc"], h["cal_ns"], modules, waits, h["overflow"], blocks, internal,
-                    h["uid"], h["exec_uid"], st.st_uid, aggregation, catchdata.parse(data), platform, table)
+                    h["uid"], h["exec_uid"], st.st_uid, aggregation, catchdata.parse(data), platform, table,
+                    h["max_blocks"])
 
 
 def _array(data, off, layout_, member):

@@ -22,6 +22,8 @@ NOT_ENABLED = {
     procfile.EXEC_UNKNOWN: "not an ELF program the shim could read",
     procfile.EXEC_FOREIGN: "a program the shim cannot be loaded into (32-bit, or a dynamic "
                            "loader other than glibc's x86-64 ld.so, such as musl's)",
+    procfile.EXEC_WINDOWS: "wine, started on a Windows program with ferry.dll: the program and "
+                           "its children are the Windows processes of this run",
 }
 PREINIT_NOTE = ("calls made before the shim initialized (the dynamic loader mapping the "
                 "program's libraries) are not seen and not counted")
@@ -103,12 +105,15 @@ def load_run(run_dir):
     tables = _module_tables(run_dir)
     images = info.get("images", {})
     t0_mono = min([f.start_mono_ns for f in files] or [0])
-    waited = {}
+    waited, terminated = {}, {}
     for f in files:
         for pid, status, _ in f.waits:
-            waited[pid] = status
+            if f.windows:   # ferry.dll: a process this one ended with TerminateProcess, and its code
+                terminated[pid] = (status, f.pid)
+            else:
+                waited[pid] = status
 
-    processes = _processes(files, info, images, waited, _Creators(run_dir))
+    processes = _processes(files, info, images, waited, _Creators(run_dir), terminated)
     program = info.get("program") or {}
     if program.get("enabled") is False and not any(p["pid"] == info.get("pid") for p in processes):
         # The command itself ran without the shim: it wrote nothing, `ferry
@@ -254,7 +259,7 @@ def _enabled_by(f):
     return "load-time patch" if f.load_patched else "rewritten image"
 
 
-def _processes(files, info, images, waited, creators):
+def _processes(files, info, images, waited, creators, terminated):
     out = []
     later_images = {}
     for f in files:
@@ -282,7 +287,9 @@ def _processes(files, info, images, waited, creators):
             entry["reason"] = ("the shim was preloaded, but none of the program's libraries has a "
                                "patch plan yet")
         if f.overflow:
-            entry["reason"] = f"{f.overflow} threads beyond the shim's {procfile.NR_MAX}-block table were not counted"
+            who = "ferry.dll" if f.windows else "the shim"
+            entry["reason"] = (f"{f.overflow} threads beyond {who}'s {f.max_blocks}-block table "
+                               "were not counted")
         if f.state == procfile.STATE_EXITED:
             entry["state"] = "exited"
             entry["exit"] = {"code": f.exit_code & 0xFF, "signal": None}
@@ -291,7 +298,12 @@ def _processes(files, info, images, waited, creators):
             entry["exec"] = f.exec_path
         elif f.state == procfile.STATE_DETACHED:
             entry["state"] = "detached"
-        if f.state == procfile.STATE_RUNNING:
+        if f.state == procfile.STATE_RUNNING and f.windows and f.pid in terminated:
+            # a Windows process never hears of its end by TerminateProcess: its killer tells
+            code, killer = terminated[f.pid]
+            entry["state"], entry["exit"] = "killed", {"code": code & 0xFF, "signal": None}
+            entry["reason"] = f"ended by TerminateProcess in process {killer}"
+        elif f.state == procfile.STATE_RUNNING:
             status = waited.get(f.pid)
             if status is None and f.pid == root_pid and info.get("exit"):
                 entry["exit"] = info["exit"]
@@ -400,7 +412,29 @@ def _site_info(f, g, tables):
     return f"?#{g}", None, None
 
 
+def _windows_sites(f):
+    """(site id, module, name, calls, errors, ticks) of a Windows process:
+    ferry.dll patches one stub per call number, so its calls are its sites."""
+    for b in f.blocks:
+        for nr, calls in enumerate(b.calls):
+            if not calls:
+                continue
+            module, index = next(((name, nr - base) for name, n, base in f.modules
+                                  if base <= nr < base + n), (None, nr))
+            st = b.nr.get(nr)
+            yield (f"{module}#{index}", module, f.name_of(nr), calls, st.errors if st else 0,
+                   st.ticks if st else 0)
+
+
 def _add_sites(acc, f, tables):
+    if f.windows:
+        for sid, module, name, calls, errors, ticks in _windows_sites(f):
+            s = acc.setdefault(sid, {"id": sid, "module": module, "function": name, "address": None,
+                                     "nr": None, "name": name, "calls": 0, "errors": 0, "time_ns": 0})
+            s["calls"] += calls
+            s["errors"] += errors
+            s["time_ns"] += round(f.ticks_to_ns(ticks))
+        return
     for b in f.blocks:
         for g, (calls, errors, ticks) in b.sites.items():
             sid, module, site = _site_info(f, g, tables)

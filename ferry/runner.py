@@ -191,6 +191,8 @@ def _program_env(launch, profile, out_dir):
         from .injector.pe_launch import program_env
         return program_env(base, profile, out_dir)
     settings = run_settings(profile, out_dir)
+    from .injector.pe_launch import linux_settings
+    settings.update(linux_settings(profile, out_dir))   # `wine app.exe` from a script
     return enabled_env(base, settings, launch.how, shim=settings["FERRY_SHIM"],
                        libdir=launch.libdir)
 

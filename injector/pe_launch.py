@@ -63,12 +63,34 @@ def prepare(argv, given, original):
         raise FerryError(original, "a Windows program, and the detoursdll package is missing "
                                    "(pip install detoursdll==1.0.0; `make setup` installs it)")
     build = shimlib.SOURCE_TREE_SHIM.parent
-    dll, launcher = build / "ferry.dll", build / "ferry-launch.exe"
-    for f in (dll, launcher):
-        if not f.is_file():
-            raise FerryError(f, "not built (install mingw-w64 and run `make shim`)")
-    return Launch([wine, str(launcher), win_path(detours), win_path(dll), win_path(original)]
+    if _built() is None:
+        raise FerryError(build / "ferry.dll", "not built (install mingw-w64 and run `make shim`)")
+    dll, launcher = _built()
+    # the parent the report gives the program: `ferry run`, as for a Linux program
+    return Launch([wine, str(launcher), win_path(detours), win_path(dll), str(os.getpid()),
+                   win_path(original)]
                   + list(argv[1:]), wine, original, None, WINE)
+
+
+def _built():
+    """ferry.dll and ferry-launch.exe of this tree, or None when not built."""
+    build = shimlib.SOURCE_TREE_SHIM.parent
+    files = build / "ferry.dll", build / "ferry-launch.exe"
+    return files if all(f.is_file() for f in files) else None
+
+
+def linux_settings(profile, out_dir):
+    """The settings with which a Linux program's exec hook starts a Windows
+    program it runs under wine as `ferry run` would (shim/src/exec_wine.c):
+    the files and the run directory as Windows sees them.  None when this run
+    cannot enable one (no ferry.dll, no detoursdll, an aggregation profile):
+    wine then runs as any Linux program does."""
+    detours, built = detours_dll(), _built()
+    if profile.mode == "aggregate" or detours is None or built is None:
+        return {}
+    dll, launcher = built
+    return {"FERRY_WIN_LAUNCH": win_path(launcher), "FERRY_WIN_DLL": win_path(dll),
+            "FERRY_WIN_DETOURS": win_path(detours), "FERRY_WIN_RUN_DIR": win_path(out_dir)}
 
 
 def program_env(base, profile, out_dir):

@@ -199,7 +199,19 @@ def instrument(path, out_dir=None, progress=_noop):
         raise InputError(path, "corrupt ELF file: a name in it is not valid text") from None
 
 
+def _is_pe(path):
+    from .pe_kind import is_pe
+    try:
+        with open(path, "rb") as f:
+            return is_pe(f.read(2))
+    except OSError:
+        return False        # said by the ELF path, as for any unreadable file
+
+
 def _instrument(path, out_dir, progress):
+    if _is_pe(path):
+        from . import pe_instrument
+        return pe_instrument.instrument(path, out_dir, progress)
     started = time.monotonic()
     # Refuse what the shim cannot serve before hashing or parsing anything.
     kind = elfkind.classify(path)
@@ -234,9 +246,7 @@ def _instrument(path, out_dir, progress):
         raise FerryError(e.requester, f"needs {e.name}, which cannot be found") from None
     shas = [image.sha256] + [cache.sha256_file(m.path) for m in mods[1:]]
     in_cache = out_dir is None
-    out_dir = Path(out_dir) if out_dir is not None else cache.program_dir(image.sha256)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FerryError(out_dir, "output exists and is not a directory")
+    out_dir = output_dir(out_dir, image.sha256)
 
     cached = _current_manifest(out_dir, shim_sha, shas)
     if cached is not None:
@@ -266,9 +276,7 @@ def _instrument(path, out_dir, progress):
             records[i]["needed_by"] = mod.needed_by
         progress("advance", mod.name)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    os.chmod(tmp, 0o777 & ~atomic.umask())
+    tmp = staging_dir(out_dir)
     try:
         rewritten_libs = {}
         for mod, record, file in zip(mods[1:], records[1:], files[1:]):
@@ -322,6 +330,22 @@ def _instrument(path, out_dir, progress):
     if entry is not None and in_cache:
         cache.register_exec(path, exec_target(out_dir, m))
     return Result(out_dir, entry, m, False, time.monotonic() - started)
+
+
+def output_dir(out_dir, sha):
+    """The directory to write into: `out_dir`, or the cache's for a program of hash `sha`."""
+    out_dir = Path(out_dir) if out_dir is not None else cache.program_dir(sha)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FerryError(out_dir, "output exists and is not a directory")
+    return out_dir
+
+
+def staging_dir(out_dir):
+    """A new directory beside `out_dir`, where its content is made before it moves in."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    os.chmod(tmp, 0o777 & ~atomic.umask())
+    return tmp
 
 
 def _move_into_place(tmp, out_dir):

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# Wine for the PE tests: one prefix and one wineserver for the whole session
+# (a fixture imported into each module would make one per module).
+from winenv import wine, win_programs  # noqa: E402,F401 (fixtures)
+
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "programs" / "build"
 FERRY = [str(Path(sys.executable).parent / "ferry")]

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from conftest import FERRY
-from winenv import wine, win_programs  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,3 +178,16 @@ def test_win32u_calls_counted_too(wine, win_programs, ferry_dll_built, tmp_path)
         model, counts[n] = _calls(tmp_path / f"run{n}", wine.env, "NtUserGetAsyncKeyState")
     assert counts[40] - counts[0] == 40, counts
     assert any(s["name"] == "NtWriteFile" for s in model["syscalls"])   # ntdll's still counted
+
+
+def test_missing_detoursdll_refused(wine, win_programs, ferry_dll_built, tmp_path):
+    """A detoursdll package without its detours.dll (first on the path, as a
+    broken or foreign install would be) is no Detours: refused in one line."""
+    shadow = tmp_path / "site" / "detoursdll"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    env = dict(wine.env, PYTHONPATH=str(shadow.parent))
+    run_dir = tmp_path / "run"
+    r = _ferry(env, "run", "-o", run_dir, "--", win_programs["write_count"], tmp_path / "x.bin", 1)
+    _one_line_refusal(r, "detoursdll package is missing", run_dir)
+    assert not (tmp_path / "x.bin").exists()

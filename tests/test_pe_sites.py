@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import FERRY
-from winenv import win_programs  # noqa: F401 (fixture)
 
+ROOT = Path(__file__).resolve().parent.parent
 WINE_DLLS = Path("/usr/lib/x86_64-linux-gnu/wine/x86_64-windows")
 OBJDUMP = "x86_64-w64-mingw32-objdump"
 
@@ -181,9 +181,11 @@ def test_mutated_pe_headers_list_or_refuse_cleanly(needs_mingw, win_programs, tm
         assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith(f"ferry: {bad}"), r.stderr
 
 
-def test_instrument_says_what_to_do_with_a_pe_file(needs_mingw, win_programs, tmp_path):
+def test_instrument_refuses_a_dll_in_one_line(needs_mingw, tmp_path):
+    dll = tmp_path / "some.dll"
+    dll.write_bytes((ROOT / "shim" / "build" / "ferry.dll").read_bytes())
     out = tmp_path / "out"
-    r = _ferry("instrument", win_programs["write_count"], "-o", out)
+    r = _ferry("instrument", dll, "-o", out)
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
-    assert "a Windows PE file" in r.stderr and "ferry run" in r.stderr
-    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert "a DLL, not a program" in r.stderr and str(dll) in r.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["some.dll"]

@@ -1,6 +1,5 @@
 """The PE test set-up itself: a mingw-built program runs under the session's
 wine, with its output, its file and its exit code."""
-from winenv import wine, win_programs  # noqa: F401 (fixtures)
 
 
 def test_mingw_program_runs_under_wine(wine, win_programs, tmp_path):

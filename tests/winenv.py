@@ -6,7 +6,8 @@ the session makes one prefix, keeps its server up, and kills it at the end.
 Wine runs headless (no DISPLAY) and quiet (WINEDEBUG=-all).  Test programs
 (tests/programs/win/*.c) are built with mingw-w64 at test time, once.
 
-Import the fixtures in a test module: `from winenv import wine, win_programs`.
+conftest.py provides the fixtures `wine` and `win_programs` to every module;
+importing them into a module would give that module a prefix of its own.
 """
 import os
 import shutil

@@ -98,6 +98,8 @@ def summary_table(result):
             out = "[dim]not rewritten (runs before the shim)[/]"
         elif mod.get("rewritten"):
             out = mod["rewritten"]
+        elif mod.get("note"):
+            out = f"[dim]{mod['note']}[/]"
         else:
             out = "[dim]unchanged (no syscall sites)[/]"
         table.add_row(mod["name"], mod["role"], "-" if total is None else str(total),

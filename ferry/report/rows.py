@@ -164,6 +164,8 @@ def state_text(p):
     if state == "exited":
         return f"exited {exit_text(p.get('exit'))}"
     if state == "killed":
+        if not (p.get("exit") or {}).get("signal"):     # a Windows process: TerminateProcess
+            return f"terminated, exit {exit_text(p.get('exit'))}"
         return f"killed by {exit_text(p.get('exit'))}"
     if state == "exec":
         return f"exec {p.get('exec') or '?'}"

@@ -18,6 +18,7 @@
 #include <sys/uio.h>
 
 #include "exec.h"
+#include "exec_wine.h"
 #include "raw.h"
 #include "settings.h"
 #include "store.h"
@@ -40,7 +41,7 @@ static char shim_path[1024];
 const char *ferry_cache_root(void) { return cache_root; }
 
 /* A NUL-terminated string from the program's memory, or -1. */
-static long read_string(char *dst, const char *src, size_t cap)
+long ferry_exec_string(char *dst, const char *src, size_t cap)
 {
     size_t got = 0;
     while (got + 1 < cap) {
@@ -96,6 +97,7 @@ void ferry_exec_configure(char **envp)
             save(*e);
     if ((v = ferry_env_lookup(envp, "FERRY_SHIM")) && ferry_strlen(v) < sizeof(shim_path))
         ferry_memcpy(shim_path, v, ferry_strlen(v) + 1);
+    ferry_wine_configure(envp);
     if (cache_root[0]) {
         /* Children may have no HOME (env -i): tell them where the cache is. */
         char entry[2100];
@@ -187,7 +189,7 @@ static uint32_t classify(const char *path, const struct stat *st, char *head, si
 
 /* Entry `i` of a NULL-terminated pointer array in the program's memory:
  * 1 with *p set, 0 at the end, -1 if it cannot be read. */
-static int user_pointer(char *const *array, size_t i, char **p)
+int ferry_exec_pointer(char *const *array, size_t i, char **p)
 {
     if (ferry_safe_read(p, &array[i], sizeof(*p)) != sizeof(*p))
         return -1;
@@ -199,6 +201,7 @@ enum env_kind {
     ENV_RUN,      /* the run's FERRY_* settings: a rewritten image loads the shim itself */
     ENV_PRELOAD,  /* ... and LD_PRELOAD of the shim, which patches libraries from plans */
     ENV_LIBDIR,   /* ... and the cached rewritten libraries first (LD_LIBRARY_PATH) */
+    ENV_WINE,     /* wine: only the settings ferry.dll reads (exec_wine.c) */
 };
 
 struct env_extra {
@@ -300,14 +303,15 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             if (ferry_is_setting(head))
                 continue;
             /* The first entry of a name is the one ld.so reads; later ones go. */
-            if (kind != ENV_RUN && got >= 11 && ferry_memeq(head, "LD_PRELOAD=", 11)) {
-                if (!have_preload && read_string(old_preload, p + 11, sizeof(old_preload)) < 0)
+            if ((kind == ENV_PRELOAD || kind == ENV_LIBDIR) && got >= 11 &&
+                ferry_memeq(head, "LD_PRELOAD=", 11)) {
+                if (!have_preload && ferry_exec_string(old_preload, p + 11, sizeof(old_preload)) < 0)
                     return 0;
                 have_preload = 1;
                 continue;
             }
             if (kind == ENV_LIBDIR && got >= 16 && ferry_memeq(head, "LD_LIBRARY_PATH=", 16)) {
-                if (!have_libpath && read_string(old_libpath, p + 16, sizeof(old_libpath)) < 0)
+                if (!have_libpath && ferry_exec_string(old_libpath, p + 16, sizeof(old_libpath)) < 0)
                     return 0;
                 have_libpath = 1;
                 continue;
@@ -320,8 +324,9 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             break;
     }
     for (int i = 0; i < nsaved; i++)
-        out[n++] = saved[i];
-    if (kind != ENV_RUN) {
+        if (kind != ENV_WINE || ferry_wine_setting(saved[i]))
+            out[n++] = saved[i];
+    if (kind != ENV_RUN && kind != ENV_WINE) {
         /* Ours first; whatever the program preloads comes after. */
         char shim[1100];
         struct ferry_buf b = {shim, 0, sizeof(shim), 0};
@@ -361,7 +366,7 @@ static char **script_argv(char *interp, char *arg, char *script, char *const *ar
     out[n++] = script;
     char *p;
     for (size_t i = 1; argv; i++) {
-        int got_ptr = user_pointer(argv, i, &p);
+        int got_ptr = ferry_exec_pointer(argv, i, &p);
         if (got_ptr < 0)
             return 0;
         if (!got_ptr)
@@ -430,7 +435,7 @@ long ferry_exec(const struct ferry_regs *r)
     long got = 0;
     ferry_store_span(FERRY_SPAN_EXEC_HOOK, ferry_rdtsc());
 
-    if (read_string(path, upath, sizeof(path)) < 0)
+    if (ferry_exec_string(path, upath, sizeof(path)) < 0)
         path[0] = 0;
     /* The file the call names, as a path we can stat and open. */
     struct ferry_buf t = {target, 0, sizeof(target), 0};
@@ -451,6 +456,14 @@ long ferry_exec(const struct ferry_regs *r)
     char *const *use_env = envp;
     char **built;
     uint32_t kind = FERRY_EXEC_UNKNOWN;
+    char prog[2 * PATH_MAX_WINE], **wargv;
+    const char *wine;
+    if (target[0] &&
+        (wargv = ferry_wine_argv(target, argv, args, MAX_ARGS, prog, sizeof(prog), &wine)) &&
+        (built = build_env(envp, env, MAX_ENV, ENV_WINE, 0, x))) {
+        ferry_store_exec_begin(path, FERRY_EXEC_WINDOWS);
+        exec_image(wine, wargv, built);
+    }
     if (target[0]) {
         enum cached c = cached_image(target, image, sizeof(image), &st);
         if (c == CACHED_IMAGE && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {

@@ -17,6 +17,11 @@ long ferry_exec(const struct ferry_regs *r);
  * (after ferry_exec_configure). */
 void ferry_exec_keep(const char *entry);
 
+/* A NUL-terminated string of the program's memory into dst (its length, or
+ * -1), and entry i of a pointer array there (1, 0 at its end, -1). */
+long ferry_exec_string(char *dst, const char *src, size_t cap);
+int ferry_exec_pointer(char *const *array, size_t i, char **p);
+
 /* The image cache's directory, as this process found it ("" if none). */
 const char *ferry_cache_root(void);
 

@@ -51,6 +51,7 @@ enum ferry_exec_kind {
     FERRY_EXEC_STATIC = 4,      /* statically linked, no rewritten image */
     FERRY_EXEC_UNKNOWN = 5,     /* not readable, or not an ELF program */
     FERRY_EXEC_FOREIGN = 6,     /* an ELF program this shim cannot serve (32-bit, musl, ...) */
+    FERRY_EXEC_WINDOWS = 7,     /* wine on a Windows program, started with ferry.dll (exec_wine.c) */
 };
 
 /* Where a process's start goes (bench/spawn.py reads them): the TSC when

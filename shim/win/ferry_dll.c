@@ -10,13 +10,26 @@
 #define FERRY_PLATFORM_WINDOWS 1
 
 static struct ferry_stub stubs[FERRY_WIN_MAX_STUBS];
-static int nstubs, nntdll;      /* all stubs; ntdll's (win32u's follow) */
+static int nstubs, nntdll;      /* all stubs; ntdll's (the other modules' follow) */
+/* The modules whose stubs are patched: ntdll, win32u, the ones `ferry
+ * instrument` rewrote (`linked`: their stubs jump through slots), and any
+ * loaded later (late_load); stubs[first .. first + n) are a module's. */
+#define MAX_MODULES 32
+static struct {
+    char name[64];
+    int first, n, linked;
+} mods[MAX_MODULES];
+static int nmods;
+static uint64_t *slots[FERRY_WIN_MAX_STUBS];   /* a linked stub's slot, by call number */
+static uint8_t *names;                         /* the process file's name table */
+static uint32_t tls_slot;
+static int timed;
 static struct ferry_proc_header *hdr;
 static uint8_t *blocks;
 static uint32_t block_size;
 static uint64_t spare[FERRY_NR_MAX + 8] __attribute__((aligned(64)));  /* threads beyond the file */
 static DWORD tls_index = TLS_OUT_OF_INDEXES;
-static int32_t *exit_status;
+static struct ferry_hooks hooks;
 static uint64_t ns_per_tick_q24 = 1 << 24;     /* ns per TSC tick, 24 fraction bits */    /* kept by NtTerminateProcess's trampoline (patch.c) */
 
 void ferry_zero(void *p, uint64_t n)
@@ -167,6 +180,10 @@ static void fill_cmdline(const char *cl)
     hdr->cmdline_len = len;
 }
 
+/* The parent ferry-launch.exe names (FERRY_WIN_PARENT): the process the run
+ * started this program from, in place of the launcher; 0: none. */
+static int32_t given_parent;
+
 static void fill_identity(void)
 {
     static char cl[8192];
@@ -174,8 +191,10 @@ static void fill_identity(void)
     hdr->pid = (int32_t)GetCurrentProcessId();
     PROCESS_BASIC_INFORMATION pbi;
     ULONG got;
-    if (NtQueryInformationProcess(GetCurrentProcess(), ProcessBasicInformation, &pbi,
-                                  sizeof(pbi), &got) == 0)
+    if (given_parent)
+        hdr->ppid = given_parent;
+    else if (NtQueryInformationProcess(GetCurrentProcess(), ProcessBasicInformation, &pbi,
+                                       sizeof(pbi), &got) == 0)
         hdr->ppid = (int32_t)pbi.InheritedFromUniqueProcessId;
     if (GetModuleFileNameW(0, wbuf, 1024))
         utf8(wbuf, hdr->exe, sizeof(hdr->exe));
@@ -226,6 +245,34 @@ static void proc_path(WCHAR *out, const WCHAR *dir, unsigned long pid, unsigned 
     *p = 0;
 }
 
+static int add_module(const char *name, int first, int n, int linked)
+{
+    if (nmods == MAX_MODULES || n <= 0)
+        return -1;
+    int i = nmods++;
+    ferry_copy(mods[i].name, name, sizeof(mods[i].name));
+    mods[i].name[sizeof(mods[i].name) - 1] = 0;
+    mods[i].first = first;
+    mods[i].n = n;
+    mods[i].linked = linked;
+    nstubs = first + n;
+    return i;
+}
+
+/* Module i's entry and names into the process file. */
+static void publish(int i)
+{
+    struct ferry_module_entry *e = &hdr->modules[hdr->nmodules];
+    ferry_copy(e->name, mods[i].name, sizeof(mods[i].name));
+    e->nsites = (uint32_t)mods[i].n;
+    e->site_base = (uint32_t)mods[i].first;
+    for (int k = mods[i].first; k < mods[i].first + mods[i].n; k++)
+        ferry_copy(names + (uint64_t)k * FERRY_WIN_NAME_MAX, stubs[k].name, FERRY_WIN_NAME_MAX);
+    hdr->nsites = (uint32_t)(mods[i].first + mods[i].n);
+    __atomic_store_n(&hdr->names_size, hdr->nsites * FERRY_WIN_NAME_MAX, __ATOMIC_RELEASE);
+    __atomic_store_n(&hdr->nmodules, hdr->nmodules + 1, __ATOMIC_RELEASE);
+}
+
 /* RUN_DIR\proc\<pid>-<seq>.ferry, made with CREATE_NEW as the shim makes it
  * with O_EXCL, sized for WIN_MAX_BLOCKS blocks and the name table after
  * them, and mapped whole; no handle is kept. */
@@ -233,7 +280,8 @@ static int open_file(const WCHAR *dir, int mode)
 {
     static WCHAR path[2400];
     uint64_t names_off = FERRY_PROC_HEADER_SIZE + (uint64_t)WIN_MAX_BLOCKS * block_size;
-    uint64_t size = names_off + (uint64_t)nstubs * FERRY_WIN_NAME_MAX;
+    /* room for every name: modules loaded later add theirs */
+    uint64_t size = names_off + (uint64_t)FERRY_WIN_MAX_STUBS * FERRY_WIN_NAME_MAX;
     HANDLE f = INVALID_HANDLE_VALUE;
     uint32_t seq = 0;
     for (; seq < 1000; seq++) {
@@ -264,16 +312,9 @@ static int open_file(const WCHAR *dir, int mode)
     hdr->state = FERRY_STATE_RUNNING;
     hdr->platform = FERRY_PLATFORM_WINDOWS;
     hdr->names_offset = names_off;
-    hdr->names_size = (uint32_t)(nstubs * FERRY_WIN_NAME_MAX);
-    hdr->nsites = (uint32_t)nstubs;
-    hdr->nmodules = nstubs > nntdll ? 2 : 1;
-    ferry_copy(hdr->modules[0].name, "ntdll.dll", 10);
-    hdr->modules[0].nsites = (uint32_t)nntdll;
-    ferry_copy(hdr->modules[1].name, "win32u.dll", 11);
-    hdr->modules[1].nsites = (uint32_t)(nstubs - nntdll);
-    hdr->modules[1].site_base = (uint32_t)nntdll;
-    for (int i = 0; i < nstubs; i++)
-        ferry_copy(view + names_off + (uint64_t)i * FERRY_WIN_NAME_MAX, stubs[i].name, FERRY_WIN_NAME_MAX);
+    names = view + names_off;
+    for (int i = 0; i < nmods; i++)
+        publish(i);
     fill_identity();
     calibrate();
     hdr->start_real_ns = real_ns();
@@ -312,7 +353,6 @@ static int env_mode(void)
 typedef long (__stdcall *create_fn)(void *, void *, uint32_t, uint32_t, void *, void *, uint32_t,
                                     uint32_t, void *, void *, void *);
 typedef BOOL (WINAPI *update_fn)(HANDLE, LPCSTR *, DWORD);
-static create_fn create_original;
 static update_fn update_with_dll;
 static WCHAR run_dir[2048], detours_path[1024];
 static char self_path[1024];
@@ -363,7 +403,7 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
     uint8_t *pp = params;
     WCHAR **envp = pp ? (WCHAR **)(pp + PARAMS_ENVIRONMENT) : 0;
     if (!update_with_dll || !envp || !*envp)
-        return create_original(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
+        return ((create_fn)hooks.create_original)(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
     int has_size = *(uint32_t *)(pp + PARAMS_LENGTH) >= PARAMS_ENVIRONMENT_SIZE + 8;
     SIZE_T *sizep = has_size ? (SIZE_T *)(pp + PARAMS_ENVIRONMENT_SIZE) : 0;
     WCHAR *saved = *envp;
@@ -374,7 +414,7 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
         if (sizep)
             *sizep = chars * sizeof(WCHAR);
     }
-    long st = create_original(ph, th, pa, ta, poa, toa, pflags, tflags | CREATE_SUSPENDED_THREAD,
+    long st = ((create_fn)hooks.create_original)(ph, th, pa, ta, poa, toa, pflags, tflags | CREATE_SUSPENDED_THREAD,
                               params, info, attrs);
     *envp = saved;
     if (sizep)
@@ -390,6 +430,95 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
     return st;
 }
 
+static void patch_module(int i)
+{
+    struct ferry_stub *s = stubs + mods[i].first;
+    uint32_t first = (uint32_t)mods[i].first;
+    if (mods[i].linked)
+        ferry_link_stubs(s, mods[i].n, first, tls_slot, timed, slots + first);
+    else if (first == 0)    /* ntdll: the process's exit status, and its children */
+        ferry_patch_stubs(s, mods[i].n, 0, tls_slot, timed, &hooks);
+    else
+        ferry_patch_stubs(s, mods[i].n, first, tls_slot, timed, 0);
+}
+
+/* A module `ferry instrument` rewrote: its stubs, a module of their own. */
+static void take_rewritten(uint8_t *base, const UNICODE_STRING *full)
+{
+    int n = ferry_rewritten_stubs(base, stubs + nstubs, slots + nstubs, FERRY_WIN_MAX_STUBS - nstubs,
+                                  stubs, nntdll);
+    char name[64];
+    ferry_base_name(full, name, sizeof(name));
+    add_module(name, nstubs, n, 1);
+}
+
+/* A DLL mapped after start-up (LoadLibrary of user32 brings win32u): its
+ * stubs, if it has any of ntdll's shape or was rewritten by `ferry
+ * instrument`, are patched before its code or anyone's call to it runs.
+ * The loader calls this with its lock held, one DLL at a time. */
+struct loaded_dll {
+    ULONG flags;
+    const UNICODE_STRING *full, *base_name;
+    void *base;
+    ULONG size;
+};
+
+static void CALLBACK late_load(ULONG reason, const struct loaded_dll *d, void *context)
+{
+    (void)context;
+    if (reason != 1 /* LDR_DLL_NOTIFICATION_REASON_LOADED */ || !hdr || nmods == MAX_MODULES)
+        return;
+    int first = nstubs, linked = 0;
+    int n = ferry_find_stubs(d->base, stubs + first, FERRY_WIN_MAX_STUBS - first);
+    if (n <= 0) {
+        n = ferry_rewritten_stubs(d->base, stubs + first, slots + first, FERRY_WIN_MAX_STUBS - first,
+                                  stubs, nntdll);
+        linked = 1;
+    }
+    char name[64];
+    ferry_base_name(d->full, name, sizeof(name));
+    int i = add_module(name, first, n, linked);
+    if (i < 0)
+        return;
+    publish(i);
+    patch_module(i);
+}
+
+typedef LONG (NTAPI *register_fn)(ULONG, void (CALLBACK *)(ULONG, const struct loaded_dll *, void *),
+                                  void *, void **);
+
+static void watch_loads(void)
+{
+    static void *cookie;
+    register_fn reg = (register_fn)(void (*)(void))GetProcAddress(GetModuleHandleW(L"ntdll.dll"),
+                                                                   "LdrRegisterDllNotification");
+    if (reg)
+        reg(0, late_load, 0, &cookie);
+}
+
+/* Another process ended with TerminateProcess: it never hears of its end,
+ * so its killer records it (the pid and the exit code given) in its own
+ * process file's waits, where `ferry report` looks for it. */
+typedef long (__stdcall *terminate_fn)(void *, long);
+
+long __stdcall ferry_terminate_process(void *process, long status)
+{
+    terminate_fn own = (terminate_fn)hooks.terminate_original;
+    DWORD pid = process && process != (void *)-1 ? GetProcessId(process) : 0;
+    if (!pid || pid == GetCurrentProcessId())
+        return own(process, status);
+    long st = own(process, status);
+    if (st >= 0) {
+        uint32_t i = __atomic_fetch_add(&hdr->nwaits, 1, __ATOMIC_ACQ_REL);
+        if (i < FERRY_MAX_WAITS) {
+            hdr->waits[i].status = (int32_t)status;
+            hdr->waits[i].mono_ns = qpc_ns();
+            __atomic_store_n(&hdr->waits[i].pid, (int32_t)pid, __ATOMIC_RELEASE);
+        }
+    }
+    return st;
+}
+
 static void start(HINSTANCE self)
 {
     static WCHAR *const dir = run_dir;
@@ -400,30 +529,39 @@ static void start(HINSTANCE self)
         detours_path[0] = 0;
     GetModuleFileNameA(self, self_path, sizeof(self_path));
     run_mode = mode;
+    char parent[16];
+    DWORD np = GetEnvironmentVariableA("FERRY_WIN_PARENT", parent, sizeof(parent));
+    for (DWORD i = 0; np < sizeof(parent) && i < np && parent[i] >= '0' && parent[i] <= '9'; i++)
+        given_parent = given_parent * 10 + (parent[i] - '0');
     /* the program sees its environment as it was given, without Ferry's */
     SetEnvironmentVariableW(L"FERRY_MODE", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_DETOURS", 0);
+    SetEnvironmentVariableW(L"FERRY_WIN_PARENT", 0);
     if (mode == FERRY_MODE_OFF || n == 0 || n >= 2048)
         return;
     nntdll = ferry_find_stubs(GetModuleHandleW(L"ntdll.dll"), stubs, FERRY_WIN_MAX_STUBS);
-    if (nntdll <= 0)
+    if (add_module("ntdll.dll", 0, nntdll, 0) < 0)
         return;
     /* win32u (NtUser*, NtGdi*): mapped with user32, before any DLL's
-     * initialization runs, when the program uses it */
+     * initialization runs, when the program imports it; else late_load */
     void *win32u = GetModuleHandleW(L"win32u.dll");
-    int nwin = win32u ? ferry_find_stubs(win32u, stubs + nntdll, FERRY_WIN_MAX_STUBS - nntdll) : 0;
-    nstubs = nntdll + (nwin > 0 ? nwin : 0);
+    if (win32u)
+        add_module("win32u.dll", nstubs, ferry_find_stubs(win32u, stubs + nstubs,
+                                                          FERRY_WIN_MAX_STUBS - nstubs), 0);
+    /* the programs and DLLs `ferry instrument` rewrote: their own stubs */
+    ferry_each_module(take_rewritten);
     tls_index = TlsAlloc();
     if (tls_index == TLS_OUT_OF_INDEXES || tls_index >= 64)
         return;     /* the TEB's 64 inline slots only: the trampolines read one directly */
     block_size = (__builtin_offsetof(struct ferry_blk, events) + 4095) & ~4095u;
     if (open_file(dir, mode))
         return;
-    uint32_t slot = TEB_TLS_SLOTS + 8 * tls_index;
-    int timed = mode == FERRY_MODE_TRACE;
-    ferry_patch_stubs(stubs, nntdll, 0, slot, timed, &exit_status, (void **)&create_original);
-    ferry_patch_stubs(stubs + nntdll, nstubs - nntdll, (uint32_t)nntdll, slot, timed, 0, 0);
+    tls_slot = TEB_TLS_SLOTS + 8 * tls_index;
+    timed = mode == FERRY_MODE_TRACE;
+    for (int i = 0; i < nmods; i++)
+        patch_module(i);
+    watch_loads();
 }
 
 static void finish(void)
@@ -433,8 +571,8 @@ static void finish(void)
     hdr->end_real_ns = real_ns();
     hdr->end_mono_ns = qpc_ns();
     hdr->end_tsc = __builtin_ia32_rdtsc();
-    if (exit_status)
-        hdr->exit_code = __atomic_load_n(exit_status, __ATOMIC_ACQUIRE);
+    if (hooks.exit_status)
+        hdr->exit_code = __atomic_load_n(hooks.exit_status, __ATOMIC_ACQUIRE);
     __atomic_store_n(&hdr->state, FERRY_STATE_EXITED, __ATOMIC_RELEASE);
 }
 

@@ -25,15 +25,40 @@ struct ferry_stub {
 
 /* patch.c */
 int ferry_find_stubs(void *ntdll, struct ferry_stub *stubs, int cap);
-/* stubs[0..n) of one module, call numbers from `first`; exit_status and
- * create_original (NULL outside ntdll) receive NtTerminateProcess's kept
- * status and NtCreateUserProcess's own code */
+/* What ferry.dll takes part in among ntdll's calls (ferry_patch_stubs fills it) */
+struct ferry_hooks {
+    int32_t *exit_status;        /* the status this process's NtTerminateProcess gave */
+    void *create_original;       /* NtCreateUserProcess's own code, after its hook */
+    void *terminate_original;    /* NtTerminateProcess's */
+};
+
+/* stubs[0..n) of one module, call numbers from `first`; `hooks` for ntdll's
+ * (NULL for any other module) */
 int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
-                      int timed, int32_t **exit_status, void **create_original);
+                      int timed, struct ferry_hooks *hooks);
+/* stubs[0..n) (sorted by entry) given trampolines without touching their
+ * entries: slot i gets trampoline i (a rewritten module's stubs jump through it) */
+int ferry_link_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset, int timed,
+                     uint64_t *const *slots);
+
+/* modules.c: the modules `ferry instrument` rewrote (a control block each) */
+struct _UNICODE_STRING;
+/* The stubs of the module at `base` if it is one, into out[0..cap) (named
+ * after the stub of `named` with the same SSN), their slots into slots[];
+ * their number (0: not a rewritten module). */
+int ferry_rewritten_stubs(uint8_t *base, struct ferry_stub *out, uint64_t **slots, int cap,
+                          const struct ferry_stub *named, int nnamed);
+/* `fn` on every module loaded now, and the file name of one. */
+void ferry_each_module(void (*fn)(uint8_t *base, const struct _UNICODE_STRING *full));
+void ferry_base_name(const struct _UNICODE_STRING *full, char *out, int cap);
+
 /* children (ferry_dll.c): NtCreateUserProcess's replacement */
 long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,
                                          void *toa, uint32_t pflags, uint32_t tflags, void *params,
                                          void *info, void *attrs);
+
+/* NtTerminateProcess's replacement: another process ended is recorded */
+long __stdcall ferry_terminate_process(void *process, long status);
 
 /* claim.S: the trampolines' slow path, and the C it calls (ferry_dll.c) */
 void ferry_claim_entry(void);

@@ -1,9 +1,12 @@
-/* ferry-launch.exe DETOURS.DLL FERRY.DLL PROGRAM ARGS...: starts PROGRAM with
+/* ferry-launch.exe DETOURS.DLL FERRY.DLL PARENT PROGRAM ARGS...: starts PROGRAM with
  * ARGS exactly as given (the command line wine itself makes: the program's
  * path quoted, then the arguments as they came) with FERRY.DLL
  * loaded before the program's code runs, through Detours'
  * DetourCreateProcessWithDllExW (it adds the DLL to the new process's
  * imports while it is suspended), waits for it and exits with its exit code.
+ * PARENT is the process the run knows as the program's parent (`ferry run`,
+ * or the Linux process that ran wine), given to ferry.dll in
+ * FERRY_WIN_PARENT: this launcher is Ferry's machinery, not in the tree.
  * Detours is Microsoft's; its DLL comes from the `detoursdll` package at
  * set-up time, loaded here by path. */
 #include <windows.h>
@@ -54,14 +57,16 @@ static void say(const char *msg)
 
 int main(void)
 {
-    WCHAR *args[4] = {0};
-    WCHAR *rest = skip_args(GetCommandLineW(), 4, args, 4);
-    if (!args[3] || !*args[3]) {
-        say("usage: ferry-launch DETOURS.DLL FERRY.DLL PROGRAM [ARGS...]\n");
+    WCHAR *args[5] = {0};
+    WCHAR *rest = skip_args(GetCommandLineW(), 5, args, 5);
+    if (!args[4] || !*args[4]) {
+        say("usage: ferry-launch DETOURS.DLL FERRY.DLL PARENT PROGRAM [ARGS...]\n");
         return 2;
     }
-    for (int i = 1; i < 4; i++)
+    for (int i = 1; i < 5; i++)
         unquote(args[i]);
+    SetEnvironmentVariableW(L"FERRY_WIN_PARENT", args[3]);
+    WCHAR *program = args[4];
     HMODULE detours = LoadLibraryW(args[1]);
     create_with_dll create = detours ? (create_with_dll)(void (*)(void))
         GetProcAddress(detours, "DetourCreateProcessWithDllExW") : 0;
@@ -75,7 +80,7 @@ int main(void)
         return 2;
     int n = 0;
     cl[n++] = L'"';
-    for (WCHAR *p = args[3]; *p && n < 32700; p++)
+    for (WCHAR *p = program; *p && n < 32700; p++)
         cl[n++] = *p;
     cl[n++] = L'"';
     if (*rest) {
@@ -88,7 +93,7 @@ int main(void)
     PROCESS_INFORMATION pi;
     GetStartupInfoW(&si);
     si.cb = sizeof(si);
-    if (!create(args[3], cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0)) {
+    if (!create(program, cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0)) {
         say("ferry-launch: cannot start the program\n");
         return 2;
     }

@@ -134,16 +134,17 @@ static void emit_counted(uint8_t *t, const struct ferry_stub *s);
 
 /* The data page's slots, read by the trampolines through rip-relative calls. */
 enum { SLOT_CLAIM = 0, SLOT_EXIT = 8, SLOT_COPY = 16, SLOT_ACCOUNT = 24, SLOT_CREATE = 32,
+       SLOT_TERMINATE = 40,
        UNWIND_AT = 64, TABLE_AT = 128 };
 
-/* NtCreateUserProcess: counted, then handed to ferry_create_user_process
- * (ferry_dll.c) with the caller's frame as it is; the stub itself is what
- * follows the jump (returned in *original). */
-static uint8_t *emit_create_hook(uint8_t *t, uint8_t *data, const struct ferry_stub *s)
+/* NtCreateUserProcess and NtTerminateProcess: counted, then handed to
+ * ferry.dll's C (the function in `slot`) with the caller's frame as it is;
+ * the stub itself is what follows the jump (returned: the call's own code). */
+static uint8_t *emit_hook(uint8_t *t, uint8_t *data, int slot, const struct ferry_stub *s)
 {
-    static const uint8_t code[6] = {0xff, 0x25, 0, 0, 0, 0};   /* jmp [create hook] */
+    static const uint8_t code[6] = {0xff, 0x25, 0, 0, 0, 0};   /* jmp [hook] */
     ferry_copy(t, code, sizeof(code));
-    put32(t + 2, rel32(t + 6, data + SLOT_CREATE));
+    put32(t + 2, rel32(t + 6, data + slot));
     emit_counted(t + 6, s);
     return t + 6;
 }
@@ -300,25 +301,24 @@ static void resume_all(HANDLE *held, int nheld)
     }
 }
 
-/* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
-int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
-                      int timed, int32_t **exit_status, void **create_original)
+/* The trampolines of stubs[0..n), in memory within reach of them; NULL if
+ * none could be made.  Trampoline i is at the result + DATA_SIZE + i * TRAMP_SIZE. */
+static uint8_t *make_trampolines(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
+                                 int timed, struct ferry_hooks *hooks)
 {
-    if (n <= 0)
-        return -1;
     uint8_t *lo = stubs[0].entry, *hi = stubs[n - 1].entry + STUB_SCAN;
     /* the data (slots, unwind data, function table), then the trampolines,
      * made read-only and executable */
     SIZE_T size = DATA_SIZE + (SIZE_T)n * TRAMP_SIZE;
     uint8_t *area = alloc_near(lo, hi, size);
     if (!area)
-        return -1;
-    void *slots[5] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
-                      (void *)ferry_create_user_process};
+        return 0;
+    void *slots[6] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
+                      (void *)ferry_create_user_process, (void *)ferry_terminate_process};
     ferry_copy(area, slots, sizeof(slots));
     *(int32_t *)(area + SLOT_EXIT) = 259;             /* STILL_ACTIVE until NtTerminateProcess */
-    if (exit_status)
-        *exit_status = (int32_t *)(area + SLOT_EXIT);
+    if (hooks)
+        hooks->exit_status = (int32_t *)(area + SLOT_EXIT);
     write_unwind(area + UNWIND_AT);
     RUNTIME_FUNCTION *table = (RUNTIME_FUNCTION *)(area + TABLE_AT);
     int ntable = 0;
@@ -327,11 +327,14 @@ int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t 
         for (int k = 0; k < TRAMP_SIZE; k++)
             t[k] = 0xcc;
         uint32_t index = first + (uint32_t)i;    /* the call's number in the process file */
-        if (exit_status && same(stubs[i].name, "NtTerminateProcess"))
+        int terminate = hooks && same(stubs[i].name, "NtTerminateProcess");
+        if (terminate)
             t = emit_exit_status(t, area + SLOT_EXIT);
         t = emit_count(t, area, index, tls_offset);
-        if (create_original && same(stubs[i].name, "NtCreateUserProcess"))
-            *create_original = emit_create_hook(t, area, &stubs[i]);
+        if (hooks && same(stubs[i].name, "NtCreateUserProcess"))
+            hooks->create_original = emit_hook(t, area, SLOT_CREATE, &stubs[i]);
+        else if (terminate)
+            hooks->terminate_original = emit_hook(t, area, SLOT_TERMINATE, &stubs[i]);
         else if (timed && !never_returns(stubs[i].name)) {
             emit_timed(t, area, &stubs[i], index);
             table[ntable].BeginAddress = (DWORD)(t - area);
@@ -343,10 +346,24 @@ int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t 
     }
     DWORD old;
     if (!VirtualProtect(area + DATA_SIZE, size - DATA_SIZE, PAGE_EXECUTE_READ, &old))
-        return -1;
+        return 0;
     FlushInstructionCache(GetCurrentProcess(), area + DATA_SIZE, size - DATA_SIZE);
     if (ntable)
         RtlAddFunctionTable(table, (DWORD)ntable, (DWORD64)(uintptr_t)area);
+    return area;
+}
+
+/* Patch every stub; 0, or -1 if none could be (nothing is then changed). */
+int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset,
+                      int timed, struct ferry_hooks *hooks)
+{
+    if (n <= 0)
+        return -1;
+    uint8_t *area = make_trampolines(stubs, n, first, tls_offset, timed, hooks);
+    if (!area)
+        return -1;
+    uint8_t *lo = stubs[0].entry, *hi = stubs[n - 1].entry + STUB_SCAN;
+    DWORD old;
     if (!VirtualProtect(lo, (SIZE_T)(hi - lo), PAGE_EXECUTE_READWRITE, &old))
         return -1;
     static HANDLE held[256];
@@ -368,5 +385,19 @@ int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t 
     FlushInstructionCache(GetCurrentProcess(), lo, (SIZE_T)(hi - lo));
     resume_all(held, nheld);
     VirtualProtect(lo, (SIZE_T)(hi - lo), old, &old);
+    return 0;
+}
+
+int ferry_link_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset, int timed,
+                     uint64_t *const *slots)
+{
+    if (n <= 0)
+        return -1;
+    uint8_t *area = make_trampolines(stubs, n, first, tls_offset, timed, 0);
+    if (!area)
+        return -1;
+    for (int i = 0; i < n; i++)
+        __atomic_store_n(slots[i], (uint64_t)(uintptr_t)(area + DATA_SIZE + i * TRAMP_SIZE),
+                         __ATOMIC_RELEASE);
     return 0;
 }

@@ -1,0 +1,95 @@
+"""`ferry instrument app.exe`: the program (and any imported DLL with stubs
+of its own) rewritten with a trampoline section, a control block and an
+import of ferry.dll; ntdll and win32u left to ferry.dll's in-memory patching,
+which the manifest says.  A program's own stub is then counted under the Nt
+name the loaded ntdll gives its SSN."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import FERRY
+from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
+from winenv import WIN_SOURCES, build_win_program
+
+
+def _ferry(env, *args):
+    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, timeout=180, env=env)
+
+
+@pytest.fixture(scope="module")
+def own_stub(wine, ferry_dll_built, tmp_path_factory):
+    """own_stub.exe whose stub has NtYieldExecution's SSN in the ntdll wine
+    loads (a program written for that build), and its instrumented copy."""
+    ntdll = wine.prefix / "drive_c" / "windows" / "system32" / "ntdll.dll"
+    r = _ferry(wine.env, "sites", "--json", ntdll)
+    assert r.returncode == 0, r.stderr
+    ssn = next(s["nr"] for s in json.loads(r.stdout)["sites"] if s["syscall"] == "NtYieldExecution")
+    d = tmp_path_factory.mktemp("own_stub")
+    exe = build_win_program(WIN_SOURCES / "own_stub.c", d, f"-DYIELD_SSN={ssn:#x}")
+    out = d / "out"
+    r = _ferry(wine.env, "instrument", exe, "-o", out)
+    assert r.returncode == 0, r.stderr
+    return exe, out
+
+
+def _yields(wine, run_dir):
+    r = _ferry(wine.env, "report", "--json", run_dir)
+    assert r.returncode == 0, r.stderr
+    model = json.loads(r.stdout)
+    return model, sum(s["calls"] for s in model["syscalls"] if s["name"] == "NtYieldExecution")
+
+
+def test_manifest_says_what_was_rewritten_and_why_not(wine, own_stub):
+    exe, out = own_stub
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["entry"] == "own_stub.exe" and (out / "ferry.dll").is_file()
+    root = m["modules"][0]
+    assert root["rewritten"] == "own_stub.exe" and root["sites_total"] == 2
+    stub = next(s for s in root["sites"] if s["kind"] == "stub")
+    inline = next(s for s in root["sites"] if s["kind"] == "inline")
+    assert stub["status"] == "patched"
+    assert inline["status"] == "unpatched" and "inline syscall" in inline["reason"]
+    ntdll = next(mod for mod in m["modules"] if mod["name"].lower() == "ntdll.dll")
+    assert ntdll["rewritten"] is None and "in memory" in ntdll["note"]
+    # the rewritten file imports ferry.dll and carries both new sections
+    r = subprocess.run(["x86_64-w64-mingw32-objdump", "-p", "-h", out / "own_stub.exe"],
+                       capture_output=True, text=True, timeout=60)
+    assert "DLL Name: ferry.dll" in r.stdout and ".ferryt" in r.stdout and ".ferryc" in r.stdout
+
+
+def test_instrument_is_idempotent(wine, own_stub):
+    exe, out = own_stub
+    before = (out / "own_stub.exe").read_bytes()
+    r = _ferry(wine.env, "instrument", exe, "-o", out)
+    assert r.returncode == 0 and b"from the cache" in r.stdout, r.stdout
+    r = _ferry(wine.env, "instrument", out / "own_stub.exe")
+    assert r.returncode == 0 and b"already rewritten" in b" ".join(r.stderr.split()), r.stderr
+    assert (out / "own_stub.exe").read_bytes() == before
+
+
+def test_instrumented_program_runs_as_the_original(wine, own_stub):
+    """Under plain wine (ferry.dll loaded from the program's directory, no run
+    directory: nothing counted) it behaves as the original does."""
+    exe, out = own_stub
+    for args in (("--yield", "9"), ()):
+        plain, rewritten = wine.run(exe, *args), wine.run(out / "own_stub.exe", *args)
+        assert rewritten.returncode == plain.returncode == 0, rewritten.stderr
+        assert rewritten.stdout.replace(b"out\\", b"").split(b" at ")[0] == \
+            plain.stdout.split(b" at ")[0]
+
+
+@pytest.mark.parametrize("profile", ["count", "trace"])
+def test_own_stub_counted_after_instrument(wine, own_stub, tmp_path, profile):
+    exe, out = own_stub
+    counts = {}
+    for n in (0, 25):
+        plain = wine.run(exe, "--yield", n)
+        r = _ferry(wine.env, "run", "-p", profile, "-o", tmp_path / f"run{n}", "--",
+                   out / "own_stub.exe", "--yield", n)
+        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        assert f"yielded {n}, 0 failed".encode() in r.stdout
+        model, counts[n] = _yields(wine, tmp_path / f"run{n}")
+        mods = model["processes"][0]
+        assert mods["enabled"] and mods["windows"]
+    assert counts[25] - counts[0] == 25, counts

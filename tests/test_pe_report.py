@@ -1,0 +1,72 @@
+"""What `ferry report` says of a Windows run: the root's parent is the
+process the run started it from (not Ferry's launcher), a process ended by
+TerminateProcess is killed (not running) with the code it was given, and
+threads beyond ferry.dll's blocks are counted against ferry.dll's table."""
+import json
+import subprocess
+
+from conftest import FERRY
+from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
+
+
+def _run(wine, run_dir, *argv, profile="count"):
+    r = subprocess.run(FERRY + ["run", "-p", profile, "-o", str(run_dir), "--", *map(str, argv)],
+                       env=wine.env, capture_output=True, timeout=180)
+    rep = subprocess.run(FERRY + ["report", "--json", str(run_dir)], env=wine.env,
+                         capture_output=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    return r, json.loads(rep.stdout)
+
+
+def test_root_parent_is_ferry_run_and_tree_is_whole(wine, win_programs, ferry_dll_built, tmp_path):
+    """As for a Linux program, the root's parent is `ferry run` itself, not
+    ferry-launch.exe (Ferry's machinery, in no report)."""
+    run_dir = tmp_path / "run"
+    ferry = subprocess.Popen(FERRY + ["run", "-p", "count", "-o", str(run_dir), "--",
+                                      str(win_programs["spawn_tree"]), "2", "1", str(tmp_path / "out")],
+                             env=wine.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ferry.communicate(timeout=180)
+    assert ferry.returncode == 2
+    rep = subprocess.run(FERRY + ["report", "--json", str(run_dir)], env=wine.env,
+                         capture_output=True, timeout=120)
+    procs = json.loads(rep.stdout)["processes"]
+    pids = {p["pid"] for p in procs}
+    roots = [p for p in procs if p["ppid"] not in pids]
+    assert len(roots) == 1 and roots[0]["argv"][1] == "2", procs
+    assert roots[0]["ppid"] == ferry.pid, (roots[0], ferry.pid)
+
+
+def test_root_parent_from_a_script_is_the_shell_that_ran_wine(wine, win_programs, ferry_dll_built,
+                                                             tmp_path):
+    exe = win_programs["write_count"]
+    r, model = _run(wine, tmp_path / "run", "sh", "-c", f"wine {exe} {tmp_path / 'x.bin'} 3")
+    assert r.returncode == 3, r.stderr
+    procs = model["processes"]
+    win = [p for p in procs if p.get("windows")]
+    wine_row = [p for p in procs if p["exe"] == "/usr/bin/wine"]
+    assert len(win) == 1 and len(wine_row) == 1, procs
+    assert win[0]["ppid"] == wine_row[0]["pid"]
+
+
+def test_terminated_child_is_killed_with_its_code(wine, win_programs, ferry_dll_built, tmp_path):
+    plain = wine.run(win_programs["kill_child"])
+    r, model = _run(wine, tmp_path / "run", win_programs["kill_child"])
+    assert (r.stdout, r.returncode) == (plain.stdout, plain.returncode)
+    assert b"child ended with 7" in r.stdout
+    procs = model["processes"]
+    assert len(procs) == 2, procs
+    parent = next(p for p in procs if p["argv"][1:] == [])
+    child = next(p for p in procs if p["argv"][1:2] == ["wait"])
+    assert child["ppid"] == parent["pid"]
+    assert child["state"] == "killed" and child["exit"] == {"code": 7, "signal": None}, child
+    assert str(parent["pid"]) in child["reason"] and "TerminateProcess" in child["reason"]
+    assert parent["state"] == "exited" and parent["exit"]["code"] == 0
+
+
+def test_threads_beyond_ferry_dll_blocks_are_said_against_its_table(wine, win_programs,
+                                                                    ferry_dll_built, tmp_path):
+    r, model = _run(wine, tmp_path / "run", win_programs["many_threads"], 80)
+    assert r.returncode == 0 and b"80 threads ran" in r.stdout, r.stdout
+    (proc,) = model["processes"]
+    assert proc["threads"] == 64, proc
+    assert "ferry.dll's 64-block table" in proc["reason"], proc["reason"]
