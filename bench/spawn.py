@@ -107,26 +107,32 @@ def ferry_run(cmd, mode, out, env):
     return json.loads((out / "info.json").read_text())["duration_s"]
 
 
-def read_proc(path):
-    """The fields of a process file (procfile.h) the breakdown needs."""
-    b = path.read_bytes()[:256]
-    if len(b) < 256 or not b.startswith(b"FERRYPROC"):
-        return None
-    pid, = struct.unpack_from("<i", b, 40)
-    end_tsc, cal_tsc, cal_ns = struct.unpack_from("<QQQ", b, 96)
-    seq, = struct.unpack_from("<I", b, 140)
-    spans = dict(zip(SPAN_NAMES, struct.unpack_from("<8Q", b, 160)))
-    return {"pid": pid, "seq": seq, "end_tsc": end_tsc, "cal": (cal_tsc, cal_ns), "spans": spans}
+def read_procs(path):
+    """The fields the breakdown needs of each record (procfile.h) of a file."""
+    from ferry import procfile
+    with open(path, "rb") as f:
+        for base in procfile.record_offsets(f):
+            f.seek(base)
+            b = f.read(256)
+            if len(b) < 256 or not b.startswith(b"FERRYPROC"):
+                continue
+            pid, = struct.unpack_from("<i", b, 40)
+            start_mono, = struct.unpack_from("<Q", b, 64)
+            end_tsc, cal_tsc, cal_ns = struct.unpack_from("<QQQ", b, 96)
+            spans = dict(zip(SPAN_NAMES, struct.unpack_from("<8Q", b, 160)))
+            yield {"pid": pid, "start": start_mono, "end_tsc": end_tsc, "cal": (cal_tsc, cal_ns),
+                   "spans": spans}
 
 
 def breakdown(run_dir):
     """Median µs of each part of an image's start, over images that the exec
     hook of a previous image of the same pid started."""
-    procs = {}
-    for f in (run_dir / "proc").glob("*.ferry"):
-        p = read_proc(f)
-        if p:
-            procs[(p["pid"], p["seq"])] = p
+    procs, images = {}, {}
+    records = [p for f in (run_dir / "proc").glob("*.ferry") for p in read_procs(f)]
+    for p in sorted(records, key=lambda p: p["start"]):  # a pid's images, numbered as they started
+        seq = images.get(p["pid"], 0)
+        images[p["pid"]] = seq + 1
+        procs[(p["pid"], seq)] = p
     cal = next((p["cal"] for p in procs.values() if p["cal"][0]), None)
     if not cal:
         return {}

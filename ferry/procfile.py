@@ -1,7 +1,9 @@
-"""Reading one process file (`proc/<pid>-<seq>.ferry`) written by the shim.
+"""Reading the process records written by the shim in a run's proc/: slot
+files (`proc/u<uid>-<k>.ferry`, one record per slot, shared by the processes
+of one user) and files of one record (`proc/<pid>-<seq>.ferry`).
 
 Every offset mirrors shim/src/procfile.h (tests/test_layout_matches_shim.py
-checks them).  A file is sized for the most blocks the shim may claim (sparse);
+checks them).  A record has room for the most blocks the shim may claim (sparse);
 only its header and the blocks it says were claimed are read, and they are
 checked before use: a truncated or corrupt file is a ProcFileError naming it,
 never a crash.  proc/ may be writable by other users (a run whose processes
@@ -19,6 +21,9 @@ from . import aggdata, catchdata
 from .rewriter.syscall_table import name_of
 
 MAGIC = b"FERRYPROC\0v1\0\0\0\0"
+SLOTS_MAGIC = b"FERRYSLOTS\0v1\0\0\0"
+SLOTS_VERSION = 1
+SLOTS_HEAD = 4096           # struct ferry_slots_head: magic, version, capacity, stride, next, ready
 VERSION = 1
 HEADER_SIZE = 65536
 NR_MAX = 512
@@ -116,6 +121,8 @@ class ProcFile:
     caught: dict = None        # ferry.catchdata record; None: no catch-all in this process
     platform: int = PLATFORM_LINUX
     names: list = None         # a Windows process's call names, by call number
+    file: Path = None          # the file of proc/ that holds the record
+    offset: int = 0            # where in it the record starts
 
     @property
     def windows(self):
@@ -142,41 +149,122 @@ def _cstr(raw):
     return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
-def _read_used(path):
-    """(file status, bytes, names bytes): the header and the blocks the header
-    says were claimed, and the name table if it has one; a sparse file's
-    unused room is never read."""
+def _open(path):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         if e.errno == errno_names.ELOOP:
             raise ProcFileError(path, "a symbolic link, not a process file") from None
         raise ProcFileError(path, e.strerror.lower()) from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ProcFileError(path, "not a regular file")
-        data = f.read(HEADER_SIZE)
-        names = b""
-        if len(data) == HEADER_SIZE and data[:16] == MAGIC:
-            block_size, max_blocks, nblocks = struct.unpack_from("<III", data, 24)
-            if block_size % 4096 == 0:
-                data += f.read(min(nblocks, max_blocks, 1024) * block_size)
-            _platform, names_size, names_offset = struct.unpack_from("<IIQ", data, OFF_PLATFORM)
-            if names_size:
-                f.seek(names_offset)
-                names = f.read(min(names_size, MAX_NAMES_SIZE))
-    return st, data, names
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        raise ProcFileError(path, "not a regular file")
+    return f, st
+
+
+def _read_used(f, base=0):
+    """(bytes, names bytes) of the record at `base`: its header and the blocks
+    the header says were claimed, and the name table if it has one; a sparse
+    record's unused room is never read."""
+    f.seek(base)
+    data = f.read(HEADER_SIZE)
+    names = b""
+    if len(data) == HEADER_SIZE and data[:16] == MAGIC:
+        block_size, max_blocks, nblocks = struct.unpack_from("<III", data, 24)
+        if block_size % 4096 == 0:
+            data += f.read(min(nblocks, max_blocks, 1024) * block_size)
+        _platform, names_size, names_offset = struct.unpack_from("<IIQ", data, OFF_PLATFORM)
+        if names_size:
+            f.seek(base + names_offset)
+            names = f.read(min(names_size, MAX_NAMES_SIZE))
+    return data, names
 
 
 class NeverStarted(ProcFileError):
-    """A file the shim created but never filled in: its process was killed
+    """A record the shim claimed but never filled in: its process was killed
     while the shim was starting (e.g. with a `ferry run` that was killed)."""
 
 
 def read(path):
+    """The record of a file of one record."""
     path = Path(path)
-    st, data, names = _read_used(path)
+    f, st = _open(path)
+    with f:
+        data, names = _read_used(f)
+    r = _parse(path, st, data, names)
+    r.file = path
+    return r
+
+
+def record_offsets(f, size=None, name=None):
+    """Where the records of an open file of proc/ start: 0 in a file of one
+    record; each slot claimed so far in a slot file, less those at its end
+    that the file does not reach yet (their process was killed between
+    claiming the slot and growing the file: nothing was recorded there)."""
+    f.seek(0)
+    head = f.read(SLOTS_HEAD)
+    if head[:16] != SLOTS_MAGIC:
+        return [0]
+    if len(head) < SLOTS_HEAD:
+        raise ProcFileError(name or f.name, "truncated process file (a slot file shorter than its head)")
+    version, capacity, stride, claimed, ready = struct.unpack_from("<IIQII", head, 16)
+    if version != SLOTS_VERSION or not ready or stride < HEADER_SIZE or stride % 4096:
+        raise ProcFileError(name or f.name, "corrupt slot file head")
+    size = os.fstat(f.fileno()).st_size if size is None else size
+    bases = [SLOTS_HEAD + i * stride for i in range(min(claimed, capacity))]
+    while bases and bases[-1] + stride > size:
+        bases.pop()
+    return bases
+
+
+def read_all(path):
+    """The records of one file of proc/, a slot file or a file of one record,
+    oldest slot first; records never filled in are left out."""
+    path = Path(path)
+    f, st = _open(path)
+    records = []
+    with f:
+        offsets = record_offsets(f, st.st_size, path)
+        for i, base in enumerate(offsets):
+            data, names = _read_used(f, base)
+            try:
+                r = _parse(path if base == 0 else Path(f"{path}#{i}"), st, data, names)
+            except NeverStarted:
+                continue
+            r.file, r.offset = path, base
+            records.append(r)
+    return records
+
+
+def read_dir(proc_dir):
+    """Every record of a run's proc/, each pid's images numbered (seq) in the
+    order they started: a slot says nothing of the images its pid had before."""
+    records = []
+    for p in sorted(Path(proc_dir).glob("*.ferry")):
+        records.extend(read_all(p))
+    records.sort(key=lambda r: (r.start_mono_ns, r.pid))
+    images = {}
+    for r in records:
+        r.seq = images.get(r.pid, 0)
+        images[r.pid] = r.seq + 1
+    return records
+
+
+def records_of(proc_dir, pid):
+    """The records of process `pid` in a run's proc/, oldest image first;
+    those that cannot be read are passed over (the process may be writing)."""
+    found = []
+    for p in sorted(Path(proc_dir).glob("*.ferry")):
+        try:
+            found.extend(r for r in read_all(p) if r.pid == pid)
+        except ProcFileError:
+            continue
+    return sorted(found, key=lambda r: r.start_mono_ns)
+
+
+def _parse(path, st, data, names):
     if not any(data[:HEADER_SIZE]):
         raise NeverStarted(path, "the process was killed before the shim wrote its file")
     if len(data) < HEADER_SIZE:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import httpload
-from conftest import FERRY, ROOT
+from conftest import FERRY, ROOT, proc_records, read_record
 
 SERVER = ROOT / "examples" / "build" / "net_server"
 PAGE = (ROOT / "examples" / "net" / "index.html").read_bytes()
@@ -133,13 +133,11 @@ def split_responses(data):
 
 
 def aggregation_area(run_dir):
-    """(aggregated, crossings) summed over the process files, or None when no
+    """(aggregated, crossings) summed over the process records, or None when no
     process ever created a group."""
     found, aggregated, crossings = False, 0, 0
-    for p in (Path(run_dir) / "proc").glob("*.ferry"):
-        with open(p, "rb") as f:
-            f.seek(AGG_OFFSET)
-            raw = f.read(48)
+    for rec in proc_records(run_dir):
+        raw = read_record(rec, AGG_OFFSET + 48)[AGG_OFFSET:]
         if raw[:8] == b"FERRYAGG":
             found = True
             aggregated += struct.unpack_from("<Q", raw, 16)[0]
