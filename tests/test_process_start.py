@@ -191,3 +191,25 @@ def _allocated(record):
             hole = min(os.lseek(f.fileno(), data, os.SEEK_HOLE), end)
             total, pos = total + hole - data, hole
         return total
+
+
+
+def _exec_maps(pid):
+    """(header line, kB of Private_Dirty) of each executable mapping."""
+    return [(line, int(f.get("Private_Dirty", "0 kB").split()[0])) for line, f in _smaps(pid)
+            if "x" in line.split()[1]]
+
+
+def test_trampolines_placed_at_load_are_shared(tmp_path):
+    # The trampolines of libc's plan are the same bytes in every process that
+    # placed them at the same distance: ~45 KiB were copied into anonymous
+    # memory of each process; they are pages of a file of the cache, clean
+    # and shared like the patched text.
+    cat = tmp_path / "cat"
+    shutil.copy2("/bin/cat", cat)
+    for attempt in ("makes-the-file", "maps-it"):
+        maps = _while_cat_waits(tmp_path / attempt, "trace", _exec_maps, ["sh", "-c", f"{cat}; :"])
+        tramps = [(line, kb) for line, kb in maps if line.endswith(".tramp")]
+        assert tramps and all(kb == 0 for _, kb in tramps), (attempt, maps)
+        anonymous = [line for line, _ in maps if len(line.split()) < 6]
+        assert not anonymous, (attempt, anonymous)

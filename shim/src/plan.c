@@ -80,6 +80,18 @@ const char *ferry_plans_module_at(uint64_t addr)
     return 0;
 }
 
+/* Trampolines mapped from the cache: named by their file in
+ * /proc/self/maps, but no module of their own (an empty path). */
+static void note_tramp(uint64_t at, uint64_t size)
+{
+    if (nremapped >= MAX_REMAPPED)
+        return;
+    remapped[nremapped].lo = at;
+    remapped[nremapped].hi = page_up(at + size);
+    remapped[nremapped].path[0] = 0;
+    nremapped++;
+}
+
 static void note_remapped(const struct target *t)
 {
     for (int i = 0; i < t->phnum && nremapped < MAX_REMAPPED; i++) {
@@ -324,16 +336,27 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, const struct tar
     uint64_t at = place(base + h->tramp_vaddr, total);
     if (!at)
         return 0;
-    ferry_memcpy((void *)at, tramp, h->tramp_size);
     ferry_memcpy((void *)(at + dist), ctl, h->ctl_size);
     int64_t delta = (int64_t)(at - (base + h->tramp_vaddr));
-    for (uint32_t i = 0; i < h->nrefs; i++) {
-        if (refs[i] + 4 > h->tramp_size)
-            return 0;
-        int32_t *field = (int32_t *)(at + refs[i]);
-        *field = (int32_t)((int64_t)*field - delta);
+    /* Trampolines on pages of their own (the control block, written by each
+     * process, is not on them) are shared, mapped from the cache. */
+    int own_pages = dist >= page_up(h->tramp_size);
+    int mapped = own_pages && ferry_plantext_tramp_map(key, delta, at, h->tramp_size) == 0;
+    if (!mapped) {
+        ferry_memcpy((void *)at, tramp, h->tramp_size);
+        for (uint32_t i = 0; i < h->nrefs; i++) {
+            if (refs[i] + 4 > h->tramp_size)
+                return 0;
+            int32_t *field = (int32_t *)(at + refs[i]);
+            *field = (int32_t)((int64_t)*field - delta);
+        }
+        mapped = own_pages && ferry_plantext_tramp_keep(key, delta, at, h->tramp_size) == 0 &&
+                 ferry_plantext_tramp_map(key, delta, at, h->tramp_size) == 0;
+        if (!mapped)
+            ferry_raw3(SYS_mprotect, at, page_up(h->tramp_size), PROT_READ | PROT_EXEC);
     }
-    ferry_raw3(SYS_mprotect, at, page_up(h->tramp_size), PROT_READ | PROT_EXEC);
+    if (mapped)
+        note_tramp(at, h->tramp_size);
     struct windows w = {win, data + size, h->nwindows, delta};
     if (!windows_in_text(t, &w))
         return 0;
