@@ -7,6 +7,7 @@ import subprocess
 
 from conftest import FERRY
 from ferry import procfile
+from ferry.rewriter import syscall_table
 from ferry.rundata import load_run
 
 
@@ -59,3 +60,17 @@ def test_a_full_file_goes_on_in_the_next(tmp_path):
     trues = _trues(run_dir)
     assert len(trues) == 5 and all(p.state == procfile.STATE_EXITED for p in trues)
     assert {p.file for p in procfile.read_dir(run_dir / "proc")} == set(files)
+
+
+def test_the_file_grows_a_few_slots_at_a_time(tmp_path):
+    # Growing the file costs a block allocation: one process in several
+    # pays it, and the file stays within a few slots of those claimed.
+    run_dir = _run(tmp_path, ["sh", "-c", "/bin/true; " * 10 + "echo done"])
+    records = procfile.read_dir(run_dir / "proc")
+    fallocate = syscall_table.NUMBERS["fallocate"]
+    grown = sum(r.internal.get(fallocate, 0) for r in records)
+    assert 1 <= grown <= len(records) // 4, (grown, len(records))
+    (slots,) = (run_dir / "proc").iterdir()
+    stride = max(r.offset for r in records) - min(r.offset for r in records)
+    stride //= max(len(records) - 1, 1)
+    assert slots.stat().st_size <= 4096 + (len(records) + 8) * stride

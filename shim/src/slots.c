@@ -109,7 +109,8 @@ static int make_head(long fd, uint64_t stride, uint64_t *tally)
 
 /* The head of an open file, mapped, once its maker is done with it; NULL
  * when it is not one this process may use. */
-static struct ferry_slots_head *map_head(long fd, uint32_t uid, uint64_t stride, uint64_t *tally)
+static struct ferry_slots_head *map_head(long fd, uint32_t uid, uint64_t stride, uint64_t *size,
+                                         uint64_t *tally)
 {
     struct stat s;
     for (int round = 0; round < WAIT_ROUNDS; round++) {
@@ -121,6 +122,7 @@ static struct ferry_slots_head *map_head(long fd, uint32_t uid, uint64_t stride,
     }
     if ((uint64_t)s.st_size < FERRY_SLOTS_HEAD)
         return 0;
+    *size = (uint64_t)s.st_size;
     long p = map_head_page(fd, tally);
     if (IS_ERR(p))
         return 0;
@@ -136,12 +138,21 @@ static struct ferry_slots_head *map_head(long fd, uint32_t uid, uint64_t stride,
 
 /* The file reaches at least to the end of the slot at `off`, so that no
  * page of it is past the end: the size only grows (fallocate and pwrite never
- * shrink a file, where two processes' ftruncate could), and the room of
- * the slots claimed is all the file's size says, not its capacity's.  One
- * block of disk at the slot's end, no page written. */
-static int extend(long fd, uint64_t off, uint64_t stride, uint64_t *tally)
+ * shrink a file, where two processes' ftruncate could).  It grows by
+ * GROW_SLOTS slots at a time, up to the file's capacity: one process in so
+ * many pays for it (a block of disk at the end, no page written), and the
+ * size stays near the slots claimed.  `size`: the file's, as last seen. */
+#define GROW_SLOTS 8
+
+static int extend(long fd, uint64_t off, uint64_t stride, uint64_t size, uint64_t capacity,
+                  uint64_t *tally)
 {
-    uint64_t end = off + stride;
+    if (size >= off + stride)
+        return 0;  /* grown past this slot already */
+    uint64_t end = off + GROW_SLOTS * stride;
+    uint64_t limit = FERRY_SLOTS_HEAD + capacity * stride;
+    if (end > limit)
+        end = limit;
     long rc = sc(tally, SYS_fallocate, fd, 0, (long)(end - 4096), 4096, 0, 0);
     if (rc == -95 /* EOPNOTSUPP */) {
         char zero = 0;
@@ -175,11 +186,12 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
         if (fd < 0)
             break;
         t = tally;
-        struct ferry_slots_head *h = map_head(fd, uid, stride, t);
+        uint64_t size = 0;
+        struct ferry_slots_head *h = map_head(fd, uid, stride, &size, t);
         uint32_t idx = h ? __atomic_fetch_add(&h->next, 1, __ATOMIC_ACQ_REL) : 0;
         long p = -1;
         uint64_t off = FERRY_SLOTS_HEAD + (uint64_t)idx * stride;
-        int grown = h && idx < h->capacity && extend(fd, off, stride, t) == 0;
+        int grown = h && idx < h->capacity && extend(fd, off, stride, size, h->capacity, t) == 0;
         /* a file system that cannot hold even a file's first slot holds none */
         int hopeless = h && idx == 0 && !grown;
         if (grown) {
@@ -217,15 +229,17 @@ int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, u
     if (idx >= h->capacity)
         return -28;  /* ENOSPC */
     *slot = (struct ferry_slot){cur.file, idx, FERRY_SLOTS_HEAD + (uint64_t)idx * stride};
-    int fd = ferry_slot_reopen(dir, slot, tally, 0);
-    if (fd >= 0 && extend(fd, slot->off, stride, tally)) {
+    uint64_t size = 0;
+    int fd = ferry_slot_reopen(dir, slot, tally, 0, &size);
+    if (fd >= 0 && extend(fd, slot->off, stride, size, h->capacity, tally)) {
         sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
         return -28;
     }
     return fd;
 }
 
-int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *tally, int sized)
+int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *tally, int sized,
+                      uint64_t *size)
 {
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     long fd = open_file(dir, uid, slot->file, O_WRONLY, tally);
@@ -237,5 +251,7 @@ int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *
         sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
         return -1;
     }
+    if (size)
+        *size = (uint64_t)s.st_size;
     return (int)fd;
 }

@@ -28,7 +28,9 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
 int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, uint64_t *tally);
 
 /* The file of a slot, open for writing, or -errno; `sized`: the slot was
- * claimed before, and the file reaches past its header. */
-int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *tally, int sized);
+ * claimed before, and the file reaches past its header.  `size` (if not
+ * NULL): the file's size. */
+int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *tally, int sized,
+                      uint64_t *size);
 
 #endif

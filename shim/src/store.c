@@ -455,7 +455,7 @@ static int vfork_child_record(uint64_t *base, uint32_t *seq)
     uint64_t stride = block_offset(FERRY_MAX_BLOCKS);
     int fd;
     if (tls_vfork_file == VFORK_SLOT)
-        fd = ferry_slot_reopen(st.dir, &tls_vfork_slot, 0, 1);
+        fd = ferry_slot_reopen(st.dir, &tls_vfork_slot, 0, 1, 0);
     else if (tls_vfork_file == VFORK_OWN) {
         char path[2300];
         fd = file_name(path, sizeof(path), st.dir, (int)ferry_raw0(SYS_getpid), tls_vfork_slot.index) ? -36
