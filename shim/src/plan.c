@@ -161,27 +161,40 @@ static int has_ctl(struct dl_phdr_info *info)
 
 extern char __ehdr_start[] __attribute__((visibility("hidden")));
 
+static int has_slash(const char *s)
+{
+    for (; *s; s++)
+        if (*s == '/')
+            return 1;
+    return 0;
+}
+
+/* The modules to plan, filled in by dl_iterate_phdr.  Only the entries used
+ * are written: clearing the whole table (34 KiB) faulted in fresh stack
+ * pages on every process start. */
+struct targets {
+    int n;
+    struct target t[MAX_TARGETS];
+};
+
 static int collect(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    struct target *t = data;
-    /* The dynamic loader itself and the vDSO have no file of their own here;
-     * the shim never patches itself (a program may link it for its API). */
-    if (!info->dlpi_name || !info->dlpi_name[0] || has_ctl(info) ||
-        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start)
+    struct targets *all = data;
+    /* The main program has no name here and the vDSO no file ("linux-vdso.so.1",
+     * no directory in it): a plan is for a file, found by its path; the shim
+     * never patches itself (a program may link it for its API). */
+    if (!info->dlpi_name || !has_slash(info->dlpi_name) || has_ctl(info) ||
+        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS)
         return 0;
-    for (int i = 0; i < MAX_TARGETS; i++) {
-        if (!t[i].path[0]) {
-            size_t n = ferry_strlen(info->dlpi_name);
-            if (n < sizeof(t[i].path)) {
-                ferry_memcpy(t[i].path, info->dlpi_name, n + 1);
-                t[i].base = info->dlpi_addr;
-                t[i].phdr = info->dlpi_phdr;
-                t[i].phnum = info->dlpi_phnum;
-            }
-            break;
-        }
-    }
+    size_t n = ferry_strlen(info->dlpi_name);
+    if (n >= sizeof(all->t[0].path))
+        return 0;
+    struct target *t = &all->t[all->n++];
+    ferry_memcpy(t->path, info->dlpi_name, n + 1);
+    t->base = info->dlpi_addr;
+    t->phdr = info->dlpi_phdr;
+    t->phnum = info->dlpi_phnum;
     return 0;
 }
 
@@ -373,11 +386,12 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
 {
     if (!dl_iterate_phdr || !cache_root || !cache_root[0])
         return 0;
-    struct target targets[MAX_TARGETS];
-    ferry_memset(targets, 0, sizeof(targets));
-    dl_iterate_phdr(collect, targets);
+    struct targets all;
+    all.n = 0;
+    dl_iterate_phdr(collect, &all);
+    struct target *targets = all.t;
     int applied = 0;
-    for (int i = 0; i < MAX_TARGETS && targets[i].path[0]; i++) {
+    for (int i = 0; i < all.n; i++) {
         if (already_planned(targets[i].base))
             continue;
         char path[2600];
