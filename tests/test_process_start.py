@@ -13,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import FERRY
 from ferry import procfile
 from ferry.rewriter import syscall_table
@@ -213,3 +215,15 @@ def test_trampolines_placed_at_load_are_shared(tmp_path):
         assert tramps and all(kb == 0 for _, kb in tramps), (attempt, maps)
         anonymous = [line for line, _ in maps if len(line.split()) < 6]
         assert not anonymous, (attempt, anonymous)
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_patching_at_load_looks_up_plans_only_for_files(tmp_path):
+    # The vDSO is a module without a file: no plan can name it.
+    cat = tmp_path / "true"
+    shutil.copy2("/bin/true", cat)
+    log = tmp_path / "strace.log"
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=newfstatat,stat,statx", "-o", str(log),
+                    *FERRY, "run", "--no-learn", "-o", str(tmp_path / "run"), "--", "sh", "-c", f"{cat}; :"],
+                   check=True, capture_output=True, timeout=300)
+    assert "linux-vdso" not in log.read_text()
