@@ -13,7 +13,6 @@ import socket
 import struct
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
