@@ -210,7 +210,9 @@ def record_offsets(f, size=None, name=None):
     if len(head) < SLOTS_HEAD:
         raise ProcFileError(name or f.name, "truncated process file (a slot file shorter than its head)")
     version, capacity, stride, claimed, ready = struct.unpack_from("<IIQII", head, 16)
-    if version != SLOTS_VERSION or not ready or stride < HEADER_SIZE or stride % 4096:
+    if not ready:
+        return []  # its first process is still making it: nothing recorded yet
+    if version != SLOTS_VERSION or stride < HEADER_SIZE or stride % 4096:
         raise ProcFileError(name or f.name, "corrupt slot file head")
     size = os.fstat(f.fileno()).st_size if size is None else size
     bases = [SLOTS_HEAD + i * stride for i in range(min(claimed, capacity))]

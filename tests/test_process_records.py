@@ -74,3 +74,16 @@ def test_the_file_grows_a_few_slots_at_a_time(tmp_path):
     stride = max(r.offset for r in records) - min(r.offset for r in records)
     stride //= max(len(records) - 1, 1)
     assert slots.stat().st_size <= 4096 + (len(records) + 8) * stride
+
+
+def test_a_slot_file_still_being_made_holds_no_record_yet(tmp_path):
+    # Its first process sizes it and writes its head, `ready` last: a reader
+    # of a live run may find it in between.
+    run_dir = _run(tmp_path, ["/bin/true"])
+    before = [(p["pid"], p["exe"]) for p in load_run(run_dir)["processes"]]
+    assert len(before) == 1
+    head = bytearray(4096)
+    head[:16] = procfile.SLOTS_MAGIC
+    (run_dir / "proc" / "u4242-0.ferry").write_bytes(bytes(head))  # ready = 0
+    (run_dir / "proc" / "u4243-0.ferry").write_bytes(b"")           # not sized yet
+    assert [(p["pid"], p["exe"]) for p in load_run(run_dir)["processes"]] == before
