@@ -138,8 +138,8 @@ struct ferry_proc_header {
  * i at FERRY_SLOTS_HEAD + i * stride, each a process record as above.  Made
  * by the first process of its user, owned by that user and writable by
  * nobody else; a process claims a slot with one atomic add on `next`, and
- * grows the file (sparse, a few slots at a time) past the end of its slot
- * if it does not reach there yet.  A slot claimed by a process killed
+ * grows the file (sparse, under the file's lock) to the end of its slot if
+ * it does not reach there yet.  A slot claimed by a process killed
  * before it grew the file may lie past its end.  Creating a file per process cost
  * each an inode (50-170 us on ext4), two per command a shell starts. */
 #define FERRY_SLOTS_MAGIC "FERRYSLOTS\0v1\0\0\0"

@@ -11,6 +11,7 @@
 #include "slots.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -137,28 +138,25 @@ static struct ferry_slots_head *map_head(long fd, uint32_t uid, uint64_t stride,
 }
 
 /* The file reaches at least to the end of the slot at `off`, so that no
- * page of it is past the end: the size only grows (fallocate and pwrite never
- * shrink a file, where two processes' ftruncate could).  It grows by
- * GROW_SLOTS slots at a time, up to the file's capacity: one process in so
- * many pays for it (a block of disk at the end, no page written), and the
- * size stays near the slots claimed.  `size`: the file's, as last seen. */
-#define GROW_SLOTS 8
-
-static int extend(long fd, uint64_t off, uint64_t stride, uint64_t size, uint64_t capacity,
-                  uint64_t *tally)
+ * page of it is past the end.  Its size grows under the file's lock: two
+ * processes' ftruncate could otherwise shrink it below the other's slot.
+ * ftruncate only sets the size (fallocate allocated a block of disk for
+ * every process, ~3% of a /bin/true's start), and the size is the room of
+ * the slots claimed, no more: a copy of the run that fills holes writes no
+ * room nobody claimed.  `size`: the file's, as last seen. */
+static int extend(long fd, uint64_t off, uint64_t stride, uint64_t size, uint64_t *tally)
 {
-    if (size >= off + stride)
-        return 0;  /* grown past this slot already */
-    uint64_t end = off + GROW_SLOTS * stride;
-    uint64_t limit = FERRY_SLOTS_HEAD + capacity * stride;
-    if (end > limit)
-        end = limit;
-    long rc = sc(tally, SYS_fallocate, fd, 0, (long)(end - 4096), 4096, 0, 0);
-    if (rc == -95 /* EOPNOTSUPP */) {
-        char zero = 0;
-        rc = sc(tally, SYS_pwrite64, fd, (long)&zero, 1, (long)(end - 1), 0, 0);
-        rc = rc == 1 ? 0 : rc < 0 ? rc : -5;
-    }
+    uint64_t end = off + stride;
+    if (size >= end)
+        return 0;  /* a later slot's process grew it past this one */
+    long rc = sc(tally, SYS_flock, fd, LOCK_EX, 0, 0, 0, 0);
+    if (rc)
+        return (int)rc;
+    struct stat s;
+    rc = sc(tally, SYS_fstat, fd, (long)&s, 0, 0, 0, 0);
+    if (!rc && (uint64_t)s.st_size < end)
+        rc = sc(tally, SYS_ftruncate, fd, (long)end, 0, 0, 0, 0);
+    sc(tally, SYS_flock, fd, LOCK_UN, 0, 0, 0, 0);
     return (int)rc;
 }
 
@@ -191,7 +189,7 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
         uint32_t idx = h ? __atomic_fetch_add(&h->next, 1, __ATOMIC_ACQ_REL) : 0;
         long p = -1;
         uint64_t off = FERRY_SLOTS_HEAD + (uint64_t)idx * stride;
-        int grown = h && idx < h->capacity && extend(fd, off, stride, size, h->capacity, t) == 0;
+        int grown = h && idx < h->capacity && extend(fd, off, stride, size, t) == 0;
         /* a file system that cannot hold even a file's first slot holds none */
         int hopeless = h && idx == 0 && !grown;
         if (grown) {
@@ -231,7 +229,7 @@ int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, u
     *slot = (struct ferry_slot){cur.file, idx, FERRY_SLOTS_HEAD + (uint64_t)idx * stride};
     uint64_t size = 0;
     int fd = ferry_slot_reopen(dir, slot, tally, 0, &size);
-    if (fd >= 0 && extend(fd, slot->off, stride, size, h->capacity, tally)) {
+    if (fd >= 0 && extend(fd, slot->off, stride, size, tally)) {
         sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
         return -28;
     }
