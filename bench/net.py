@@ -112,22 +112,18 @@ class Server:
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK   # utime, stime
 
-    def proc_file(self):
-        files = sorted((Path(self.run_dir) / "proc").glob(f"{self.pid}-*.ferry"))
-        if not files:
-            raise BenchError(f"no process file of pid {self.pid} in {self.run_dir}")
-        return files[-1]
+    def proc_record(self):
+        from ferry import procfile
+        records = procfile.records_of(Path(self.run_dir) / "proc", self.pid)
+        if not records:
+            raise BenchError(f"no process record of pid {self.pid} in {self.run_dir}")
+        return records[-1]
 
     def counts(self):
-        """(calls, overflow, aggregation record or None) from the live process file."""
-        from ferry import procfile
-        f = procfile.read(self.proc_file())
+        """(calls, overflow, aggregation record or None) from the live process record."""
+        f = self.proc_record()
         calls = sum(sum(b.calls) + b.invalid for b in f.blocks)
-        agg = getattr(f, "aggregation", None)
-        if agg is None and f.mode not in ("count", "trace", "off"):
-            from ferry import aggdata
-            agg = aggdata.parse(Path(self.proc_file()).read_bytes()[:procfile.HEADER_SIZE])
-        return calls, f.overflow, agg
+        return calls, f.overflow, f.aggregation
 
     def alive(self):
         return self.proc.poll() is None

@@ -108,25 +108,28 @@ def ferry_run(cmd, mode, out, env):
     return json.loads((out / "info.json").read_text())["duration_s"]
 
 
-def read_proc(path):
-    """The fields of a process file (procfile.h) the breakdown needs."""
-    b = path.read_bytes()[:procfile.HEADER_SIZE]
-    if len(b) < procfile.HEADER_SIZE or not b.startswith(procfile.MAGIC):
-        return None
-    h = procfile.HEADER.unpack(b)
-    spans = dict(zip(SPAN_NAMES, h["start_spans"]))
-    return {"pid": h["pid"], "seq": h["seq"], "end_tsc": h["end_tsc"], "cal": (h["cal_tsc"], h["cal_ns"]),
-            "spans": spans}
+def read_procs(path):
+    """The fields the breakdown needs of each record (procfile.h) of a file."""
+    with open(path, "rb") as f:
+        for base in procfile.record_offsets(f):
+            f.seek(base)
+            b = f.read(procfile.HEADER_SIZE)
+            if len(b) < procfile.HEADER_SIZE or not b.startswith(procfile.MAGIC):
+                continue
+            h = procfile.HEADER.unpack(b)
+            yield {"pid": h["pid"], "start": h["start_mono_ns"], "end_tsc": h["end_tsc"],
+                   "cal": (h["cal_tsc"], h["cal_ns"]), "spans": dict(zip(SPAN_NAMES, h["start_spans"]))}
 
 
 def breakdown(run_dir):
     """Median µs of each part of an image's start, over images that the exec
     hook of a previous image of the same pid started."""
-    procs = {}
-    for f in (run_dir / "proc").glob("*.ferry"):
-        p = read_proc(f)
-        if p:
-            procs[(p["pid"], p["seq"])] = p
+    procs, images = {}, {}
+    records = [p for f in (run_dir / "proc").glob("*.ferry") for p in read_procs(f)]
+    for p in sorted(records, key=lambda p: p["start"]):  # a pid's images, numbered as they started
+        seq = images.get(p["pid"], 0)
+        images[p["pid"]] = seq + 1
+        procs[(p["pid"], seq)] = p
     cal = next((p["cal"] for p in procs.values() if p["cal"][0]), None)
     if not cal:
         return {}

@@ -121,15 +121,17 @@ def summarize(processes, profile_pools=()):
 
 def any_group(run_dir):
     """Whether a process of the run in `run_dir` created an aggregation group (its area has
-    the magic); reads only that much of each process file."""
+    the magic); reads only that much of each process record."""
     from pathlib import Path
+    from . import procfile
     for path in (Path(run_dir) / "proc").glob("*.ferry"):
         try:
             with open(path, "rb") as f:
-                f.seek(OFFSET)
-                if f.read(len(MAGIC)) == MAGIC:
-                    return True
-        except OSError:
+                for base in procfile.record_offsets(f):
+                    f.seek(base + OFFSET)
+                    if f.read(len(MAGIC)) == MAGIC:
+                        return True
+        except (OSError, procfile.ProcFileError):
             continue
     return False
 

@@ -112,11 +112,31 @@ def _module(d):
 
 
 def _plan(p, identities):
+    if "@" in p.name:
+        return _plan_text(p, identities)
     e = Entry("plan", p, identities.get(p.name, "?"), p.stat().st_size, p.stat().st_mtime)
     with open(p, "rb") as f:
         if f.read(len(PLAN_MAGIC)) != PLAN_MAGIC:
             e.problems.append("not a patch plan")
     if p.name not in identities:
+        e.problems.append("no cached library has this identity any more (changed or gone)")
+    return e
+
+
+def _plan_text(p, identities):
+    """What the shim made from a plan (shim/src/plantext.c): the library's
+    patched text, `<plan>.<plan inode>-<plan mtime ns>@<distance>`, and its
+    trampolines, the same name + `.tramp`; usable while that plan is."""
+    plan_name, _, made_from = p.name.partition(".")
+    e = Entry("plan", p, identities.get(plan_name, "?"), p.stat().st_size, p.stat().st_mtime)
+    try:
+        st = (p.parent / plan_name).stat()
+        current = f"{st.st_ino}-{st.st_mtime_ns}@"
+    except OSError:
+        current = None
+    if current is None or not made_from.startswith(current):
+        e.problems.append("made from a plan that is gone or was replaced")
+    elif plan_name not in identities:
         e.problems.append("no cached library has this identity any more (changed or gone)")
     return e
 

@@ -1,9 +1,11 @@
-"""Reading one process file (`proc/<pid>-<seq>.ferry`) written by the shim.
+"""Reading the process records written by the shim in a run's proc/: slot
+files (`proc/u<uid>-<k>.ferry`, one record per slot, shared by the processes
+of one user) and files of one record (`proc/<pid>-<seq>.ferry`).
 
 The layout is shim/src/procfile.h's, taken member by member from the header
-(ferry.base.layouts).  A file is sized for the most blocks the shim may claim
-(sparse); only its header and the blocks it says were claimed are read, and
-they are checked before use: a truncated or corrupt file is a ProcFileError
+(ferry.base.layouts).  A record has room for the most blocks the shim may
+claim (sparse); only its header and the blocks it says were claimed are read,
+and they are checked before use: a truncated or corrupt file is a ProcFileError
 naming it, never a crash.  proc/ may be writable by other users (a run whose
 processes change user): only regular files are read, never through a
 symlink, and never a FIFO that would block.
@@ -26,6 +28,7 @@ NR_STATS = layout("ferry_nr_stats")
 SITE_STATS = layout("ferry_site_stats")
 ERRNO_SLOT = layout("ferry_errno_slot")
 EVENT = layout("ferry_event")
+SLOTS = layout("ferry_slots_head")
 
 MAGIC = constant("FERRY_PROC_MAGIC")
 VERSION = constant("FERRY_PROC_VERSION")
@@ -38,6 +41,9 @@ NAME_SIZE = constant("FERRY_CALL_NAME_SIZE")     # a Windows process's call name
 MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
 PLATFORM_LINUX = constant("FERRY_PLATFORM_LINUX")
 PLATFORM_WINDOWS = constant("FERRY_PLATFORM_WINDOWS")
+SLOTS_MAGIC = constant("FERRY_SLOTS_MAGIC")
+SLOTS_VERSION = constant("FERRY_SLOTS_VERSION")
+SLOTS_HEAD = constant("FERRY_SLOTS_HEAD")       # where a slot file's first record starts
 
 STATE_RUNNING = constant("FERRY_STATE_RUNNING")
 STATE_EXITED = constant("FERRY_STATE_EXITED")
@@ -120,6 +126,8 @@ class ProcFile:
     platform: int = PLATFORM_LINUX
     names: list = None         # a Windows process's call names, by call number
     max_blocks: int = None     # threads with a block of their own (ferry.dll: fewer than the shim)
+    file: Path = None          # the file of proc/ that holds the record
+    offset: int = 0            # where in it the record starts
 
     @property
     def windows(self):
@@ -146,40 +154,125 @@ def _cstr(raw):
     return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
-def _read_used(path):
-    """(file status, bytes, names bytes): the header and the blocks the header
-    says were claimed, and the name table if it has one; a sparse file's
-    unused room is never read."""
+def _open(path):
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         if e.errno == errno_names.ELOOP:
             raise ProcFileError(path, "a symbolic link, not a process file") from None
         raise ProcFileError(path, e.strerror.lower()) from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ProcFileError(path, "not a regular file")
-        data = f.read(HEADER_SIZE)
-        names = b""
-        if len(data) == HEADER_SIZE and data[:len(MAGIC)] == MAGIC:
-            h = HEADER.unpack(data)
-            if h["block_size"] % 4096 == 0:
-                data += f.read(min(h["nblocks"], h["max_blocks"], MAX_BLOCKS) * h["block_size"])
-            if h["names_size"]:
-                f.seek(h["names_offset"])
-                names = f.read(min(h["names_size"], MAX_NAMES_SIZE))
-    return st, data, names
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        raise ProcFileError(path, "not a regular file")
+    return f, st
+
+
+def _read_used(f, base=0):
+    """(bytes, names bytes) of the record at `base`: its header and the blocks
+    the header says were claimed, and the name table if it has one; a sparse
+    record's unused room is never read."""
+    f.seek(base)
+    data = f.read(HEADER_SIZE)
+    names = b""
+    if len(data) == HEADER_SIZE and data[:len(MAGIC)] == MAGIC:
+        h = HEADER.unpack(data)
+        if h["block_size"] % 4096 == 0:
+            data += f.read(min(h["nblocks"], h["max_blocks"], MAX_BLOCKS) * h["block_size"])
+        if h["names_size"]:
+            f.seek(base + h["names_offset"])
+            names = f.read(min(h["names_size"], MAX_NAMES_SIZE))
+    return data, names
 
 
 class NeverStarted(ProcFileError):
-    """A file the shim created but never filled in: its process was killed
+    """A record the shim claimed but never filled in: its process was killed
     while the shim was starting (e.g. with a `ferry run` that was killed)."""
 
 
 def read(path):
+    """The record of a file of one record."""
     path = Path(path)
-    st, data, names = _read_used(path)
+    f, st = _open(path)
+    with f:
+        data, names = _read_used(f)
+    r = _parse(path, st, data, names)
+    r.file = path
+    return r
+
+
+def record_offsets(f, size=None, name=None):
+    """Where the records of an open file of proc/ start: 0 in a file of one
+    record; each slot claimed so far in a slot file, less those at its end
+    that the file does not reach yet (their process was killed between
+    claiming the slot and growing the file: nothing was recorded there)."""
+    f.seek(0)
+    head = f.read(SLOTS_HEAD)
+    if head[:len(SLOTS_MAGIC)] != SLOTS_MAGIC:
+        return [0]
+    if len(head) < SLOTS_HEAD:
+        raise ProcFileError(name or f.name, "truncated process file (a slot file shorter than its head)")
+    sh = SLOTS.unpack(head)
+    version, capacity, stride, claimed, ready = (sh["version"], sh["capacity"], sh["stride"], sh["next"],
+                                                 sh["ready"])
+    if not ready:
+        return []  # its first process is still making it: nothing recorded yet
+    if version != SLOTS_VERSION or stride < HEADER_SIZE or stride % 4096:
+        raise ProcFileError(name or f.name, "corrupt slot file head")
+    size = os.fstat(f.fileno()).st_size if size is None else size
+    bases = [SLOTS_HEAD + i * stride for i in range(min(claimed, capacity))]
+    while bases and bases[-1] + stride > size:
+        bases.pop()
+    return bases
+
+
+def read_all(path):
+    """The records of one file of proc/, a slot file or a file of one record,
+    oldest slot first; records never filled in are left out."""
+    path = Path(path)
+    f, st = _open(path)
+    records = []
+    with f:
+        offsets = record_offsets(f, st.st_size, path)
+        for i, base in enumerate(offsets):
+            data, names = _read_used(f, base)
+            try:
+                r = _parse(path if base == 0 else Path(f"{path}#{i}"), st, data, names)
+            except NeverStarted:
+                continue
+            r.file, r.offset = path, base
+            records.append(r)
+    return records
+
+
+def read_dir(proc_dir):
+    """Every record of a run's proc/, each pid's images numbered (seq) in the
+    order they started: a slot says nothing of the images its pid had before."""
+    records = []
+    for p in sorted(Path(proc_dir).glob("*.ferry")):
+        records.extend(read_all(p))
+    records.sort(key=lambda r: (r.start_mono_ns, r.pid))
+    images = {}
+    for r in records:
+        r.seq = images.get(r.pid, 0)
+        images[r.pid] = r.seq + 1
+    return records
+
+
+def records_of(proc_dir, pid):
+    """The records of process `pid` in a run's proc/, oldest image first;
+    those that cannot be read are passed over (the process may be writing)."""
+    found = []
+    for p in sorted(Path(proc_dir).glob("*.ferry")):
+        try:
+            found.extend(r for r in read_all(p) if r.pid == pid)
+        except ProcFileError:
+            continue
+    return sorted(found, key=lambda r: r.start_mono_ns)
+
+
+def _parse(path, st, data, names):
     if not any(data[:HEADER_SIZE]):
         raise NeverStarted(path, "the process was killed before the shim wrote its file")
     if len(data) < HEADER_SIZE:

@@ -81,16 +81,10 @@ def _iso(real_ns):
 
 def load_processes(run_dir):
     """The process files of a run, oldest image of each pid first."""
-    files = []
-    for p in sorted((Path(run_dir) / "proc").glob("*.ferry")):
-        try:
-            files.append(procfile.read(p))
-        except procfile.NeverStarted:
-            continue  # nothing was counted in it
-        except procfile.ProcFileError as e:
-            raise FerryError(e.path, e.problem) from None
-    files.sort(key=lambda f: (f.start_mono_ns, f.pid, f.seq))
-    return files
+    try:
+        return procfile.read_dir(Path(run_dir) / "proc")  # records never filled in left out
+    except procfile.ProcFileError as e:
+        raise FerryError(e.path, e.problem) from None
 
 
 def load_run(run_dir):

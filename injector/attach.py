@@ -214,8 +214,9 @@ def attach(pid, shim_path, env):
     if not handle:
         raise FerryError(pid, "dlopen of the shim failed in the process")
     run_dir = env.get("FERRY_RUN_DIR")
-    if run_dir and not any((Path(run_dir) / "proc").glob(f"{pid}-*.ferry")):
-        # The shim's constructor ran inside dlopen: its process file exists by now, or never will.
+    from ..procfile import records_of
+    if run_dir and not records_of(Path(run_dir) / "proc", pid):
+        # The shim's constructor ran inside dlopen: its record exists by now, or never will.
         raise FerryError(pid, f"the shim is loaded but could not create its process file in "
                               f"{run_dir}/proc (the process runs as uid {_real_uid(pid)}); "
                               "nothing is recorded")

@@ -72,6 +72,32 @@ def instrument(tmp_path_factory):
     return _instrument
 
 
+def proc_records(run_dir):
+    """(file, offset, name in messages) of each process record of a run (slots
+    of shared files, or files of their own), in the order of the run model's
+    processes."""
+    from ferry import procfile
+    return [(r.file, r.offset, str(r.path)) for r in procfile.read_dir(Path(run_dir) / "proc")]
+
+
+def read_record(rec, size=None):
+    """The first `size` bytes of a record (its header by default)."""
+    from ferry import procfile
+    size = procfile.HEADER_SIZE if size is None else size
+    path, offset, _ = rec
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+def write_record(rec, at, data):
+    """`data` into a record at offset `at` of it."""
+    path, offset, _ = rec
+    with open(path, "r+b") as f:
+        f.seek(offset + at)
+        f.write(data)
+
+
 def read_stats(directory):
     """{pid: stats dict} of the FERRY_STATS files written into `directory`."""
     stats = {}

@@ -2,6 +2,7 @@
 reach the shim, a malformed FERRY_AGG is reported and the process runs in
 count mode, and the figures land in the process file's aggregation area."""
 from aggregate_helpers import agg, engine_stats  # noqa: F401
+from conftest import proc_records, read_record
 from ferry import aggdata, procfile
 from ferry.base.layouts import constant
 
@@ -21,9 +22,9 @@ def test_aggregation_area_in_process_file(agg, tmp_path):
     r = agg("agg_results", "fiber", "pipes", tmp_path / "d",
             env={"FERRY_MODE": "aggregate", "FERRY_RUN_DIR": str(run_dir),
                  "FERRY_AGG": "workers=3;pool=128,2,0,-1,3,some,8,50000;route=0:0,1:0,61:w"})
-    files = list((run_dir / "proc").glob("*.ferry"))
-    assert len(files) == 1
-    data = files[0].read_bytes()
+    records = proc_records(run_dir)
+    assert len(records) == 1
+    data = read_record(records[0])
     assert procfile.HEADER.unpack(data)["mode"] == constant("FERRY_MODE_AGGREGATE")
     a = aggdata.AREA.unpack(data, aggdata.OFFSET)
     assert a["magic"] == b"FERRYAGG"

@@ -44,6 +44,23 @@ def test_list_names_every_part_of_a_run(filled):
     assert str(program) in cache(env, "list").stdout
 
 
+def test_text_patched_at_load_is_part_of_the_cache(filled, tmp_path):
+    # a program started by a shell without rewriting it: libc is patched at
+    # load time, from a copy of its text and trampolines the shim keeps
+    env, _ = filled
+    fresh = tmp_path / "fresh"
+    shutil.copy2("/usr/bin/true", fresh)
+    run_ferry("run", "--no-learn", "-o", tmp_path / "run2", "--", "sh", "-c", f"{fresh}; :", env=env)
+    plans = [e for e in listed(env) if e["kind"] == "plan"]
+    assert any(e["path"].endswith(".tramp") for e in plans), plans
+    assert all(not e["problems"] for e in plans), plans
+    assert cache(env, "verify").returncode == 0
+    plan = next(e["path"] for e in plans if "@" not in os.path.basename(e["path"]))
+    os.utime(plan)  # a plan made again: what was made from the old one is stale
+    stale = [e for e in listed(env) if e["kind"] == "plan" and e["problems"]]
+    assert len(stale) == len(plans) - 1 and all("@" in e["path"] for e in stale), stale
+
+
 def test_size_counts_the_entries_listed(filled):
     env, _ = filled
     usage = json.loads(cache(env, "size", "--json").stdout)

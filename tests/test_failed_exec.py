@@ -79,7 +79,7 @@ def _strace_counts(log, run_dir, root):
     has created its process file; a vfork child counts with its own (spare)
     block from its first call.  A successful exec ends the counting until the
     new image's shim starts."""
-    marker = re.compile(rf'openat\(AT_FDCWD, "{re.escape(str(run_dir))}/proc/(\d+)-\d+\.ferry"')
+    marker = re.compile(rf'openat\(AT_FDCWD, "{re.escape(str(run_dir))}/proc/(?:u)?\d+-\d+\.ferry"')
     calls = list(_calls(log))
     family, vforked = {root}, set()
     for pid, name, start, value in calls:

@@ -12,13 +12,12 @@ import os
 import socket
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
 import httpload
-from conftest import FERRY, ROOT
-from ferry import aggdata, procfile
+from conftest import FERRY, ROOT, proc_records, read_record
+from ferry import aggdata
 
 SERVER = ROOT / "examples" / "build" / "net_server"
 PAGE = (ROOT / "examples" / "net" / "index.html").read_bytes()
@@ -132,12 +131,11 @@ def split_responses(data):
 
 
 def aggregation_area(run_dir):
-    """(aggregated, crossings) summed over the process files, or None when no
+    """(aggregated, crossings) summed over the process records, or None when no
     process ever created a group."""
     found, aggregated, crossings = False, 0, 0
-    for p in (Path(run_dir) / "proc").glob("*.ferry"):
-        with open(p, "rb") as f:
-            record = aggdata.parse(f.read(procfile.HEADER_SIZE))
+    for rec in proc_records(run_dir):
+        record = aggdata.parse(read_record(rec))
         if record:
             found = True
             aggregated += record["aggregated"]

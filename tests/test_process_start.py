@@ -8,9 +8,12 @@ what the shim did to start.
 """
 import os
 import shutil
+import struct
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import FERRY
 from ferry import procfile
@@ -87,7 +90,7 @@ def test_no_process_spins_to_calibrate_the_tsc(tmp_path):
         subprocess.run(FERRY + ["run", "-p", "trace", "-o", str(run_dir), "--", "sh", "-c",
                                 "/bin/true; /bin/true; /bin/true"], check=True, timeout=300,
                        capture_output=True)
-    procs = [procfile.read(p) for p in sorted((run_dir / "proc").glob("*.ferry"))]
+    procs = procfile.read_dir(run_dir / "proc")
     trues = [p for p in procs if p.exe == "/usr/bin/true"]
     assert len(trues) == 3 and all(p.cal_tsc and p.cal_ns for p in procs)
     rates = {p.cal_ns / p.cal_tsc for p in procs}
@@ -146,7 +149,7 @@ def test_exec_hook_reads_the_environment_in_a_few_calls(tmp_path):
     subprocess.run(FERRY + ["run", "-p", "count", "-o", str(run_dir), "--", "sh", "-c",
                             "/bin/true; /bin/true"], check=True, timeout=300,
                    capture_output=True, env=env)
-    procs = [procfile.read(p) for p in sorted((run_dir / "proc").glob("*.ferry"))]
+    procs = procfile.read_dir(run_dir / "proc")
     execs = [p for p in procs if p.exec_path == "/bin/true"]
     trues = [p for p in procs if p.exe == "/usr/bin/true"]
     assert len(execs) == 2 and len(trues) == 2, [(p.exe, p.exec_path) for p in procs]
@@ -164,10 +167,63 @@ def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
     run_dir = tmp_path / "run"
     subprocess.run(FERRY + ["run", "-p", "trace", "-o", str(run_dir), "--", "sh", "-c",
                             "/bin/true; /bin/true"], check=True, timeout=300, capture_output=True)
-    files = sorted((run_dir / "proc").glob("*.ferry"))
-    children = [f for f in files if procfile.read(f).exec_path == "/bin/true"]
+    children = [p for p in procfile.read_dir(run_dir / "proc") if p.exec_path == "/bin/true"]
     assert len(children) == 2
-    for f in children:
-        p = procfile.read(f)
-        assert p.blocks and p.internal, f  # still a whole, readable file
-        assert f.stat().st_blocks * 512 <= 128 * 1024, (f, f.stat().st_blocks)
+    for p in children:
+        assert p.blocks and p.internal, p.path  # still a whole, readable record
+        assert _allocated(p) <= 128 * 1024, (p.path, _allocated(p))
+
+
+def _allocated(record):
+    """Bytes of disk that a record's room holds (the rest is holes)."""
+    with open(record.file, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        end = size
+        if record.offset:  # a slot: its room is the file's stride
+            stride, = struct.unpack_from("<Q", f.read(procfile.SLOTS_HEAD), 24)
+            end = min(size, record.offset + stride)
+        pos, total = record.offset, 0
+        while pos < end:
+            try:
+                data = os.lseek(f.fileno(), pos, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data past pos
+                break
+            if data >= end:
+                break
+            hole = min(os.lseek(f.fileno(), data, os.SEEK_HOLE), end)
+            total, pos = total + hole - data, hole
+        return total
+
+
+
+def _exec_maps(pid):
+    """(header line, kB of Private_Dirty) of each executable mapping."""
+    return [(line, int(f.get("Private_Dirty", "0 kB").split()[0])) for line, f in _smaps(pid)
+            if "x" in line.split()[1]]
+
+
+def test_trampolines_placed_at_load_are_shared(tmp_path):
+    # The trampolines of libc's plan are the same bytes in every process that
+    # placed them at the same distance: ~45 KiB were copied into anonymous
+    # memory of each process; they are pages of a file of the cache, clean
+    # and shared like the patched text.
+    cat = tmp_path / "cat"
+    shutil.copy2("/bin/cat", cat)
+    for attempt in ("makes-the-file", "maps-it"):
+        maps = _while_cat_waits(tmp_path / attempt, "trace", _exec_maps, ["sh", "-c", f"{cat}; :"])
+        tramps = [(line, kb) for line, kb in maps if line.endswith(".tramp")]
+        assert tramps and all(kb == 0 for _, kb in tramps), (attempt, maps)
+        anonymous = [line for line, _ in maps if len(line.split()) < 6]
+        assert not anonymous, (attempt, anonymous)
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_patching_at_load_looks_up_plans_only_for_files(tmp_path):
+    # The vDSO is a module without a file: no plan can name it.
+    cat = tmp_path / "true"
+    shutil.copy2("/bin/true", cat)
+    log = tmp_path / "strace.log"
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=newfstatat,stat,statx", "-o", str(log),
+                    *FERRY, "run", "--no-learn", "-o", str(tmp_path / "run"), "--", "sh", "-c", f"{cat}; :"],
+                   check=True, capture_output=True, timeout=300)
+    assert "linux-vdso" not in log.read_text()

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY
+from conftest import FERRY, proc_records, read_record, write_record
 from ferry import aggdata, procfile
 from ferry.base.layouts import constant
 from ferry.rundata import load_run
@@ -71,12 +71,12 @@ POOL1 = {"submitted": 100, "completed": 99, "enters": 15, "max_depth": 9, "wait_
          "sqpoll": 0, "priority": 5, "wait": 2, "limit": 16, "timeout": 100_000}
 
 
-def fill(proc_file, data, mode=None):
-    raw = bytearray(proc_file.read_bytes())
-    raw[aggdata.OFFSET:aggdata.OFFSET + len(data)] = data
+def fill(rec, data, mode=None):
+    write_record(rec, aggdata.OFFSET, data)
     if mode is not None:
+        raw = bytearray(read_record(rec))
         procfile.HEADER.pack_into(raw, 0, mode=mode)
-    proc_file.write_bytes(raw)
+        write_record(rec, 0, bytes(raw))
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def recorded(tmp_path_factory):
 def one_process_run(recorded, tmp_path, data):
     d = tmp_path / "run"
     shutil.copytree(recorded[0], d)
-    (proc,) = (d / "proc").glob("*.ferry")
+    (proc,) = proc_records(d)
     fill(proc, data, mode=constant("FERRY_MODE_AGGREGATE"))
     return d
 
@@ -123,8 +123,8 @@ def carrier_table(out):
 
 
 def test_the_reader_gives_the_areas_numbers(run):
-    (proc,) = (run / "proc").glob("*.ferry")
-    rec = aggdata.parse(proc.read_bytes())
+    (proc,) = proc_records(run)
+    rec = aggdata.parse(read_record(proc))
     assert {k: rec[k] for k in aggdata.COUNTERS} == {
         "aggregated": 1000, "native": 30, "worker": 20, "crossings": 25, "fibers": 40,
         "switches": 2100, "carriers": 1, "groups": 1}
@@ -144,8 +144,8 @@ def test_the_reader_gives_the_areas_numbers(run):
 
 
 def test_the_reader_gives_each_carriers_numbers(carrier_run):
-    (proc,) = (carrier_run / "proc").glob("*.ferry")
-    rec = aggdata.parse(proc.read_bytes())
+    (proc,) = proc_records(carrier_run)
+    rec = aggdata.parse(read_record(proc))
     assert rec["carrier_list"] == [
         {"index": 0, "fibers": 25, "switches": 1400, "crossings": 12, "completed": 600, "peak": 9},
         {"index": 1, "fibers": 15, "switches": 700, "crossings": 13, "completed": 399, "peak": 6}]
@@ -175,7 +175,7 @@ def test_a_run_without_aggregation_has_none(recorded):
 def test_processes_add_up_and_pools_take_the_profiles_names(recorded, tmp_path):
     d = tmp_path / "many"
     shutil.copytree(recorded[1], d)
-    procs = sorted((d / "proc").glob("*.ferry"))
+    procs = proc_records(d)
     assert len(procs) >= 3
     main = {"submitted": 10, "completed": 10, "enters": 2, "max_depth": 7, "wait_ns": 5,
             "depth_sum": 9, "batches": batches(b2=2)}          # the aggregate profile's pool
@@ -297,7 +297,7 @@ def test_csv_by_carrier_has_a_row_per_carrier_with_its_pid(carrier_run):
 def test_carriers_of_several_processes_keep_their_pids(recorded, tmp_path):
     d = tmp_path / "many"
     shutil.copytree(recorded[1], d)
-    procs = sorted((d / "proc").glob("*.ferry"))[:2]
+    procs = proc_records(d)[:2]
     fill(procs[0], area([], carriers=2, carrier_table=CARRIERS))
     fill(procs[1], area([], carriers=1, carrier_table=[(3, 40, 5, 7, 2)]))
     pids = [p["pid"] for p in load_run(d)["processes"]][:2]
@@ -372,11 +372,11 @@ def test_a_model_file_with_a_bad_carrier_is_rejected(carrier_run, tmp_path):
     (area([POOL0], slots=65), "corrupt aggregation area (65 carrier slots, at most 64)"),
 ])
 def test_a_damaged_area_is_one_line_naming_the_file(run, data, problem):
-    (proc,) = (run / "proc").glob("*.ferry")
+    (proc,) = proc_records(run)
     fill(proc, data)
     r = ferry("report", run)
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == f"ferry: {proc}: {problem}\n"
+    assert r.stderr == f"ferry: {proc[2]}: {problem}\n"
 
 
 def test_a_model_file_with_a_bad_aggregation_is_rejected(run, tmp_path):

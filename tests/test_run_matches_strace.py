@@ -32,11 +32,11 @@ def _trace(tmp_path, argv):
 
 def _program_calls_after_shim_start(lines, run_dir, root_pid):
     """strace's counts per syscall over the program's processes, from the
-    moment each process's shim created its process file."""
+    moment each process's shim opened the file of its record."""
     pids = {root_pid}
     counts = collections.Counter()
     started = set()
-    marker = re.compile(rf'openat\(AT_FDCWD, "{re.escape(str(run_dir))}/proc/(\d+)-\d+\.ferry"')
+    marker = re.compile(rf'openat\(AT_FDCWD, "{re.escape(str(run_dir))}/proc/(?:u)?\d+-\d+\.ferry"')
     for line in lines:
         m = LINE.match(line)
         if not m:
@@ -52,7 +52,7 @@ def _program_calls_after_shim_start(lines, run_dir, root_pid):
         if pid not in pids:
             continue
         if pid not in started:
-            if marker.search(line):
+            if marker.search(line) and not re.search(r"= -\d+ E\w+", line):  # the first file opened
                 started.add(pid)
             continue
         counts[name] += 1

@@ -62,14 +62,8 @@ def attach_command(profile_name, out_dir, pid):
 
 
 def _detached(out, pid):
-    from ..procfile import STATE_DETACHED, ProcFileError, read
-    for p in (out / "proc").glob(f"{pid}-*.ferry"):
-        try:
-            if read(p).state == STATE_DETACHED:
-                return True
-        except ProcFileError:
-            pass
-    return False
+    from ..procfile import STATE_DETACHED, records_of
+    return any(r.state == STATE_DETACHED for r in records_of(out / "proc", pid))
 
 
 @click.command("detach")

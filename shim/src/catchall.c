@@ -194,6 +194,8 @@ static void describe_site(uint64_t addr, struct ferry_catch_site *site)
     /* Text mapped from a plan's patched copy: the copy is the module's file
      * byte for byte, at the same offsets, under another name. */
     const char *module = ferry_plans_module_at(addr);
+    if (module && !module[0])
+        return;  /* trampolines: their file is the cache's, no module to plan */
     if (module) {
         describe_site_in_maps(addr, site);
         size_t len = ferry_strlen(module);

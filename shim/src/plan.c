@@ -72,6 +72,18 @@ const char *ferry_plans_module_at(uint64_t addr)
     return 0;
 }
 
+/* Trampolines mapped from the cache: named by their file in
+ * /proc/self/maps, but no module of their own (an empty path). */
+static void note_tramp(uint64_t at, uint64_t size)
+{
+    if (nremapped >= MAX_REMAPPED)
+        return;
+    remapped[nremapped].lo = at;
+    remapped[nremapped].hi = page_up(at + size);
+    remapped[nremapped].path[0] = 0;
+    nremapped++;
+}
+
 static void note_remapped(const struct target *t)
 {
     for (int i = 0; i < t->phnum && nremapped < MAX_REMAPPED; i++) {
@@ -141,27 +153,40 @@ static int has_ctl(struct dl_phdr_info *info)
 
 extern char __ehdr_start[] __attribute__((visibility("hidden")));
 
+static int has_slash(const char *s)
+{
+    for (; *s; s++)
+        if (*s == '/')
+            return 1;
+    return 0;
+}
+
+/* The modules to plan, filled in by dl_iterate_phdr.  Only the entries used
+ * are written: clearing the whole table (34 KiB) faulted in fresh stack
+ * pages on every process start. */
+struct targets {
+    int n;
+    struct target t[MAX_TARGETS];
+};
+
 static int collect(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    struct target *t = data;
-    /* The dynamic loader itself and the vDSO have no file of their own here;
-     * the shim never patches itself (a program may link it for its API). */
-    if (!info->dlpi_name || !info->dlpi_name[0] || has_ctl(info) ||
-        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start)
+    struct targets *all = data;
+    /* The main program has no name here and the vDSO no file ("linux-vdso.so.1",
+     * no directory in it): a plan is for a file, found by its path; the shim
+     * never patches itself (a program may link it for its API). */
+    if (!info->dlpi_name || !has_slash(info->dlpi_name) || has_ctl(info) ||
+        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS)
         return 0;
-    for (int i = 0; i < MAX_TARGETS; i++) {
-        if (!t[i].path[0]) {
-            size_t n = ferry_strlen(info->dlpi_name);
-            if (n < sizeof(t[i].path)) {
-                ferry_memcpy(t[i].path, info->dlpi_name, n + 1);
-                t[i].base = info->dlpi_addr;
-                t[i].phdr = info->dlpi_phdr;
-                t[i].phnum = info->dlpi_phnum;
-            }
-            break;
-        }
-    }
+    size_t n = ferry_strlen(info->dlpi_name);
+    if (n >= sizeof(all->t[0].path))
+        return 0;
+    struct target *t = &all->t[all->n++];
+    ferry_memcpy(t->path, info->dlpi_name, n + 1);
+    t->base = info->dlpi_addr;
+    t->phdr = info->dlpi_phdr;
+    t->phnum = info->dlpi_phnum;
     return 0;
 }
 
@@ -316,16 +341,27 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, const struct tar
     uint64_t at = place(base + h->tramp_vaddr, total);
     if (!at)
         return 0;
-    ferry_memcpy((void *)at, tramp, h->tramp_size);
     ferry_memcpy((void *)(at + dist), ctl, h->ctl_size);
     int64_t delta = (int64_t)(at - (base + h->tramp_vaddr));
-    for (uint32_t i = 0; i < h->nrefs; i++) {
-        if (refs[i] + 4 > h->tramp_size)
-            return 0;
-        int32_t *field = (int32_t *)(at + refs[i]);
-        *field = (int32_t)((int64_t)*field - delta);
+    /* Trampolines on pages of their own (the control block, written by each
+     * process, is not on them) are shared, mapped from the cache. */
+    int own_pages = dist >= page_up(h->tramp_size);
+    int mapped = own_pages && ferry_plantext_tramp_map(key, delta, at, h->tramp_size) == 0;
+    if (!mapped) {
+        ferry_memcpy((void *)at, tramp, h->tramp_size);
+        for (uint32_t i = 0; i < h->nrefs; i++) {
+            if (refs[i] + 4 > h->tramp_size)
+                return 0;
+            int32_t *field = (int32_t *)(at + refs[i]);
+            *field = (int32_t)((int64_t)*field - delta);
+        }
+        mapped = own_pages && ferry_plantext_tramp_keep(key, delta, at, h->tramp_size) == 0 &&
+                 ferry_plantext_tramp_map(key, delta, at, h->tramp_size) == 0;
+        if (!mapped)
+            ferry_raw3(SYS_mprotect, at, page_up(h->tramp_size), PROT_READ | PROT_EXEC);
     }
-    ferry_raw3(SYS_mprotect, at, page_up(h->tramp_size), PROT_READ | PROT_EXEC);
+    if (mapped)
+        note_tramp(at, h->tramp_size);
     struct windows w = {win, data + size, h->nwindows, delta};
     if (!windows_in_text(t, &w))
         return 0;
@@ -342,11 +378,12 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
 {
     if (!dl_iterate_phdr || !cache_root || !cache_root[0])
         return 0;
-    struct target targets[MAX_TARGETS];
-    ferry_memset(targets, 0, sizeof(targets));
-    dl_iterate_phdr(collect, targets);
+    struct targets all;
+    all.n = 0;
+    dl_iterate_phdr(collect, &all);
+    struct target *targets = all.t;
     int applied = 0;
-    for (int i = 0; i < MAX_TARGETS && targets[i].path[0]; i++) {
+    for (int i = 0; i < all.n; i++) {
         if (already_planned(targets[i].base))
             continue;
         char path[2600];

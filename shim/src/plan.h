@@ -38,7 +38,8 @@ void ferry_plans_avoid(const char *list);
 int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t));
 
 /* The file of the module whose text at `addr` is mapped from its plan's
- * patched copy, or NULL. */
+ * patched copy; "" where `addr` is in trampolines mapped from the cache
+ * (no module of their own); NULL elsewhere. */
 const char *ferry_plans_module_at(uint64_t addr);
 
 #endif

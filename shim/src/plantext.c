@@ -87,8 +87,10 @@ static int copy_file(long dst, long src, uint64_t size)
     return 0;
 }
 
-static long make_copy(const char *name, const struct ferry_plantext_key *k, const struct windows *w,
-                      const ElfW(Phdr) *phdr, int phnum)
+/* File `name` made whole by `fill` under a temporary name, synced, then
+ * renamed: no process ever maps a half-written one.  Its descriptor, or
+ * -errno. */
+static long make_file(const char *name, int (*fill)(long fd, void *ctx), void *ctx)
 {
     char tmp[2800];
     struct ferry_buf b = {tmp, 0, sizeof(tmp), 0};
@@ -102,22 +104,7 @@ static long make_copy(const char *name, const struct ferry_plantext_key *k, cons
                          0644);
     if (fd < 0)
         return fd;
-    long src = ferry_raw4(SYS_openat, AT_FDCWD, k->module_path, O_RDONLY | O_CLOEXEC, 0);
-    struct stat st;
-    int rc = src < 0 ? (int)src : 0;
-    /* the file the plan is for, still: its identity is in the plan's name */
-    if (!rc && (ferry_raw2(SYS_fstat, src, &st) != 0 || st.st_ino != k->module.st_ino ||
-                st.st_dev != k->module.st_dev || st.st_size != k->module.st_size ||
-                st.st_mtim.tv_sec != k->module.st_mtim.tv_sec ||
-                st.st_mtim.tv_nsec != k->module.st_mtim.tv_nsec))
-        rc = -116;  /* ESTALE */
-    if (!rc)
-        rc = copy_file((long)fd, src, (uint64_t)st.st_size);
-    if (src >= 0)
-        ferry_raw1(SYS_close, src);
-    struct put_ctx c = {fd, phdr, phnum};
-    if (!rc)
-        rc = ferry_windows_each(w, put_window, &c);
+    int rc = fill(fd, ctx);
     /* a copy cut short by a crash must never be run: durable before named */
     if (!rc)
         rc = (int)ferry_raw1(SYS_fdatasync, fd);
@@ -131,16 +118,47 @@ static long make_copy(const char *name, const struct ferry_plantext_key *k, cons
     return fd;
 }
 
-/* The copy at `name`, if it is one this process may trust: made by the
- * plan's owner, writable by nobody else, as long as the module. */
-static long open_copy(const char *name, const struct ferry_plantext_key *k)
+struct copy_ctx {
+    const struct ferry_plantext_key *k;
+    const struct windows *w;
+    const ElfW(Phdr) *phdr;
+    int phnum;
+};
+
+/* The module's file with the windows in place. */
+static int fill_copy(long fd, void *data)
+{
+    const struct copy_ctx *x = data;
+    const struct ferry_plantext_key *k = x->k;
+    long src = ferry_raw4(SYS_openat, AT_FDCWD, k->module_path, O_RDONLY | O_CLOEXEC, 0);
+    struct stat st;
+    int rc = src < 0 ? (int)src : 0;
+    /* the file the plan is for, still: its identity is in the plan's name */
+    if (!rc && (ferry_raw2(SYS_fstat, src, &st) != 0 || st.st_ino != k->module.st_ino ||
+                st.st_dev != k->module.st_dev || st.st_size != k->module.st_size ||
+                st.st_mtim.tv_sec != k->module.st_mtim.tv_sec ||
+                st.st_mtim.tv_nsec != k->module.st_mtim.tv_nsec))
+        rc = -116;  /* ESTALE */
+    if (!rc)
+        rc = copy_file((long)fd, src, (uint64_t)st.st_size);
+    if (src >= 0)
+        ferry_raw1(SYS_close, src);
+    struct put_ctx c = {fd, x->phdr, x->phnum};
+    if (!rc)
+        rc = ferry_windows_each(x->w, put_window, &c);
+    return rc;
+}
+
+/* The file at `name`, if it is one this process may trust: made by the
+ * plan's owner, writable by nobody else, `size` bytes long. */
+static long open_trusted(const char *name, const struct ferry_plantext_key *k, uint64_t size)
 {
     long fd = ferry_raw4(SYS_openat, AT_FDCWD, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd < 0)
         return fd;
     struct stat st;
     if (ferry_raw2(SYS_fstat, fd, &st) != 0 || st.st_uid != k->plan.st_uid || (st.st_mode & 022) ||
-        st.st_size != k->module.st_size || !S_ISREG(st.st_mode)) {
+        (uint64_t)st.st_size != size || !S_ISREG(st.st_mode)) {
         ferry_raw1(SYS_close, fd);
         return -116;
     }
@@ -175,9 +193,10 @@ int ferry_plantext_map(const struct ferry_plantext_key *k, int64_t delta, const 
     char name[2700];
     if (text_name(name, sizeof(name), k, delta))
         return -36;
-    long fd = open_copy(name, k);
+    long fd = open_trusted(name, k, (uint64_t)k->module.st_size);
+    struct copy_ctx x = {k, w, phdr, phnum};
     if (fd == -2 /* ENOENT */)
-        fd = make_copy(name, k, w, phdr, phnum);
+        fd = make_file(name, fill_copy, &x);
     if (fd < 0)
         return (int)fd;
     int rc = 0;
@@ -186,4 +205,53 @@ int ferry_plantext_map(const struct ferry_plantext_key *k, int64_t delta, const 
             rc = map_segment(fd, base, &phdr[i]);
     ferry_raw1(SYS_close, fd);
     return rc;
+}
+
+/* The trampolines, as placed `delta` bytes from where the rewritten file
+ * has them, beside the copy: `<copy's name>.tramp`. */
+static int tramp_name(char *out, size_t cap, const struct ferry_plantext_key *k, int64_t delta)
+{
+    if (text_name(out, cap - 8, k, delta))
+        return -36;
+    size_t n = ferry_strlen(out);
+    ferry_memcpy(out + n, ".tramp", 7);
+    return 0;
+}
+
+int ferry_plantext_tramp_map(const struct ferry_plantext_key *k, int64_t delta, uint64_t at, uint64_t size)
+{
+    char name[2700];
+    if (tramp_name(name, sizeof(name), k, delta))
+        return -36;
+    long fd = open_trusted(name, k, size);
+    if (fd < 0)
+        return (int)fd;
+    long p = ferry_raw6(SYS_mmap, (long)at, (long)page_up(size), PROT_READ | PROT_EXEC,
+                        MAP_PRIVATE | MAP_FIXED, fd, 0);
+    ferry_raw1(SYS_close, fd);
+    return IS_ERR(p) ? (int)p : 0;
+}
+
+struct tramp_ctx {
+    const void *bytes;
+    uint64_t size;
+};
+
+static int fill_tramp(long fd, void *data)
+{
+    const struct tramp_ctx *t = data;
+    return ferry_raw4(SYS_pwrite64, fd, t->bytes, t->size, 0) == (long)t->size ? 0 : -5;
+}
+
+int ferry_plantext_tramp_keep(const struct ferry_plantext_key *k, int64_t delta, uint64_t at, uint64_t size)
+{
+    char name[2700];
+    if (tramp_name(name, sizeof(name), k, delta))
+        return -36;
+    struct tramp_ctx t = {(const void *)at, size};
+    long fd = make_file(name, fill_tramp, &t);
+    if (fd < 0)
+        return (int)fd;
+    ferry_raw1(SYS_close, fd);
+    return 0;
 }

@@ -28,4 +28,15 @@ int ferry_windows_each(const struct windows *w,
 int ferry_plantext_map(const struct ferry_plantext_key *key, int64_t delta, const struct windows *w,
                        uint64_t base, const ElfW(Phdr) *phdr, int phnum);
 
+/* The trampolines a plan places `delta` bytes from where the rewritten file
+ * has them are the same bytes in every process: kept once in a file beside
+ * the copy and mapped (private, read-only, executable) at `at` over the
+ * `size` bytes placed there, so that their pages are the page cache's, not
+ * ~45 KiB copied into each process.  0, or -errno with `at` untouched. */
+int ferry_plantext_tramp_map(const struct ferry_plantext_key *key, int64_t delta, uint64_t at,
+                             uint64_t size);
+/* Keep the `size` bytes at `at` (relocated for `delta`) as that file. */
+int ferry_plantext_tramp_keep(const struct ferry_plantext_key *key, int64_t delta, uint64_t at,
+                              uint64_t size);
+
 #endif

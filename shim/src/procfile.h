@@ -1,5 +1,9 @@
-/* One process image's statistics: a file in the run directory, written
- * through a shared mapping while the process runs.
+/* One process image's statistics: a record in the run directory, written
+ * through a shared mapping while the process runs.  A record is a slot of a
+ * slot file `proc/u<euid>-<k>.ferry` (struct ferry_slots_head, below) that
+ * every process of that user shares, or, where no slot can be had (a vfork
+ * child that changed user), a file of its own `proc/<pid>-<seq>.ferry`; the
+ * layout is the same either way.
  *
  * Nothing is "written at exit": every count lands in the file as it happens,
  * so a process that crashes, is killed, or replaces itself with exec leaves
@@ -8,8 +12,8 @@
  * memory.  ferry/procfile.py reads it with the offsets the compiler gives
  * (ferry.base.layouts, generated from this header by tools/gen_layouts.py).
  *
- * The file is sized for max_blocks blocks when it is made (sparse: only what
- * is written takes room) and the shim keeps no descriptor of it: a thread's
+ * A record has room for max_blocks blocks (sparse: only what is written
+ * takes room) and the shim keeps no descriptor of it: a thread's
  * block is mapped from the mappings it already has (store.c), so the program
  * never finds a descriptor of Ferry's among its own.
  */
@@ -110,7 +114,9 @@ struct ferry_proc_header {
     uint32_t nwaits;                /* 128 */
     uint32_t event_capacity;        /* 132: events per block */
     uint32_t overflow;              /* 136: threads beyond max_blocks (not counted) */
-    uint32_t seq;                   /* 140: image number of this pid */
+    uint32_t seq;                   /* 140: in a file of its own, the image number of
+                                       this pid; in a slot file, the slot's index (the
+                                       reader numbers a pid's images by their start) */
     uint32_t exec_kind;             /* 144: what the exec in exec_path runs (enum below) */
     uint32_t load_patched;          /* 148: modules enabled by a load-time plan */
     uint32_t uid;                   /* 152: effective user ID when the file was made */
@@ -133,6 +139,28 @@ struct ferry_proc_header {
     uint64_t internal[FERRY_NR_MAX];                        /* 49152: the shim's own calls */
     char catchall[4096];            /* 53248: sites caught by the catch-all (catchall.h) */
     char aggregate[8192];           /* 57344: aggregation statistics (aggarea.h) */
+};
+
+/* A slot file: this head, then `capacity` slots of `stride` bytes each, slot
+ * i at FERRY_SLOTS_HEAD + i * stride, each a process record as above.  Made
+ * by the first process of its user, owned by that user and writable by
+ * nobody else; a process claims a slot with one atomic add on `next`, and
+ * grows the file (sparse, under the file's lock) to the end of its slot if
+ * it does not reach there yet.  A slot claimed by a process killed
+ * before it grew the file may lie past its end.  Creating a file per process cost
+ * each an inode (50-170 us on ext4), two per command a shell starts. */
+#define FERRY_SLOTS_MAGIC "FERRYSLOTS\0v1\0\0\0"
+#define FERRY_SLOTS_VERSION 1
+#define FERRY_SLOTS_HEAD 4096
+#define FERRY_SLOTS_MAX 4096        /* slots in one file at most */
+
+struct ferry_slots_head {
+    char magic[16];                 /* 0 */
+    uint32_t version;               /* 16 */
+    uint32_t capacity;              /* 20: slots in the file */
+    uint64_t stride;                /* 24: bytes per slot */
+    uint32_t next;                  /* 32: slots claimed (may pass capacity) */
+    uint32_t ready;                 /* 36: 1 once the file is sized and this head written */
 };
 
 /* The catch-all's record (header offset 53248): every site outside the
@@ -219,6 +247,8 @@ _Static_assert(__builtin_offsetof(struct ferry_proc_header, waits) == 40960, "he
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, internal) == 49152, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, catchall) == 53248, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, aggregate) == 57344, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_slots_head, next) == 32, "slots layout");
+_Static_assert(__builtin_offsetof(struct ferry_slots_head, ready) == 36, "slots layout");
 _Static_assert(sizeof(struct ferry_catch_site) == 128, "catch layout");
 _Static_assert(sizeof(struct ferry_catch_area) <= 4096, "catch layout");
 _Static_assert(sizeof(struct ferry_module_entry) == 256, "module layout");

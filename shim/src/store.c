@@ -8,6 +8,7 @@
 
 #include "exec.h"
 #include "raw.h"
+#include "slots.h"
 #include "tscrate.h"
 #include "util.h"
 
@@ -15,9 +16,11 @@ __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exe
 static __thread struct ferry_blk *tls_spare __attribute__((tls_model("initial-exec")));
 static __thread struct ferry_blk *tls_vfork_saved __attribute__((tls_model("initial-exec")));
 static __thread int tls_in_vfork_child __attribute__((tls_model("initial-exec")));
-/* seq + 1 of the file a vfork child has written, 0 before its first: every
- * failed exec of a PATH search rewrites that one file. */
+/* Where a vfork child has written its record (0 before its first): every
+ * failed exec of a PATH search rewrites that one record. */
+enum { VFORK_SLOT = 1, VFORK_OWN = 2 };
 static __thread uint32_t tls_vfork_file __attribute__((tls_model("initial-exec")));
+static __thread struct ferry_slot tls_vfork_slot __attribute__((tls_model("initial-exec")));
 /* When a vfork child's exec hook began: its file is written from a copy. */
 static __thread uint64_t tls_vfork_hook_tsc __attribute__((tls_model("initial-exec")));
 
@@ -164,38 +167,29 @@ static uint64_t block_offset(uint32_t idx)
     return FERRY_PROC_HEADER_SIZE + (uint64_t)idx * st.block_size;
 }
 
-/* The file is made at its largest (sparse) and only its header is mapped;
- * the descriptor is closed before the program runs, so none of the
- * program's descriptor numbers is ever the shim's, and nothing of the shim
- * is left for the program to close, dup2 over or pass on. */
+/* The record is a slot of the run's shared file (slots.c), room for its
+ * largest (sparse), and only its header is mapped; no descriptor is kept,
+ * so none of the program's descriptor numbers is ever the shim's, and
+ * nothing of the shim is left for the program to close, dup2 over or pass
+ * on. */
 static int open_backing(void)
 {
     st.in_file = 0;
     if (st.dir[0]) {
-        uint32_t seq = 0;
-        int fd = create_file(st.dir, (int)ferry_raw0(SYS_getpid), &seq);
-        if (fd >= 0) {
-            if (ferry_raw2(SYS_ftruncate, fd, block_offset(FERRY_MAX_BLOCKS)) == 0) {
-                ferry_hdr = map(FERRY_PROC_HEADER_SIZE, fd, 0);
-                if (ferry_hdr)  /* before the first touch; tallied with the others below */
-                    ferry_pass6(SYS_madvise, (long)ferry_hdr, FERRY_PROC_HEADER_SIZE, MADV_RANDOM,
-                                0, 0, 0);
-            } else
-                ferry_hdr = 0;
-            if (ferry_hdr) {
-                ferry_hdr->seq = seq;
-                /* Tallied from the file's creation on: its openat is where a
-                 * tracer sees the shim start; ftruncate and mmap followed. */
-                ferry_internal = ferry_hdr->internal;
-                ferry_internal[SYS_ftruncate]++;
-                ferry_internal[SYS_mmap]++;
-                ferry_internal[SYS_madvise]++;
-            }
-            ferry_raw1(SYS_close, fd);
-            if (ferry_hdr) {
-                st.in_file = 1;
-                return 0;
-            }
+        uint64_t tally[FERRY_NR_MAX];
+        ferry_memset(tally, 0, sizeof(tally));
+        struct ferry_slot slot;
+        ferry_hdr = ferry_slot_map(st.dir, block_offset(FERRY_MAX_BLOCKS), FERRY_PROC_HEADER_SIZE,
+                                   &slot, tally);
+        if (ferry_hdr) {
+            ferry_hdr->seq = slot.index;
+            /* Tallied from the first file the shim opened: that openat is
+             * where a tracer sees the shim start. */
+            ferry_internal = ferry_hdr->internal;
+            for (int i = 0; i < FERRY_NR_MAX; i++)
+                ferry_internal[i] += tally[i];
+            st.in_file = 1;
+            return 0;
         }
     }
     ferry_hdr = map(FERRY_PROC_HEADER_SIZE, -1, 0);
@@ -450,50 +444,73 @@ static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off)
         ferry_raw4(SYS_pwrite64, fd, p + start, len - start, off + start);
 }
 
-/* A vfork child's own file, written with pwrite from the parent's header
- * (read only) and its spare block, with its own identity patched in.  One
- * file, however many execs fail before one succeeds (a PATH search): each
- * write replaces the last, so the child's calls are in the run once. */
+/* Where a vfork child's record goes: a slot of the file its parent maps,
+ * or, when its user is no longer that file's (POSIX_SPAWN_RESETIDS) or the
+ * file is full, a file of its own.  The same place however many execs fail
+ * before one succeeds (a PATH search): each write replaces the last, so the
+ * child's calls are in the run once.  A descriptor, and the record's offset
+ * and number in it. */
+static int vfork_child_record(uint64_t *base, uint32_t *seq)
+{
+    uint64_t stride = block_offset(FERRY_MAX_BLOCKS);
+    int fd;
+    if (tls_vfork_file == VFORK_SLOT)
+        fd = ferry_slot_reopen(st.dir, &tls_vfork_slot, 0, 1, 0);
+    else if (tls_vfork_file == VFORK_OWN) {
+        char path[2300];
+        fd = file_name(path, sizeof(path), st.dir, (int)ferry_raw0(SYS_getpid), tls_vfork_slot.index) ? -36
+             : (int)ferry_raw4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+    } else {
+        fd = ferry_slot_open(st.dir, stride, &tls_vfork_slot, 0);
+        if (fd >= 0)
+            tls_vfork_file = VFORK_SLOT;
+        else {
+            tls_vfork_slot.off = 0;
+            fd = create_file(st.dir, (int)ferry_raw0(SYS_getpid), &tls_vfork_slot.index);
+            if (fd >= 0) {
+                tls_vfork_file = VFORK_OWN;
+                /* the whole of its one block, sparse */
+                ferry_raw2(SYS_ftruncate, fd, block_offset(1));
+            }
+        }
+    }
+    *base = tls_vfork_slot.off;
+    *seq = tls_vfork_slot.index;
+    return fd;
+}
+
+#define AT(field) (base + __builtin_offsetof(struct ferry_proc_header, field))
+
+/* A vfork child's own record, written with pwrite from the parent's header
+ * (read only) and its spare block, with its own identity patched in. */
 static void vfork_child_write(uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
 {
     if (!st.dir[0] || !ferry_hdr)
         return;
-    uint32_t seq = 0;
-    int pid = (int)ferry_raw0(SYS_getpid);
-    int fd;
-    if (tls_vfork_file) {
-        char path[2300];
-        seq = tls_vfork_file - 1;
-        fd = file_name(path, sizeof(path), st.dir, pid, seq) ? -36
-             : (int)ferry_raw4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
-    } else {
-        fd = create_file(st.dir, pid, &seq);
-        if (fd >= 0)
-            tls_vfork_file = seq + 1;
-    }
+    uint64_t base;
+    uint32_t seq;
+    int fd = vfork_child_record(&base, &seq);
     if (fd < 0)
         return;
+    int pid = (int)ferry_raw0(SYS_getpid);
     struct ferry_proc_header *h = ferry_hdr;
-    /* the whole of its one block, sparse: pages of zeros are not written */
-    ferry_raw2(SYS_ftruncate, fd, block_offset(1));
-    pwrite_used(fd, h, FERRY_PROC_HEADER_SIZE, 0);
+    pwrite_used(fd, h, FERRY_PROC_HEADER_SIZE, base);
     struct {
         uint32_t nblocks, state;
         int32_t pid, ppid, exit_code;
     } id = {1, state, pid, (int32_t)ferry_raw0(SYS_getppid), exit_code};
-    ferry_raw4(SYS_pwrite64, fd, &id, sizeof(id), __builtin_offsetof(struct ferry_proc_header, nblocks));
+    ferry_raw4(SYS_pwrite64, fd, &id, sizeof(id), AT(nblocks));
     uint32_t zero = 0;
-    ferry_raw4(SYS_pwrite64, fd, &zero, 4, __builtin_offsetof(struct ferry_proc_header, nwaits));
-    ferry_raw4(SYS_pwrite64, fd, &seq, 4, __builtin_offsetof(struct ferry_proc_header, seq));
+    ferry_raw4(SYS_pwrite64, fd, &zero, 4, AT(nwaits));
+    ferry_raw4(SYS_pwrite64, fd, &seq, 4, AT(seq));
     uint64_t times[3] = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
-    ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), __builtin_offsetof(struct ferry_proc_header, end_real_ns));
-    ferry_raw4(SYS_pwrite64, fd, &kind, 4, __builtin_offsetof(struct ferry_proc_header, exec_kind));
-    ferry_raw4(SYS_pwrite64, fd, &tls_vfork_hook_tsc, 8,
-               __builtin_offsetof(struct ferry_proc_header, start_spans[FERRY_SPAN_EXEC_HOOK]));
+    ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), AT(end_real_ns));
+    ferry_raw4(SYS_pwrite64, fd, &kind, 4, AT(exec_kind));
+    ferry_raw4(SYS_pwrite64, fd, &tls_vfork_hook_tsc, 8, AT(start_spans[FERRY_SPAN_EXEC_HOOK]));
     /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it). */
     uint32_t uids[2] = {(uint32_t)ferry_raw0(SYS_geteuid), 0};
     uids[1] = uids[0];
-    ferry_raw4(SYS_pwrite64, fd, uids, sizeof(uids), __builtin_offsetof(struct ferry_proc_header, uid));
+    ferry_raw4(SYS_pwrite64, fd, uids, sizeof(uids), AT(uid));
     if (exec_path) {
         char path[1024];
         size_t n = ferry_strlen(exec_path);
@@ -501,9 +518,9 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
             n = sizeof(path) - 1;
         ferry_memcpy(path, exec_path, n);
         path[n] = 0;
-        ferry_raw4(SYS_pwrite64, fd, path, n + 1, __builtin_offsetof(struct ferry_proc_header, exec_path));
+        ferry_raw4(SYS_pwrite64, fd, path, n + 1, AT(exec_path));
     }
-    pwrite_used(fd, ferry_tls_block, sizeof(struct ferry_blk), FERRY_PROC_HEADER_SIZE);
+    pwrite_used(fd, ferry_tls_block, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE);
     /* The tally goes last, with the two calls that write it and close the
      * file already in it; they are made untallied. */
     uint64_t *own = ferry_internal;
@@ -511,12 +528,14 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
         own[SYS_pwrite64]++;
         own[SYS_close]++;
         ferry_pass6(SYS_pwrite64, fd, (long)own, sizeof(ferry_hdr->internal),
-                    __builtin_offsetof(struct ferry_proc_header, internal), 0, 0);
+                    AT(internal), 0, 0);
         ferry_pass6(SYS_close, fd, 0, 0, 0, 0, 0);
     } else {
         ferry_raw1(SYS_close, fd);
     }
 }
+
+#undef AT
 
 /* When the image's life ended (so far): exit, exec, or detach. */
 static void stamp_end(uint32_t state)

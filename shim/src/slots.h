@@ -1,0 +1,36 @@
+/* Process records as slots of a few files shared by the processes of one
+ * user (procfile.h, struct ferry_slots_head): a process start opens an
+ * existing file and takes a slot with one atomic add, where it used to
+ * create a file (an inode, and a directory entry) of its own. */
+#ifndef FERRY_SLOTS_H
+#define FERRY_SLOTS_H
+
+#include <stdint.h>
+
+#include "procfile.h"
+
+struct ferry_slot {
+    uint32_t file;      /* k of `u<euid>-<k>.ferry` */
+    uint32_t index;     /* slot in that file */
+    uint64_t off;       /* the slot's file offset */
+};
+
+/* A slot of `stride` bytes in `<dir>/proc/u<euid>-<k>.ferry`, its first
+ * `map_size` bytes mapped shared (MADV_RANDOM); NULL when none could be had.
+ * `tally` counts the calls made from the first that opened a file on (the
+ * one a tracer sees as the shim's start), by number. */
+struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint64_t map_size,
+                                         struct ferry_slot *slot, uint64_t *tally);
+
+/* For a vfork child, which must map nothing (its memory is its parent's): a
+ * slot of the file its parent last mapped, if the child's user is that
+ * file's.  A descriptor open for writing, or -errno. */
+int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, uint64_t *tally);
+
+/* The file of a slot, open for writing, or -errno; `sized`: the slot was
+ * claimed before, and the file reaches past its header.  `size` (if not
+ * NULL): the file's size. */
+int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *tally, int sized,
+                      uint64_t *size);
+
+#endif

@@ -1,0 +1,90 @@
+"""Process records are slots of a few files shared by the processes of one
+user: a process start takes a slot, it does not create a file (an inode and a
+directory entry each, 50-170 us on ext4, two per command a shell starts).
+Every process is still recorded whole, concurrent starts included, and a full
+file goes on in the next."""
+import struct
+import subprocess
+
+from conftest import FERRY
+from ferry import procfile
+from ferry.rewriter import syscall_table
+from ferry.rundata import load_run
+
+
+def _run(tmp_path, argv, profile="trace"):
+    run_dir = tmp_path / "run"
+    r = subprocess.run([*FERRY, "run", "-p", str(profile), "-o", str(run_dir), "--", *argv],
+                       capture_output=True, text=True, timeout=300)
+    native = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert (r.returncode, r.stdout) == (native.returncode, native.stdout), r.stderr
+    return run_dir
+
+
+def _trues(run_dir):
+    return [p for p in procfile.read_dir(run_dir / "proc") if p.exe == "/usr/bin/true"]
+
+
+def test_a_shell_script_makes_one_file_not_one_per_process(tmp_path):
+    run_dir = _run(tmp_path, ["sh", "-c", "/bin/true; " * 10 + "echo done"])
+    files = list((run_dir / "proc").iterdir())
+    assert len(files) == 1, files
+    trues = _trues(run_dir)
+    assert len(trues) == 10 and all(p.state == procfile.STATE_EXITED for p in trues)
+    # each pid's images numbered in order: the vfork child's record, then true's
+    for p in trues:
+        assert p.seq == 1, (p.pid, p.seq)
+    model = load_run(run_dir)
+    assert all(p["reason"] is None for p in model["processes"]), model["processes"]
+
+
+def test_concurrent_starts_each_take_a_slot_of_their_own(tmp_path):
+    argv = ["sh", "-c", "seq 40 | xargs -P 4 -n 1 /bin/true; echo done"]
+    run_dir = _run(tmp_path, argv)
+    trues = _trues(run_dir)
+    assert len(trues) == 40 and len({p.pid for p in trues}) == 40
+    assert all(p.state == procfile.STATE_EXITED and p.exit_code == 0 for p in trues)
+    assert all(p.argv[0] == "/bin/true" and len(p.argv) == 2 for p in trues)
+    assert sorted(int(p.argv[1]) for p in trues) == list(range(1, 41))
+    slots = [(p.file, p.offset) for p in procfile.read_dir(run_dir / "proc")]
+    assert len(slots) == len(set(slots))
+
+
+def test_a_full_file_goes_on_in_the_next(tmp_path):
+    # A buffer of 4 Mi events makes a slot 128 GiB of (sparse) room: a file
+    # holds 8 of them at most.
+    profile = tmp_path / "big.toml"
+    profile.write_text('mode = "trace"\n[trace]\nevents = true\nevent_buffer = 4194304\n')
+    run_dir = _run(tmp_path, ["sh", "-c", "/bin/true; " * 5 + "echo done"], profile)
+    files = sorted((run_dir / "proc").iterdir())
+    assert len(files) >= 2, files
+    trues = _trues(run_dir)
+    assert len(trues) == 5 and all(p.state == procfile.STATE_EXITED for p in trues)
+    assert {p.file for p in procfile.read_dir(run_dir / "proc")} == set(files)
+
+
+def test_the_file_is_as_large_as_the_slots_claimed(tmp_path):
+    # Growing the file allocates nothing (fallocate took a block of disk per
+    # process), and it is no larger than the slots claimed: a copy of the
+    # run that fills holes (shutil.copytree does) writes no room nobody took.
+    run_dir = _run(tmp_path, ["sh", "-c", "/bin/true; " * 10 + "echo done"])
+    records = procfile.read_dir(run_dir / "proc")
+    fallocate = syscall_table.NUMBERS["fallocate"]
+    assert not any(r.internal.get(fallocate) for r in records)
+    (slots,) = (run_dir / "proc").iterdir()
+    with open(slots, "rb") as f:
+        _version, capacity, stride, claimed, _ready = struct.unpack_from("<IIQII", f.read(4096), 16)
+    assert claimed == len(records) and slots.stat().st_size == 4096 + claimed * stride
+
+
+def test_a_slot_file_still_being_made_holds_no_record_yet(tmp_path):
+    # Its first process sizes it and writes its head, `ready` last: a reader
+    # of a live run may find it in between.
+    run_dir = _run(tmp_path, ["/bin/true"])
+    before = [(p["pid"], p["exe"]) for p in load_run(run_dir)["processes"]]
+    assert len(before) == 1
+    head = bytearray(4096)
+    head[:16] = procfile.SLOTS_MAGIC
+    (run_dir / "proc" / "u4242-0.ferry").write_bytes(bytes(head))  # ready = 0
+    (run_dir / "proc" / "u4243-0.ferry").write_bytes(b"")           # not sized yet
+    assert [(p["pid"], p["exe"]) for p in load_run(run_dir)["processes"]] == before
