@@ -3,12 +3,11 @@ user: a process start takes a slot, it does not create a file (an inode and a
 directory entry each, 50-170 us on ext4, two per command a shell starts).
 Every process is still recorded whole, concurrent starts included, and a full
 file goes on in the next."""
-import struct
 import subprocess
 
 from conftest import FERRY
 from ferry import procfile
-from ferry.rewriter import syscall_table
+from ferry.base import syscall_table
 from ferry.rundata import load_run
 
 
@@ -73,8 +72,9 @@ def test_the_file_is_as_large_as_the_slots_claimed(tmp_path):
     assert not any(r.internal.get(fallocate) for r in records)
     (slots,) = (run_dir / "proc").iterdir()
     with open(slots, "rb") as f:
-        _version, capacity, stride, claimed, _ready = struct.unpack_from("<IIQII", f.read(4096), 16)
-    assert claimed == len(records) and slots.stat().st_size == 4096 + claimed * stride
+        head = procfile.SLOTS.unpack(f.read(procfile.SLOTS_HEAD))
+    claimed, stride = head["next"], head["stride"]
+    assert claimed == len(records) and slots.stat().st_size == procfile.SLOTS_HEAD + claimed * stride
 
 
 def test_a_slot_file_still_being_made_holds_no_record_yet(tmp_path):
@@ -83,8 +83,8 @@ def test_a_slot_file_still_being_made_holds_no_record_yet(tmp_path):
     run_dir = _run(tmp_path, ["/bin/true"])
     before = [(p["pid"], p["exe"]) for p in load_run(run_dir)["processes"]]
     assert len(before) == 1
-    head = bytearray(4096)
-    head[:16] = procfile.SLOTS_MAGIC
+    head = bytearray(procfile.SLOTS_HEAD)
+    procfile.SLOTS.pack_into(head, 0, magic=procfile.SLOTS_MAGIC)
     (run_dir / "proc" / "u4242-0.ferry").write_bytes(bytes(head))  # ready = 0
     (run_dir / "proc" / "u4243-0.ferry").write_bytes(b"")           # not sized yet
     assert [(p["pid"], p["exe"]) for p in load_run(run_dir)["processes"]] == before
