@@ -84,13 +84,18 @@ static double bench_native(unsigned batch)
     return best;
 }
 
+/* Batches per timed run: TOTAL_CALLS calls, and never fewer than 20 batches. */
+static unsigned rounds_for(unsigned batch)
+{
+    unsigned rounds = TOTAL_CALLS / batch;
+    return rounds < 20 ? 20 : rounds;
+}
+
 static double bench_raw(unsigned batch, int sqpoll_cpu)
 {
     struct ferry_group *g = make_group(batch, sqpoll_cpu);
     struct ferry_call *calls = calloc(batch, sizeof(*calls));
-    unsigned rounds = TOTAL_CALLS / batch;
-    if (rounds < 20)
-        rounds = 20;
+    unsigned rounds = rounds_for(batch);
     double best = 1e18;
     for (int rep = 0; rep < REPS + 1; rep++) {
         uint64_t t0 = now();
@@ -120,9 +125,7 @@ static double bench_floor(unsigned batch)
     int r = io_uring_queue_init(entries, &ring, 0);
     if (r)
         die("io_uring_queue_init", r);
-    unsigned rounds = TOTAL_CALLS / batch;
-    if (rounds < 20)
-        rounds = 20;
+    unsigned rounds = rounds_for(batch);
     double best = 1e18;
     for (int rep = 0; rep < REPS + 1; rep++) {
         uint64_t t0 = now();
