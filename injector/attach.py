@@ -205,24 +205,17 @@ def attach(pid, shim_path, env):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as f:
                 # The shim reads it only if it is its user's, and no one else's to change.
-                if os.geteuid() != _real_uid(pid):
-                    os.fchown(f.fileno(), _real_uid(pid), -1)
+                if os.geteuid() != real_uid(pid):
+                    os.fchown(f.fileno(), real_uid(pid), -1)
                 f.write("".join(f"{k}={v}\n" for k, v in settings.items()))
             handle = stopped.call(dlopen, str(shim_path).encode(), RTLD_NOW)
     finally:
         path.unlink(missing_ok=True)
     if not handle:
         raise FerryError(pid, "dlopen of the shim failed in the process")
-    run_dir = env.get("FERRY_RUN_DIR")
-    from ..procfile import records_of
-    if run_dir and not records_of(Path(run_dir) / "proc", pid):
-        # The shim's constructor ran inside dlopen: its record exists by now, or never will.
-        raise FerryError(pid, f"the shim is loaded but could not create its process file in "
-                              f"{run_dir}/proc (the process runs as uid {_real_uid(pid)}); "
-                              "nothing is recorded")
 
 
-def _real_uid(pid):
+def real_uid(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("Uid:"):

@@ -50,6 +50,13 @@ def attach_command(profile_name, out_dir, pid):
     write_json(out / "info.json", info)
     env = run_settings(profile, out)
     attach.attach(pid, env["FERRY_SHIM"], env)
+    from ..procfile import records_of
+    if not records_of(out / "proc", pid):
+        # The shim's constructor ran inside dlopen: its record exists by now, or never will.
+        from ..base.errors import FerryError
+        raise FerryError(pid, f"the shim is loaded but could not create its process file in "
+                              f"{out}/proc (the process runs as uid {attach.real_uid(pid)}); "
+                              "nothing is recorded")
     err_console.print(f"ferry: attached to {pid}; recording into {out} until it exits "
                       f"or `ferry detach {pid}`")
     try:
