@@ -132,6 +132,7 @@ ALL_PROFILES = ["trace", "count", "off", "aggregate", "fibers"]
 MARKS = {
     "test_gui.py": ("gui",),
     "test_gui_charts.py": ("gui",),
+    "test_gui_pe.py": ("gui",),
     "test_net_server.py": ("net",),
     "test_attach.py::test_attached_http_server": ("net",),
     "test_fibers.py::test_net_server": ("net",),
@@ -153,6 +154,15 @@ MARKS = {
     "test_run_matches_strace.py": ("slow",),
     "test_packed_segments.py": ("slow",),
     "test_refused_programs.py": ("slow",),
+    # Windows programs under wine: a prefix to boot, a second or so each
+    "test_pe_run.py": ("slow",),
+    "test_pe_instrument.py": ("slow",),
+    "test_pe_late_load.py": ("slow",),
+    "test_pe_from_linux.py": ("slow",),
+    "test_pe_report.py": ("slow",),
+    "test_pe_wine.py": ("slow",),
+    "test_pe_sites.py": ("slow",),
+    "test_process_records.py::test_a_full_file_goes_on_in_the_next": ("slow",),
     "test_engine_calls_recorded.py": ("slow",),
     "test_original_context.py": ("slow",),
     "test_process_files.py": ("slow",),
