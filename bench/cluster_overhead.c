@@ -91,25 +91,64 @@ static unsigned rounds_for(unsigned batch)
     return rounds < 20 ? 20 : rounds;
 }
 
-static double bench_raw(unsigned batch, int sqpoll_cpu)
+/* ns per call of `round` (one batch of `batch` calls), the best of REPS
+ * timed runs after one that warms the ring (and SQPOLL). */
+static double best_per_call(unsigned batch, void (*round)(void *), void *arg)
 {
-    struct ferry_group *g = make_group(batch, sqpoll_cpu);
-    struct ferry_call *calls = calloc(batch, sizeof(*calls));
     unsigned rounds = rounds_for(batch);
     double best = 1e18;
     for (int rep = 0; rep < REPS + 1; rep++) {
         uint64_t t0 = now();
-        for (unsigned k = 0; k < rounds; k++) {
-            for (unsigned i = 0; i < batch; i++)
-                calls[i].nr = FERRY_NR_NOP;
-            int r = ferry_submit(g, 0, calls, batch, FERRY_WAIT_ALL, 0, 0);
-            if (r != (int)batch)
-                die("ferry_submit", r < 0 ? r : -5);
-        }
+        for (unsigned k = 0; k < rounds; k++)
+            round(arg);
         double ns = (double)(now() - t0) / ((double)rounds * batch);
-        if (rep && ns < best)  /* the first round warms the ring (and SQPOLL) */
+        if (rep && ns < best)
             best = ns;
     }
+    return best;
+}
+
+struct raw_batch {
+    struct ferry_group *g;
+    struct ferry_call *calls;
+    unsigned n;
+};
+
+static void raw_round(void *arg)
+{
+    struct raw_batch *b = arg;
+    for (unsigned i = 0; i < b->n; i++)
+        b->calls[i].nr = FERRY_NR_NOP;
+    int r = ferry_submit(b->g, 0, b->calls, b->n, FERRY_WAIT_ALL, 0, 0);
+    if (r != (int)b->n)
+        die("ferry_submit", r < 0 ? r : -5);
+}
+
+struct floor_batch {
+    struct io_uring *ring;
+    unsigned n;
+};
+
+static void floor_round(void *arg)
+{
+    struct floor_batch *b = arg;
+    for (unsigned i = 0; i < b->n; i++)
+        io_uring_prep_nop(io_uring_get_sqe(b->ring));
+    int r = io_uring_submit_and_wait(b->ring, b->n);
+    if (r != (int)b->n)
+        die("io_uring_submit_and_wait", r < 0 ? r : -5);
+    struct io_uring_cqe *cqe;
+    unsigned head, got = 0;
+    io_uring_for_each_cqe(b->ring, head, cqe) got++;
+    io_uring_cq_advance(b->ring, got);
+}
+
+static double bench_raw(unsigned batch, int sqpoll_cpu)
+{
+    struct ferry_group *g = make_group(batch, sqpoll_cpu);
+    struct ferry_call *calls = calloc(batch, sizeof(*calls));
+    struct raw_batch b = {g, calls, batch};
+    double best = best_per_call(batch, raw_round, &b);
     free(calls);
     ferry_group_destroy(g);
     return best;
@@ -125,25 +164,8 @@ static double bench_floor(unsigned batch)
     int r = io_uring_queue_init(entries, &ring, 0);
     if (r)
         die("io_uring_queue_init", r);
-    unsigned rounds = rounds_for(batch);
-    double best = 1e18;
-    for (int rep = 0; rep < REPS + 1; rep++) {
-        uint64_t t0 = now();
-        for (unsigned k = 0; k < rounds; k++) {
-            for (unsigned i = 0; i < batch; i++)
-                io_uring_prep_nop(io_uring_get_sqe(&ring));
-            r = io_uring_submit_and_wait(&ring, batch);
-            if (r != (int)batch)
-                die("io_uring_submit_and_wait", r < 0 ? r : -5);
-            struct io_uring_cqe *cqe;
-            unsigned head, n = 0;
-            io_uring_for_each_cqe(&ring, head, cqe) n++;
-            io_uring_cq_advance(&ring, n);
-        }
-        double ns = (double)(now() - t0) / ((double)rounds * batch);
-        if (rep && ns < best)
-            best = ns;
-    }
+    struct floor_batch b = {&ring, batch};
+    double best = best_per_call(batch, floor_round, &b);
     io_uring_queue_exit(&ring);
     return best;
 }

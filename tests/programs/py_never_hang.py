@@ -57,15 +57,21 @@ def sigsuspend(how):
         os.waitpid(child, 0)
 
 
-def alarm_read():
+def raised_out_of(name, wait):
+    """`wait(fd)` on an empty pipe, cut short after 1 s by SIGALRM, whose
+    handler raises: natively the exception comes out of the call."""
     signal.signal(signal.SIGALRM, boom)
     r, w = os.pipe()
     signal.alarm(1)
     try:
-        os.read(r, 10)
-        print("read returned")
+        wait(r)
+        print(name, "returned")
     except Boom:
-        print("handler raised out of read")
+        print("handler raised out of", name)
+
+
+def alarm_read():
+    raised_out_of("read", lambda r: os.read(r, 10))
 
 
 def interrupt(restart):
@@ -88,14 +94,7 @@ def interrupt(restart):
 
 
 def select_signal():
-    signal.signal(signal.SIGALRM, boom)
-    r, w = os.pipe()
-    signal.alarm(1)
-    try:
-        select.select([r], [], [])
-        print("select returned")
-    except Boom:
-        print("handler raised out of select")
+    raised_out_of("select", lambda r: select.select([r], [], []))
 
 
 def term_from_outside():
