@@ -79,23 +79,45 @@ def _iso(real_ns):
     return datetime.datetime.fromtimestamp(real_ns / 1e9).astimezone().isoformat(timespec="milliseconds")
 
 
-def load_processes(run_dir):
-    """The process files of a run, oldest image of each pid first."""
+def load_processes(proc_dir):
+    """The process files of a run's proc/, oldest image of each pid first."""
     try:
-        return procfile.read_dir(Path(run_dir) / "proc")  # records never filled in left out
+        return procfile.read_dir(proc_dir)  # records never filled in left out
     except procfile.ProcFileError as e:
         raise FerryError(e.path, e.problem) from None
 
 
+def bare_proc_dir(path):
+    """The proc/ directory that `path`, a directory without info.json, stands for:
+    itself or its proc/, whichever holds process files (a proc/ copied out of a
+    run, or a program run with FERRY_RUN_DIR and no `ferry run`); else None."""
+    for d in (Path(path), Path(path) / "proc"):
+        if d.is_dir() and any(d.glob("*.ferry")):
+            return d
+    return None
+
+
 def load_run(run_dir):
-    """The run model of `run_dir` (docs/run.md)."""
+    """The run model of `run_dir` (docs/run.md), or of a bare proc/ directory:
+    what its process files say, without what only `ferry run` knows (the
+    command, its exit, the profile)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FerryError(run_dir, "no such run directory" if not run_dir.exists() else "not a directory")
+    if not (run_dir / "info.json").exists():
+        proc = bare_proc_dir(run_dir)
+        if proc is not None:
+            return _model(proc.parent, proc, {}, os.stat(proc).st_uid)
     info = read_info(run_dir)
     if not (run_dir / "proc").is_dir():
         raise FerryError(run_dir, "not a run directory (no proc/ directory)")
-    files = load_processes(run_dir)
+    return _model(run_dir, run_dir / "proc", info, os.stat(run_dir).st_uid)
+
+
+def _model(run_dir, proc_dir, info, owner):
+    """The run model of the process files in `proc_dir`, with the run's `info`;
+    `owner` started the run."""
+    files = load_processes(proc_dir)
     tables = _module_tables(run_dir)
     images = info.get("images", {})
     t0_mono = min([f.start_mono_ns for f in files] or [0])
@@ -107,7 +129,7 @@ def load_run(run_dir):
             else:
                 waited[pid] = status
 
-    processes = _processes(files, info, images, waited, _Creators(run_dir), terminated)
+    processes = _processes(files, info, images, waited, _Creators(proc_dir, owner), terminated)
     program = info.get("program") or {}
     if program.get("enabled") is False and not any(p["pid"] == info.get("pid") for p in processes):
         # The command itself ran without the shim: it wrote nothing, `ferry
@@ -183,9 +205,9 @@ class _Creators:
     group or other bits; ACLs aside).  A process that changed user and left
     no file is explained by this, not by a guess."""
 
-    def __init__(self, run_dir):
-        self.proc = Path(os.path.abspath(run_dir)) / "proc"
-        self.owner = os.stat(run_dir).st_uid
+    def __init__(self, proc_dir, owner):
+        self.proc = Path(os.path.abspath(proc_dir))
+        self.owner = owner
         self.memo = {}
 
     @staticmethod

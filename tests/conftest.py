@@ -98,20 +98,37 @@ def write_record(rec, at, data):
         f.write(data)
 
 
-def read_stats(directory):
-    """{pid: stats dict} of the FERRY_STATS files written into `directory`."""
+def recording_env(env, run_dir):
+    """`env` with the shim recording into the run directory `run_dir` (its proc/
+    made), as `ferry run` has it record: read back with read_stats."""
+    (Path(run_dir) / "proc").mkdir(parents=True, exist_ok=True)
+    return dict(env, FERRY_RUN_DIR=str(run_dir))
+
+
+def read_stats(run_dir):
+    """{pid: counts} of the processes that ran the shim with FERRY_RUN_DIR=run_dir
+    and ended through it (exit_group): pid, ppid, exe, modules (rewritten modules
+    enabled), invalid, and calls {syscall number: count} summed over threads."""
+    from ferry import procfile
     stats = {}
-    for p in sorted(Path(directory).glob("stats.*.json")):
-        s = json.loads(p.read_text())
-        stats[s["pid"]] = s
+    for rec in procfile.read_dir(Path(run_dir) / "proc"):
+        if rec.state != procfile.STATE_EXITED:
+            continue
+        calls = {}
+        for b in rec.blocks:
+            for nr, n in enumerate(b.calls):
+                if n:
+                    calls[nr] = calls.get(nr, 0) + n
+        stats[rec.pid] = {"pid": rec.pid, "ppid": rec.ppid, "exe": rec.exe,
+                          "modules": len(rec.modules), "invalid": sum(b.invalid for b in rec.blocks),
+                          "calls": calls}
     return stats
 
 
 def calls_of(stats, name):
     """Total calls of syscall `name` over all processes in `stats`."""
     from ferry.base.syscall_table import NUMBERS
-    nr = str(NUMBERS[name])
-    return sum(s["calls"].get(nr, 0) for s in stats.values())
+    return sum(s["calls"].get(NUMBERS[name], 0) for s in stats.values())
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIBC, ROOT, read_stats, calls_of, run_ferry
+from conftest import LIBC, ROOT, read_stats, recording_env, calls_of, run_ferry
 
 SOURCE = ROOT / "tests" / "programs" / "inline_syscalls.c"
 
@@ -35,12 +35,12 @@ def test_program_with_its_own_sites_is_patched_and_counted(tmp_path, flags, stri
     if strip:  # no symbols: the function comes from .eh_frame
         assert all(s["function"].startswith("fde@") for s in own["sites"])
     original = subprocess.run([str(exe), "321"], capture_output=True, text=True)
-    env = dict(os.environ, FERRY_STATS=str(tmp_path / "stats.%p.json"))
+    env = recording_env(os.environ, tmp_path / "run")
     rewritten = subprocess.run([str(out / "inline"), "321"], capture_output=True, text=True, env=env)
     assert (rewritten.stdout, rewritten.stderr, rewritten.returncode) == \
         (original.stdout, original.stderr, original.returncode)
     assert "kept" in rewritten.stdout
-    stats = read_stats(tmp_path)
+    stats = read_stats(tmp_path / "run")
     assert calls_of(stats, "getppid") == 321
     assert calls_of(stats, "getpid") == 2
 
@@ -49,9 +49,9 @@ def test_rewritten_program_needs_no_preload_or_library_path(tmp_path):
     out = tmp_path / "out"
     run_ferry("instrument", "/usr/bin/true", "-o", out)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
-    env["FERRY_STATS"] = str(tmp_path / "stats.%p.json")
+    env = recording_env(env, tmp_path / "run")
     assert subprocess.run([str(out / "true")], env=env).returncode == 0
-    stats = read_stats(tmp_path)
+    stats = read_stats(tmp_path / "run")
     assert len(stats) == 1 and list(stats.values())[0]["modules"] >= 1
     assert calls_of(stats, "exit_group") == 1
     # It keeps working when the directory is moved: everything is found from $ORIGIN.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, calls_of, read_stats, run_ferry
+from conftest import ROOT, calls_of, read_stats, recording_env, run_ferry
 
 SRC = ROOT / "tests" / "programs"
 
@@ -50,10 +50,10 @@ def test_program_started_through_a_symlink_finds_origin_libraries(tmp_path):
     mods = {m["name"]: m for m in json.loads((out / "manifest.json").read_text())["modules"]}
     assert Path(mods["libsite.so"]["original"]).resolve() == (exe.parent.parent / "lib" / "libsite.so")
     assert mods["libsite.so"]["sites_patched"] == 1
-    env = dict(os.environ, FERRY_STATS=str(tmp_path / "stats.%p.json"))
+    env = recording_env(os.environ, tmp_path / "run")
     got = subprocess.run([str(out / "site_caller"), "9"], capture_output=True, text=True, env=env)
     assert (got.stdout, got.stderr, got.returncode) == (native.stdout, native.stderr, 0)
-    assert calls_of(read_stats(tmp_path), "getppid") == 9
+    assert calls_of(read_stats(tmp_path / "run"), "getppid") == 9
 
 
 def test_rewritten_library_keeps_its_origin_search(tmp_path):

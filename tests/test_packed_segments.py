@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, calls_of, read_stats, run_ferry
+from conftest import ROOT, calls_of, read_stats, recording_env, run_ferry
 
 PROGRAMS_SRC = ROOT / "tests" / "programs"
 PACKED = ["-Wl,-z,noseparate-code", "-Wl,-z,norelro"]
@@ -47,10 +47,10 @@ def _no_room_natively(path):
 
 def _same_run(original, rewritten, args, tmp_path):
     native = subprocess.run([str(original), *args], capture_output=True, text=True)
-    env = dict(os.environ, FERRY_STATS=str(tmp_path / "stats.%p.json"))
+    env = recording_env(os.environ, tmp_path / "run")
     got = subprocess.run([str(rewritten), *args], capture_output=True, text=True, env=env)
     assert (got.stdout, got.stderr, got.returncode) == (native.stdout, native.stderr, native.returncode)
-    return read_stats(tmp_path)
+    return read_stats(tmp_path / "run")
 
 
 def _kept_in_place(original, rewritten):

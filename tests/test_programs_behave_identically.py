@@ -2,9 +2,9 @@
 
 Every case runs the original and the rewritten program (`ferry instrument`)
 with the same arguments, argv[0], working directory, stdin and environment
-(apart from FERRY_STATS, set for the rewritten run only) and asserts that
+(apart from FERRY_RUN_DIR, set for the rewritten run only) and asserts that
 stdout, stderr and the return code are identical.  The rewritten run must also
-have gone through the shim: its stats file names the rewritten executable and
+have gone through the shim: its process record names the rewritten executable and
 counts calls (so a "rewritten" program that is secretly the original, or that
 bypasses the shim, fails).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, read_stats
+from conftest import ROOT, read_stats, recording_env
 
 SCRIPTS = ROOT / "tests" / "programs"
 PYTHON = "/usr/bin/python3.11"
@@ -68,18 +68,14 @@ def run_pair(inst, args, tmp_path, *, stdin=None, cwd=None, env=None, own_argv0=
     argv[0] match), unless `own_argv0`: then each gets its own full path (the
     Python interpreter finds its prefix and sys.executable from it)."""
     env = dict(BASE_ENV if env is None else env)
-    env.pop("FERRY_STATS", None)
+    env.pop("FERRY_RUN_DIR", None)
     cwd = tmp_path if cwd is None else cwd
-    stats_dir = tmp_path / f"ferry-stats-{next(_run_ids)}"
-    stats_dir.mkdir()
+    run_dir = tmp_path / f"ferry-run-{next(_run_ids)}"
     results = []
-    for exe, stats in ((inst.original, None), (inst.path, stats_dir)):
+    for exe, e in ((inst.original, env), (inst.path, recording_env(env, run_dir))):
         argv0 = str(exe) if own_argv0 else inst.original.name
-        e = dict(env)
-        if stats is not None:
-            e["FERRY_STATS"] = str(stats / "stats.%p.json")
         results.append(_run([argv0, *args], exe, cwd=cwd, stdin=stdin, env=e, timeout=timeout))
-    return Pair(inst, results[0], results[1], read_stats(stats_dir))
+    return Pair(inst, results[0], results[1], read_stats(run_dir))
 
 
 def _bytes_diff(what, a, b):
@@ -113,8 +109,8 @@ def assert_identical(pair, *, through_shim=True):
 def assert_went_through_shim(pair):
     exe = os.path.realpath(pair.inst.path)
     mine = [s for s in pair.stats.values() if os.path.realpath(s["exe"]) == exe]
-    assert mine, (f"the rewritten run wrote no stats file for {exe} "
-                  f"(stats from: {[s['exe'] for s in pair.stats.values()]})")
+    assert mine, (f"the rewritten run left no process record for {exe} "
+                  f"(records of: {[s['exe'] for s in pair.stats.values()]})")
     for s in mine:
         assert s["invalid"] == 0, s
         assert s["modules"] >= 1, s
@@ -418,9 +414,7 @@ def test_tar_create_pipe_list_identical(instrument, tree, tmp_path):
     tar = instrument("/usr/bin/tar")
     outs = []
     for exe in (tar.original, tar.path):
-        stats = tmp_path / f"stats-{len(outs)}"
-        stats.mkdir()
-        env = dict(BASE_ENV, FERRY_STATS=str(stats / "stats.%p.json")) if exe == tar.path \
+        env = recording_env(BASE_ENV, tmp_path / f"run-{len(outs)}") if exe == tar.path \
             else BASE_ENV
         create = subprocess.Popen(["tar", "-cf", "-", *TAR_CREATE, "-C", tree, "."],
                                   executable=exe, stdin=subprocess.DEVNULL,
@@ -434,8 +428,8 @@ def test_tar_create_pipe_list_identical(instrument, tree, tmp_path):
                      listing.stdout, listing.stderr))
     assert outs[1] == outs[0]
     assert outs[0][2] == 0 and b"./sub/deeper/e.txt" in outs[0][3]
-    assert len(read_stats(tmp_path / "stats-1")) == 2  # both rewritten tars wrote stats
-    assert read_stats(tmp_path / "stats-0") == {}
+    assert len(read_stats(tmp_path / "run-1")) == 2  # both rewritten tars recorded
+    assert not (tmp_path / "run-0").exists()
 
 
 def test_tar_extract_produces_identical_tree(instrument, tree, tmp_path):
@@ -447,12 +441,10 @@ def test_tar_extract_produces_identical_tree(instrument, tree, tmp_path):
     (dest / "original").mkdir()
     (dest / "rewritten").mkdir()
     tar = instrument("/usr/bin/tar")
-    stats = tmp_path / "stats"
-    stats.mkdir()
+    run_dir = tmp_path / "run"
     results = []
     for exe, sub in ((tar.original, "original"), (tar.path, "rewritten")):
-        env = dict(BASE_ENV, FERRY_STATS=str(stats / "stats.%p.json")) if sub == "rewritten" \
-            else BASE_ENV
+        env = recording_env(BASE_ENV, run_dir) if sub == "rewritten" else BASE_ENV
         results.append(_run(["tar", "-xpf", archive, "-C", dest / sub], exe, cwd=tmp_path,
                             stdin=None, env=env, timeout=TIMEOUT))
     o, r = results
@@ -466,7 +458,7 @@ def test_tar_extract_produces_identical_tree(instrument, tree, tmp_path):
              snapshot(tree).items()}
     assert {k: (v[0], v[1], *v[3:]) if v[0] == "file" else v[:2]
             for k, v in rewritten_tree.items()} == strip
-    assert read_stats(stats), "the rewritten tar wrote no stats"
+    assert read_stats(run_dir), "the rewritten tar left no process record"
 
 
 def test_tar_gzip_through_child_process_identical(instrument, tree, tmp_path):
@@ -562,7 +554,7 @@ def test_rawsyscall_output_identical(instrument, test_programs, tmp_path):
                                               ("exit", 42)])
 def test_crash_ends_with_same_signal(instrument, test_programs, mode, returncode, tmp_path):
     pair = run_pair(instrument(test_programs / "crash"), [mode], tmp_path)
-    # killed by a signal: no exit_group, so no stats file
+    # killed by a signal: no exit_group, so no record that ended through the shim
     assert_identical(pair, through_shim=returncode > 0)
     assert pair.rewritten.returncode == returncode
     assert pair.rewritten.stderr.startswith(b"about to ")

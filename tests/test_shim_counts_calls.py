@@ -1,8 +1,8 @@
 """The shim counts every system call a rewritten program makes, exactly.
 
 The test programs (tests/programs/) make a known number of calls after
-startup; their rewritten versions run with FERRY_STATS and the counts in the
-stats files must match exactly.  (Calls the dynamic loader makes before the
+startup; their rewritten versions record into a run directory (FERRY_RUN_DIR)
+and the counts in its process records must match exactly.  (Calls the dynamic loader makes before the
 shim starts are not counted, so only calls made by the program itself are
 compared.)
 """
@@ -11,26 +11,25 @@ import subprocess
 
 import pytest
 
-from conftest import calls_of, read_stats
+from conftest import calls_of, read_stats, recording_env
 
 ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 TIMEOUT = 60
 
 
-def run_with_stats(program, args, stats_dir):
-    """Runs `program args` with FERRY_STATS into `stats_dir`; (pid, stdout, stats)."""
-    stats_dir.mkdir(exist_ok=True)
-    env = dict(ENV, FERRY_STATS=str(stats_dir / "stats.%p.json"))
+def run_with_stats(program, args, run_dir):
+    """Runs `program args` recording into `run_dir`; (pid, stdout, stats)."""
+    env = recording_env(ENV, run_dir)
     p = subprocess.Popen([str(program), *map(str, args)], stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out, err = p.communicate(timeout=TIMEOUT)
     assert p.returncode == 0, f"{program} {args} failed ({p.returncode}): {err!r}"
-    return p.pid, out, read_stats(stats_dir)
+    return p.pid, out, read_stats(run_dir)
 
 
 def only(stats, pid):
-    """{pid: stats} restricted to `pid` (asserting it wrote a file)."""
-    assert pid in stats, f"no stats file for pid {pid}; files for {sorted(stats)}"
+    """{pid: stats} restricted to `pid` (asserting it has a record)."""
+    assert pid in stats, f"no record for pid {pid}; records for {sorted(stats)}"
     return {pid: stats[pid]}
 
 
@@ -44,27 +43,26 @@ def programs(instrument, test_programs):
 @pytest.mark.parametrize("n", [1, 1000, 12345])
 def test_getppid_counted_exactly(programs, n, tmp_path):
     prog = programs("getppid_loop")
-    pid, out, stats = run_with_stats(prog.path, [n], tmp_path / "stats")
+    pid, out, stats = run_with_stats(prog.path, [n], tmp_path / "run")
     assert out == f"parent getppid calls: {n} (all equal: yes)\n".encode()
-    assert list(stats) == [pid], "exactly one process, one stats file"
+    assert list(stats) == [pid], "exactly one process, one record"
     s = stats[pid]
     assert calls_of(stats, "getppid") == n
     assert calls_of(stats, "exit_group") == 1
     assert s["invalid"] == 0
     assert os.path.realpath(s["exe"]) == os.path.realpath(prog.path)
     assert s["ppid"] == os.getpid()
-    assert (tmp_path / "stats" / f"stats.{pid}.json").is_file()  # %p is the pid
 
 
-def test_original_program_writes_no_stats(programs, tmp_path):
+def test_original_program_records_nothing(programs, tmp_path):
     prog = programs("getppid_loop")
-    pid, out, stats = run_with_stats(prog.original, [12345], tmp_path / "stats")
+    pid, out, stats = run_with_stats(prog.original, [12345], tmp_path / "run")
     assert out == b"parent getppid calls: 12345 (all equal: yes)\n"
     assert stats == {}
-    assert list((tmp_path / "stats").iterdir()) == []
+    assert list((tmp_path / "run" / "proc").iterdir()) == []
 
 
-def test_rewritten_program_without_ferry_stats_writes_nothing(programs, tmp_path):
+def test_rewritten_program_without_run_dir_writes_nothing(programs, tmp_path):
     prog = programs("getppid_loop")
     r = subprocess.run([str(prog.path), "50"], cwd=tmp_path, env=ENV, capture_output=True,
                        timeout=TIMEOUT)
@@ -74,7 +72,7 @@ def test_rewritten_program_without_ferry_stats_writes_nothing(programs, tmp_path
 
 def test_raw_syscall_function_calls_counted_exactly(programs, tmp_path):
     n = 300
-    pid, out, stats = run_with_stats(programs("rawsyscall").path, [n], tmp_path / "stats")
+    pid, out, stats = run_with_stats(programs("rawsyscall").path, [n], tmp_path / "run")
     assert out.count(b"raw write ") == n
     assert b"mmap+munmap: ok\n" in out
     assert list(stats) == [pid]
@@ -87,9 +85,9 @@ def test_raw_syscall_function_calls_counted_exactly(programs, tmp_path):
 
 def test_calls_of_all_threads_counted_in_one_file(programs, tmp_path):
     threads, per_thread = 6, 1000  # T and K in tests/programs/threads.c
-    pid, out, stats = run_with_stats(programs("threads").path, [], tmp_path / "stats")
+    pid, out, stats = run_with_stats(programs("threads").path, [], tmp_path / "run")
     assert b"total: 21000 (expected 21000)\n" in out
-    assert list(stats) == [pid], "threads share their process's stats file"
+    assert list(stats) == [pid], "threads share their process's record"
     # only the threads call getpid(), K times each
     assert calls_of(stats, "getpid") == threads * per_thread
     # two write() per thread, and the main thread's stdout flushed once at exit
@@ -101,11 +99,11 @@ def test_calls_of_all_threads_counted_in_one_file(programs, tmp_path):
 
 def test_forked_child_counts_only_its_own_calls(programs, tmp_path):
     # The parent calls getppid 100 times and forks; the child calls it 7 times.
-    pid, out, stats = run_with_stats(programs("getppid_loop").path, [100, 7], tmp_path / "stats")
+    pid, out, stats = run_with_stats(programs("getppid_loop").path, [100, 7], tmp_path / "run")
     assert out == (b"parent getppid calls: 100 (all equal: yes)\n"
                    b"child getppid calls: 7 (all equal: yes)\n"
                    b"child exited: 1 status: 0\n")
-    assert len(stats) == 2, f"expected a file for the parent and the child: {sorted(stats)}"
+    assert len(stats) == 2, f"expected a record for the parent and the child: {sorted(stats)}"
     (child,) = [p for p in stats if p != pid]
     assert stats[child]["ppid"] == pid
     assert calls_of(only(stats, pid), "getppid") == 100
@@ -121,7 +119,7 @@ def test_forked_child_counts_only_its_own_calls(programs, tmp_path):
 
 def _forkexec_stats(programs, tmp_path):
     """(parent pid, {pid: stats}) of one run of forkexec (tests/programs/forkexec.c)."""
-    pid, out, stats = run_with_stats(programs("forkexec").path, [], tmp_path / "stats")
+    pid, out, stats = run_with_stats(programs("forkexec").path, [], tmp_path / "run")
     assert b"fork without exec: exit 5\n" in out
     assert b"posix_spawn of a missing file: No such file or directory\n" in out
     return pid, stats

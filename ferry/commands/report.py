@@ -88,7 +88,8 @@ def _render(model, other, fmt, by, key, source, other_source):
               help="Write the report to FILE (whole or not at all) instead of the default.")
 def command(run_dir, by, sort_key, as_json, as_csv, as_html, as_chrome, other_dir, output):
     """Report what the run in DIR (default ferry.data) did: a table like `strace -c` of the
-    system calls, then the hottest sites. DIR may also be a run model JSON file."""
+    system calls, then the hottest sites. DIR may also be a run model JSON file, or a bare
+    proc/ directory of process files."""
     chosen = [f for f, on in zip(FORMATS, (as_json, as_csv, as_html, as_chrome)) if on]
     if len(chosen) > 1:
         raise click.UsageError(f"choose one of --{' --'.join(FORMATS)}, not "

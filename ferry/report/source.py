@@ -1,6 +1,6 @@
 """Getting a run model (docs/run.md) from a path, and checking it before rendering.
 
-A path is either a run directory (read by ``ferry.rundata.load_run``) or a JSON
+A path is either a run directory or a bare proc/ (read by ``ferry.rundata.load_run``) or a JSON
 file holding a model (what ``ferry report --json`` prints). Every problem is a
 FerryError naming the path: the renderers can then trust the model's shape.
 """
@@ -213,8 +213,7 @@ def check(model, path):
         raise FerryError(path, "not a run model: the JSON is not an object")
     fmt = model.get("format")
     if fmt != FORMAT:
-        hint = " (the stats of one process: give the run directory)" if fmt == "ferry-stats" else ""
-        raise FerryError(path, f"not a run model: format is {_short(fmt)}, not {FORMAT!r}{hint}")
+        raise FerryError(path, f"not a run model: format is {_short(fmt)}, not {FORMAT!r}")
     if model.get("version") not in VERSIONS:
         raise FerryError(path, f"run model version {_short(model.get('version'))} is not "
                                f"supported (this Ferry reads version {VERSIONS[-1]})")
