@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import LIBC, run_ferry
+from conftest import LIBC, ferry
 
 TIMEOUT = 60
 
@@ -18,7 +18,7 @@ TIMEOUT = 60
 def agg(tmp_path_factory, test_programs):
     """agg(program, *args, env=None, check=True) -> CompletedProcess."""
     libc_dir = tmp_path_factory.mktemp("agg-libc") / "libc"
-    run_ferry("instrument", LIBC, "-o", libc_dir)
+    ferry("instrument", LIBC, "-o", libc_dir, check=True)
 
     def run(program, *args, env=None, check=True, cwd=None):
         full = dict(os.environ, PATH="/usr/bin:/bin", LC_ALL="C", LD_LIBRARY_PATH=str(libc_dir))

@@ -1,7 +1,8 @@
-"""Shared fixtures: the ferry CLI, instrumenting real programs, shim stats.
+"""Shared fixtures: the ferry CLI (ferry()), instrumenting real programs, the shim's
+counts (recording_env, read_stats).
 
-Every test session uses its own image cache (FERRY_CACHE in a temporary
-directory), so tests never depend on, or pollute, the user's cache.  Programs
+Every test session uses its own image cache and run index (FERRY_CACHE and FERRY_DATA
+in temporary directories), so tests never depend on, or pollute, the user's.  Programs
 are instrumented once per session and shared between tests.
 """
 import json
@@ -24,25 +25,54 @@ LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def ferry_cache(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("ferry-cache")
-    old = os.environ.get("FERRY_CACHE")
-    os.environ["FERRY_CACHE"] = str(cache)
-    yield cache
-    if old is None:
-        os.environ.pop("FERRY_CACHE", None)
-    else:
-        os.environ["FERRY_CACHE"] = old
+def ferry_places(tmp_path_factory):
+    """The session's image cache and run index: never the user's."""
+    places = {"FERRY_CACHE": tmp_path_factory.mktemp("ferry-cache"),
+              "FERRY_DATA": tmp_path_factory.mktemp("ferry-data")}
+    old = {k: os.environ.get(k) for k in places}
+    os.environ.update({k: str(v) for k, v in places.items()})
+    yield places
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
-def run_ferry(*args, check=True, **kw):
-    """Run the `ferry` command line; returns the CompletedProcess."""
-    r = subprocess.run(FERRY + [str(a) for a in args], capture_output=True, text=True,
-                       timeout=300, **kw)
+@pytest.fixture
+def own_index(tmp_path, monkeypatch):
+    """A run index of the test's own (FERRY_DATA), for tests that read `ferry runs`
+    or count what a run added to it."""
+    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def ferry_env(**changes):
+    """The environment ferry() gives the command by default: this process's, without
+    COLUMNS (a text report then has the width it has when redirected), with `changes`."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env.update({k: str(v) for k, v in changes.items()})
+    return env
+
+
+def ferry(*args, check=False, env=None, timeout=300, text=True, **kw):
+    """Run the `ferry` command line with `args`; its CompletedProcess, output captured
+    (as text unless text=False).  env: the whole environment (default ferry_env());
+    check: fail with the command's output unless it exits 0.  Other keywords go to
+    subprocess.run (cwd, input, stdin)."""
+    r = subprocess.run(FERRY + [str(a) for a in args], capture_output=True, text=text,
+                       timeout=timeout, env=ferry_env() if env is None else env, **kw)
     if check and r.returncode != 0:
         raise AssertionError(f"ferry {' '.join(map(str, args))} failed ({r.returncode}):\n"
                              f"{r.stdout}\n{r.stderr}")
     return r
+
+
+def write_profile(directory, text, name="p.toml"):
+    """A profile (or any file) `name` in `directory` holding `text`; its path."""
+    path = directory / name
+    path.write_text(text)
+    return path
 
 
 class Instrumented:
@@ -65,7 +95,7 @@ def instrument(tmp_path_factory):
         program = os.path.realpath(program)
         if program not in done:
             out = tmp_path_factory.mktemp("instrumented") / Path(program).name
-            run_ferry("instrument", program, "-o", out)
+            ferry("instrument", program, "-o", out, check=True)
             done[program] = Instrumented(program, out)
         return done[program]
 

@@ -4,14 +4,14 @@ patching its own calls would make it call itself."""
 import json
 import subprocess
 
-from conftest import ROOT, run_ferry
+from conftest import ROOT, ferry
 
 PROGRAM = ROOT / "tests" / "programs" / "build" / "api_linked"
 
 
 def test_shim_linked_by_a_program_is_left_alone_by_instrument_and_run(tmp_path, test_programs, monkeypatch):
     monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
-    r = run_ferry("run", "-o", tmp_path / "run", "--", PROGRAM)
+    r = ferry("run", "-o", tmp_path / "run", "--", PROGRAM, check=True)
     assert "getppid counted 5" in r.stdout
     manifest = json.loads(next((tmp_path / "cache" / "programs").glob("*/manifest.json")).read_text())
     [shim] = [m for m in manifest["modules"] if m["name"] == "libferry.so"]
@@ -25,7 +25,7 @@ def test_shim_linked_by_a_program_is_left_alone_by_instrument_and_run(tmp_path, 
 
 
 def test_instrument_refuses_the_shim_itself(tmp_path):
-    r = run_ferry("instrument", ROOT / "shim" / "build" / "libferry.so", "-o", tmp_path / "out", check=False)
+    r = ferry("instrument", ROOT / "shim" / "build" / "libferry.so", "-o", tmp_path / "out")
     assert r.returncode == 2 and "Ferry's shim, which is never rewritten" in r.stderr
     assert not (tmp_path / "out").exists()
 

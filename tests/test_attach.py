@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY
+from conftest import FERRY, ferry
 from ferry.rundata import load_run
 
 PYTHON = "/usr/bin/python3.11"
@@ -79,7 +79,7 @@ def test_attached_http_server_keeps_answering_and_is_recorded(tmp_path, monkeypa
             time.sleep(0.05)
         time.sleep(1.5)  # requests served while attached
         during = load.ok
-        r = subprocess.run([*FERRY, "detach", str(server.pid)], capture_output=True, text=True, timeout=60)
+        r = ferry("detach", server.pid, timeout=60)
         assert r.returncode == 0, r.stderr
         attacher.wait(timeout=30)
         time.sleep(0.5)

@@ -9,13 +9,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from conftest import FERRY, LIBC
+from conftest import LIBC, ferry
 
 SMALL_PROGRAM = Path("/usr/bin/true").read_bytes()
-
-
-def _ferry(*args):
-    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, text=True, timeout=120)
 
 
 def _assert_clean_failure(r, path, out_dir=None):
@@ -78,18 +74,18 @@ def test_bad_file_gives_one_line_and_exit_2(tmp_path, case, command):
     path = tmp_path / case
     path.write_bytes(data)
     out = tmp_path / "out"
-    r = _ferry(command, path, "-o", out) if command == "instrument" else _ferry(command, path)
+    r = ferry(command, path, "-o", out) if command == "instrument" else ferry(command, path)
     _assert_clean_failure(r, path, out)
     assert problem in r.stderr
 
 
 @pytest.mark.parametrize("command", ["instrument", "sites"])
 def test_directory_and_missing_file_are_refused(tmp_path, command):
-    r = _ferry(command, tmp_path)
+    r = ferry(command, tmp_path)
     _assert_clean_failure(r, tmp_path)
     assert "is a directory" in r.stderr
     missing = tmp_path / "missing"
-    r = _ferry(command, missing)
+    r = ferry(command, missing)
     _assert_clean_failure(r, missing)
     assert "no such file" in r.stderr
 
@@ -100,7 +96,7 @@ def test_unreadable_file_is_refused(tmp_path):
     path = tmp_path / "secret"
     path.write_bytes(SMALL_PROGRAM)
     path.chmod(0)
-    _assert_clean_failure(_ferry("sites", path), path)
+    _assert_clean_failure(ferry("sites", path), path)
 
 
 def test_missing_library_is_named(tmp_path):
@@ -113,7 +109,7 @@ def test_missing_library_is_named(tmp_path):
     subprocess.run(["gcc", "-o", str(exe), str(src), "-L", str(tmp_path), "-lgone"], check=True)
     (tmp_path / "libgone.so").unlink()
     out = tmp_path / "out"
-    r = _ferry("instrument", exe, "-o", out)
+    r = ferry("instrument", exe, "-o", out)
     _assert_clean_failure(r, exe, out)
     assert "libgone.so" in r.stderr
 
@@ -145,7 +141,7 @@ def _instrument_mutated(tmp_path_factory, name, original, mutations):
     path = tmp / name
     path.write_bytes(_mutate(original, mutations))
     out = tmp / "out"
-    _assert_complete_or_clean_failure(_ferry("instrument", path, "-o", out), path, out)
+    _assert_complete_or_clean_failure(ferry("instrument", path, "-o", out), path, out)
     return path
 
 
@@ -154,7 +150,7 @@ def _instrument_mutated(tmp_path_factory, name, original, mutations):
 @example(mutations=[("byte", 792, 1)])  # found by hypothesis: a damaged PT_INTERP path
 def test_damaged_program_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
     path = _instrument_mutated(tmp_path_factory, "prog", SMALL_PROGRAM, mutations)
-    r = _ferry("sites", "--json", path)
+    r = ferry("sites", "--json", path)
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr
     if r.returncode == 2:
         assert len(r.stderr.splitlines()) == 1
@@ -170,7 +166,7 @@ def test_damaged_library_never_gives_a_traceback_or_partial_output(tmp_path_fact
     _instrument_mutated(tmp_path_factory, "libc.so.6", LIBC_HEAD, mutations)
 
 
-def test_a_crash_inside_the_writer_is_an_error_not_a_dead_ferry(tmp_path):
+def test_a_crash_inside_the_writer_is_an_error_not_a_deadferry(tmp_path):
     # Found by fuzzing: on some damaged files LIEF's writer dies of SIGFPE.
     # It runs in a child process, so that is a FerryError naming the input.
     import signal
@@ -191,6 +187,6 @@ def test_library_name_that_is_not_text_is_reported(tmp_path):
     path = tmp_path / "prog"
     path.write_bytes(SMALL_PROGRAM.replace(b"libc.so.6\0", b"libc\xd6so.6\0", 1))
     out = tmp_path / "out"
-    r = _ferry("instrument", path, "-o", out)
+    r = ferry("instrument", path, "-o", out)
     _assert_clean_failure(r, path, out)
     assert "not valid text" in r.stderr

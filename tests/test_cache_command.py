@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_ferry
+from conftest import ferry
 
 
 @pytest.fixture
@@ -20,12 +20,12 @@ def filled(tmp_path):
     env = dict(os.environ, FERRY_CACHE=str(tmp_path / "cache"))
     program = tmp_path / "mytrue"
     shutil.copy2("/usr/bin/true", program)
-    run_ferry("run", "-o", tmp_path / "run", "--", program, env=env)
+    ferry("run", "-o", tmp_path / "run", "--", program, env=env, check=True)
     return env, program
 
 
 def cache(env, *args, check=True):
-    return run_ferry("cache", *args, env=env, check=check)
+    return ferry("cache", *args, env=env, check=check)
 
 
 def listed(env):
@@ -50,7 +50,7 @@ def test_text_patched_at_load_is_part_of_the_cache(filled, tmp_path):
     env, _ = filled
     fresh = tmp_path / "fresh"
     shutil.copy2("/usr/bin/true", fresh)
-    run_ferry("run", "--no-learn", "-o", tmp_path / "run2", "--", "sh", "-c", f"{fresh}; :", env=env)
+    ferry("run", "--no-learn", "-o", tmp_path / "run2", "--", "sh", "-c", f"{fresh}; :", env=env, check=True)
     plans = [e for e in listed(env) if e["kind"] == "plan"]
     assert any(e["path"].endswith(".tramp") for e in plans), plans
     assert all(not e["problems"] for e in plans), plans
@@ -89,7 +89,7 @@ def test_a_changed_program_is_found_and_pruned(filled):
     assert "removed 2 entries" in cache(env, "prune").stdout
     assert cache(env, "verify").returncode == 0
     assert len(listed(env)) == len(before) - 2
-    run_ferry("run", "-o", program.parent / "again", "--", program, env=env)
+    ferry("run", "-o", program.parent / "again", "--", program, env=env, check=True)
 
 
 def test_entries_of_another_rewriter_are_pruned(filled):
@@ -110,5 +110,5 @@ def test_clear_empties_the_cache_and_runs_still_work(filled):
     assert listed(env)
     assert "removed" in cache(env, "clear", "--yes").stdout
     assert listed(env) == [] and "is empty" in cache(env, "list").stdout
-    run_ferry("run", "-o", program.parent / "again", "--", program, env=env)
+    ferry("run", "-o", program.parent / "again", "--", program, env=env, check=True)
     assert listed(env)

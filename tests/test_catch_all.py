@@ -4,7 +4,7 @@ that the next run patches them; the program never sees the machinery (SIGSYS, it
 mask and its handler stay what the program made them)."""
 import subprocess
 
-from conftest import ROOT, run_ferry
+from conftest import ROOT, ferry
 
 from ferry.rundata import load_run
 
@@ -16,7 +16,7 @@ def calls(model, name):
 
 
 def test_call_from_code_written_at_run_time_is_counted_and_its_site_recorded(tmp_path, test_programs):
-    r = run_ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "jit_syscall", 7)
+    r = ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "jit_syscall", 7, check=True)
     assert "7 of 7 calls returned the parent's pid" in r.stdout
     model = load_run(tmp_path / "run")
     # the program's own getppid() through libc, plus the seven from its code page
@@ -26,12 +26,12 @@ def test_call_from_code_written_at_run_time_is_counted_and_its_site_recorded(tmp
     [site] = caught["sites"]
     assert (site["path"], site["offset"], site["calls"], site["syscalls"]) == ("", None, 7, {"getppid": 7})
     assert site["address"] % 4096 == 0  # `syscall` is the first instruction of its page
-    text = run_ferry("report", tmp_path / "run").stdout
+    text = ferry("report", tmp_path / "run", check=True).stdout
     assert "caught by the catch-all" in text and "(anonymous memory)" in text
 
 
 def test_every_thread_is_caught(tmp_path, test_programs):
-    run_ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "jit_syscall", 50, 6)
+    ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "jit_syscall", 50, 6, check=True)
     model = load_run(tmp_path / "run")
     assert model["catch_all"]["caught"] == 300
     assert calls(model, "getppid") == 301
@@ -43,7 +43,7 @@ def test_library_without_a_plan_is_caught_then_patched_on_the_next_run(tmp_path,
     monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
     lib = PROGRAMS / "libsite.so"
     argv = [PROGRAMS / "dlopen_main", lib, 77]
-    r = run_ferry("run", "-o", tmp_path / "first", "--", *argv)
+    r = ferry("run", "-o", tmp_path / "first", "--", *argv, check=True)
     assert "77 of 77" in r.stdout
     first = load_run(tmp_path / "first")
     site = next(s for s in first["catch_all"]["sites"] if s["path"] == str(lib))
@@ -53,7 +53,7 @@ def test_library_without_a_plan_is_caught_then_patched_on_the_next_run(tmp_path,
     assert 0 < site["offset"] - fn < 16  # inside site_getppid, after its `mov`
     assert calls(first, "getppid") == 77
 
-    run_ferry("run", "-o", tmp_path / "second", "--", *argv)
+    ferry("run", "-o", tmp_path / "second", "--", *argv, check=True)
     second = load_run(tmp_path / "second")
     assert not [s for s in second["catch_all"]["sites"] if s["path"] == str(lib)]
     patched = next(s for s in second["sites"] if s["module"] == "libsite.so")
@@ -64,7 +64,7 @@ def test_program_sees_its_own_sigsys_and_mask(tmp_path, test_programs):
     # The catch-all keeps SIGSYS unblocked and handled by the shim; the program
     # blocks everything, installs its own SIGSYS handler and reads both back.
     native = subprocess.run([str(PROGRAMS / "sigsys_view")], capture_output=True, text=True, timeout=60)
-    r = run_ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "sigsys_view")
+    r = ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "sigsys_view", check=True)
     assert r.stdout == native.stdout
     assert "jit getppid with all blocked: 1" in r.stdout
     assert "reached the program's handler: 1" in r.stdout
@@ -74,8 +74,8 @@ def test_program_sees_its_own_sigsys_and_mask(tmp_path, test_programs):
 def test_profile_can_turn_the_catch_all_off(tmp_path, test_programs):
     profile = tmp_path / "nocatch.toml"
     profile.write_text('mode = "trace"\ncatch_all = false\n')
-    run_ferry("run", "--no-learn", "--profile", profile, "-o", tmp_path / "run", "--",
-              PROGRAMS / "jit_syscall", 7)
+    ferry("run", "--no-learn", "--profile", profile, "-o", tmp_path / "run", "--",
+              PROGRAMS / "jit_syscall", 7, check=True)
     model = load_run(tmp_path / "run")
     assert not model["catch_all"]["enabled"]
     assert calls(model, "getppid") == 1

@@ -10,16 +10,12 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import FERRY, ROOT, ferry
 from ferry.rundata import load_run
 
 CHILDREN = ROOT / "tests" / "programs" / "build" / "children"
-pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
-
-
-@pytest.fixture(autouse=True)
-def own_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+pytestmark = [pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed"),
+              pytest.mark.usefixtures("own_index")]
 
 
 def _ground_truth(log, root):
@@ -53,8 +49,8 @@ def _learn(tmp_path, argv, cwd=None):
     """Run until a run rewrites nothing new (each run enables one more level
     of the process tree); returns the last learning run."""
     for _ in range(4):
-        first = subprocess.run([*FERRY, "run", "--verbose", "-o", str(tmp_path / "first"), "--", *argv],
-                               cwd=cwd, capture_output=True, timeout=600)
+        first = ferry("run", "--verbose", "-o", tmp_path / "first", "--", *argv, cwd=cwd, timeout=600,
+                      text=False)
         if b"that ran without the shim" not in first.stderr:
             return first
     raise AssertionError(f"still learning after 4 runs: {first.stderr}")
@@ -149,8 +145,8 @@ def test_make_build_with_gcc_is_enabled_throughout_and_builds_the_same(tmp_path)
     native = (proj / "prog").read_bytes()
     for _ in range(4):
         subprocess.run(["make", "-s", "clean"], cwd=proj, check=True)
-        first = subprocess.run([*FERRY, "run", "--verbose", "-o", str(tmp_path / "first"), "--", "make", "-s",
-                                "-j2"], cwd=proj, capture_output=True, timeout=600)
+        first = ferry("run", "--verbose", "-o", tmp_path / "first", "--", "make", "-s", "-j2", cwd=proj,
+                      timeout=600, text=False)
         assert first.returncode == 0, first.stderr
         if b"that ran without the shim" not in first.stderr:
             break
@@ -194,10 +190,9 @@ def test_module_loaded_with_dlopen_is_patched_when_it_appears(tmp_path, monkeypa
     # later from its plan, before anything in it runs.
     monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
     lib = ROOT / "tests" / "programs" / "build" / "libsite.so"
-    subprocess.run([*FERRY, "instrument", str(lib)], check=True, capture_output=True)  # makes its plan
-    r = subprocess.run([*FERRY, "run", "--no-learn", "-o", str(tmp_path / "run"), "--",
-                        str(ROOT / "tests" / "programs" / "build" / "dlopen_main"), str(lib), "77"],
-                       capture_output=True, timeout=120)
+    ferry("instrument", lib, check=True, text=False)  # makes its plan
+    r = ferry("run", "--no-learn", "-o", tmp_path / "run", "--",
+              ROOT / "tests" / "programs" / "build" / "dlopen_main", lib, "77", timeout=120, text=False)
     assert r.returncode == 0 and b"77 of 77" in r.stdout
     model = load_run(tmp_path / "run")
     site = next(s for s in model["sites"] if s["module"] == "libsite.so")

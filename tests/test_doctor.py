@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 
-from conftest import FERRY, run_ferry
+from conftest import FERRY, ferry
 
 NAMES = ["kernel", "shim", "io_uring", "Syscall User Dispatch", "FSGSBASE", "ptrace scope",
          "image cache", "wine / mingw-w64"]
@@ -30,7 +30,7 @@ def test_every_check_is_reported_with_what_it_enables():
     for c in checks.values():
         assert c["status"] in ("yes", "limited", "no") and c["found"] and c["enables"]
         assert bool(c["fix"]) == (c["status"] != "yes"), c
-    r = run_ferry("doctor")
+    r = ferry("doctor", check=True)
     for name in NAMES:
         assert name in r.stdout
 

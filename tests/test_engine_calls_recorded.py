@@ -7,11 +7,10 @@ tests/programs/agg_engine_calls.c makes reads on closed descriptors (EBADF), ope
 missing file (ENOENT) and reads of /dev/zero: on its main thread (a fiber under -p
 fibers) or in a fiber of a group made through the API (-p aggregate)."""
 import json
-import subprocess
 
 import pytest
 
-from conftest import FERRY, PROGRAMS, ROOT
+from conftest import PROGRAMS, ROOT, ferry
 
 ROUNDS = 100
 TIMEOUT = 120
@@ -19,18 +18,13 @@ ENGINE_SYSCALLS = ("read", "openat")
 
 
 def ferry_run(profile, out, *argv):
-    r = subprocess.run([*FERRY, "run", "--no-learn", "-p", profile, "-o", str(out), "--",
-                        *map(str, argv)], capture_output=True, text=True, timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
+    r = ferry("run", "--no-learn", "-p", profile, "-o", out, "--", *argv, check=True, timeout=TIMEOUT)
     assert r.stdout == f"failed {2 * ROUNDS}\n", r.stdout
     return r
 
 
 def report(*args):
-    r = subprocess.run([*FERRY, "report", *map(str, args)], capture_output=True, text=True,
-                       timeout=TIMEOUT)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
+    return ferry("report", *args, check=True, timeout=TIMEOUT).stdout
 
 
 def by_name(model):
@@ -106,9 +100,8 @@ def test_a_call_a_signal_cut_short_and_ran_again_is_one_call(tmp_path):
     reads = {}
     for profile in ("trace", "fibers"):
         out = tmp_path / profile
-        r = subprocess.run([*FERRY, "run", "--no-learn", "-p", profile, "-o", str(out), "--",
-                            "/usr/bin/python3", *map(str, program)],
-                           capture_output=True, text=True, timeout=TIMEOUT)
+        r = ferry("run", "--no-learn", "-p", profile, "-o", out, "--", "/usr/bin/python3", *program,
+                  timeout=TIMEOUT)
         assert r.returncode == 0 and "read 1" in r.stdout, r.stderr
         read = by_name(json.loads(report("--json", out)))["read"]
         reads[profile] = (read["calls"], read["errors"])

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import ALL_PROFILES, FERRY, PROGRAMS
+from conftest import ALL_PROFILES, FERRY, PROGRAMS, ferry
 from ferry.rundata import load_run
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
@@ -128,9 +128,7 @@ def test_a_path_search_is_counted_once_per_call(tmp_path, workload):
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_a_child_killed_right_after_its_exec_is_said_to_be(tmp_path, profile):
     run_dir = tmp_path / "run"
-    r = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--",
-                        str(PROGRAMS / "exec_killed"), "/bin/true"],
-                       capture_output=True, text=True, timeout=120)
+    r = ferry("run", "-p", profile, "-o", run_dir, "--", PROGRAMS / "exec_killed", "/bin/true", timeout=120)
     assert r.returncode == 0, r.stderr
     assert "child: signal 9" in r.stdout
     model = load_run(run_dir)

@@ -78,9 +78,7 @@ WORKLOADS = {
 THREADS_CREATED = {"fib_pthreads": 200 + 8 + 10, "fib_carriers": 119}
 
 
-@pytest.fixture(autouse=True)
-def own_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+pytestmark = pytest.mark.usefixtures("own_index")
 
 
 @pytest.fixture(scope="session")

@@ -65,7 +65,8 @@ def run(argv, tmp_path):
     return proc.returncode, out, err
 
 
-def ferry(profile, run_dir, *argv):
+def ferry_argv(profile, run_dir, *argv):
+    """argv of `ferry run` for `run` (which kills the whole group at its timeout)."""
     return [*FERRY, "run", "--no-learn", "-p", profile, "-o", str(run_dir), "--", *map(str, argv)]
 
 
@@ -82,7 +83,7 @@ def native(case, tmp_path):
 @pytest.mark.parametrize("case", CASES)
 def test_same_as_native(case, profile, tmp_path):
     code, out, err = native(case, tmp_path)
-    got_code, got_out, got_err = run(ferry(profile, tmp_path / "run", PYTHON, PROGRAM, case), tmp_path)
+    got_code, got_out, got_err = run(ferry_argv(profile, tmp_path / "run", PYTHON, PROGRAM, case), tmp_path)
     assert (got_code, got_out) == (code, out), (
         f"native: exit {code}\n{out.decode(errors='replace')[-2000:]}\n"
         f"under {profile}: exit {got_code}\n{got_out.decode(errors='replace')[-2000:]}\n"
@@ -95,7 +96,7 @@ def test_engine_descriptors_stay_out_of_the_way(tmp_path):
     eventfds are not the program's descriptors."""
     cmd = f"exec {PYTHON} {PROGRAM} lsfd >&-"
     code, out, err = run(["sh", "-c", cmd], tmp_path)
-    got = run(ferry("fibers", tmp_path / "run", "sh", "-c", cmd), tmp_path)
+    got = run(ferry_argv("fibers", tmp_path / "run", "sh", "-c", cmd), tmp_path)
     assert (got[0], got[2]) == (code, err), (code, err, got)
 
 
@@ -113,7 +114,7 @@ def test_engine_descriptors_the_program_cannot_disturb(profile, tmp_path, test_p
     code, out, err = run(["sh", "-c", cmd], tmp_path)
     assert err.startswith(b"first open 1\n") and err.endswith(b"done\n"), err
     how = "native" if profile == "fibers" else "fiber"
-    got = run(ferry(profile, tmp_path / "run", "sh", "-c", f"exec {program} {how} >&-"), tmp_path)
+    got = run(ferry_argv(profile, tmp_path / "run", "sh", "-c", f"exec {program} {how} >&-"), tmp_path)
     assert (got[0], got[2]) == (code, err), (code, err, got)
 
 
@@ -137,5 +138,5 @@ def test_threads_that_make_no_call_still_take_turns(case, profile, tmp_path):
         profile = str(tmp_path / "two.toml")
     argv = [PROGRAMS / "spinners", case]
     code, out, err = run([str(a) for a in argv], tmp_path)
-    got = run(ferry(profile, tmp_path / "run", *argv), tmp_path)
+    got = run(ferry_argv(profile, tmp_path / "run", *argv), tmp_path)
     assert (got[0], got[1]) == (code, out), got[2].decode(errors="replace")[-2000:]

@@ -22,7 +22,7 @@ from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
-from conftest import FERRY, ROOT  # noqa: E402
+from conftest import ROOT, ferry  # noqa: E402
 from ferry import runindex  # noqa: E402
 from ferry.gui import app as gui_app  # noqa: E402
 from ferry.gui import project as projects  # noqa: E402
@@ -472,8 +472,7 @@ def test_project_file_round_trip_and_errors(tmp_path):
 def test_ferry_gui_without_a_display_says_so_in_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
-    r = subprocess.run(FERRY + ["gui", str(tmp_path / "p.ferryproj")], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = ferry("gui", tmp_path / "p.ferryproj", env=env, timeout=60)
     assert r.returncode == 2
     assert r.stderr.startswith("ferry: gui: no display") and r.stderr.count("\n") == 1
     assert "Traceback" not in r.stderr

@@ -8,7 +8,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from conftest import ROOT, run_ferry  # noqa: E402
+from conftest import ROOT, ferry  # noqa: E402
 from ferry.gui.run_view import RunView  # noqa: E402
 from ferry.report import aggregation  # noqa: E402
 from ferry.rundata import load_run  # noqa: E402
@@ -33,7 +33,7 @@ def drawn(charts, key):
 
 def test_an_aggregated_run_shows_its_batches_and_carriers(qtbot, tmp_path):
     run_dir = tmp_path / "run"
-    run_ferry("run", "-p", "fibers", "-o", run_dir, "--", "/usr/bin/python3", THREADS)
+    ferry("run", "-p", "fibers", "-o", run_dir, "--", "/usr/bin/python3", THREADS, check=True)
     agg = load_run(run_dir)["aggregation"]
     assert agg and agg["aggregated"] > 0 and aggregation.carriers(agg)
     view = shown(qtbot, run_dir)
@@ -45,7 +45,7 @@ def test_an_aggregated_run_shows_its_batches_and_carriers(qtbot, tmp_path):
 
 def test_a_run_without_aggregation_says_so(qtbot, tmp_path):
     run_dir = tmp_path / "run"
-    run_ferry("run", "-o", run_dir, "--", "/bin/true")
+    ferry("run", "-o", run_dir, "--", "/bin/true", check=True)
     view = shown(qtbot, run_dir)
     charts = view.charts
     assert drawn(charts, "calls")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIBC, ROOT, read_stats, recording_env, calls_of, run_ferry
+from conftest import LIBC, ROOT, read_stats, recording_env, calls_of, ferry
 
 SOURCE = ROOT / "tests" / "programs" / "inline_syscalls.c"
 
@@ -27,7 +27,7 @@ def _build(tmp_path, name, *flags, strip=False):
 def test_program_with_its_own_sites_is_patched_and_counted(tmp_path, flags, strip):
     exe = _build(tmp_path, "inline", *flags, strip=strip)
     out = tmp_path / "out"
-    run_ferry("instrument", exe, "-o", out)
+    ferry("instrument", exe, "-o", out, check=True)
     manifest = json.loads((out / "manifest.json").read_text())
     own = manifest["modules"][0]
     assert own["role"] == "executable" and own["pie"] == ("-pie" in flags)
@@ -47,7 +47,7 @@ def test_program_with_its_own_sites_is_patched_and_counted(tmp_path, flags, stri
 
 def test_rewritten_program_needs_no_preload_or_library_path(tmp_path):
     out = tmp_path / "out"
-    run_ferry("instrument", "/usr/bin/true", "-o", out)
+    ferry("instrument", "/usr/bin/true", "-o", out, check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
     env = recording_env(env, tmp_path / "run")
     assert subprocess.run([str(out / "true")], env=env).returncode == 0
@@ -61,8 +61,8 @@ def test_rewritten_program_needs_no_preload_or_library_path(tmp_path):
 
 
 def test_second_instrument_is_served_from_the_cache():
-    first = json.loads(run_ferry("instrument", "--json", "/usr/bin/cat").stdout)
-    second = json.loads(run_ferry("instrument", "--json", "/usr/bin/cat").stdout)
+    first = json.loads(ferry("instrument", "--json", "/usr/bin/cat", check=True).stdout)
+    second = json.loads(ferry("instrument", "--json", "/usr/bin/cat", check=True).stdout)
     assert second["from_cache"] and second["out_dir"] == first["out_dir"]
     libc = next(m for m in second["modules"] if m["name"] == "libc.so.6")
     assert libc["rewritten"] == "libc.so.6"
@@ -72,31 +72,31 @@ def test_second_instrument_is_served_from_the_cache():
 
 def test_cache_is_not_used_when_a_file_changes(tmp_path):
     exe = _build(tmp_path, "prog")
-    first = json.loads(run_ferry("instrument", "--json", exe).stdout)
+    first = json.loads(ferry("instrument", "--json", exe, check=True).stdout)
     assert not first["from_cache"]
     _build(tmp_path, "prog", "-DVARIANT=1", "-O0")
-    second = json.loads(run_ferry("instrument", "--json", exe).stdout)
+    second = json.loads(ferry("instrument", "--json", exe, check=True).stdout)
     assert not second["from_cache"] and second["out_dir"] != first["out_dir"]
 
 
 def test_rewritten_file_is_recognized_and_not_rewritten_again(tmp_path):
     out = tmp_path / "out"
-    run_ferry("instrument", "/usr/bin/true", "-o", out)
+    ferry("instrument", "/usr/bin/true", "-o", out, check=True)
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     again = tmp_path / "again"
-    r = run_ferry("instrument", out / "true", "-o", again)
+    r = ferry("instrument", out / "true", "-o", again, check=True)
     assert "already rewritten" in r.stderr
     assert not again.exists()
-    r = run_ferry("instrument", out / "libc.so.6", "-o", again)
+    r = ferry("instrument", out / "libc.so.6", "-o", again, check=True)
     assert "already rewritten" in r.stderr and not again.exists()
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
-    r = run_ferry("sites", out / "true", check=False)
+    r = ferry("sites", out / "true")
     assert r.returncode == 2 and "already rewritten" in r.stderr
 
 
 def test_shared_object_is_rewritten_into_the_output_directory(tmp_path):
     out = tmp_path / "out"
-    run_ferry("instrument", LIBC, "-o", out)
+    ferry("instrument", LIBC, "-o", out, check=True)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["kind"] == "shared-object" and manifest["entry"] is None
     assert (out / "libc.so.6").is_file()
@@ -117,12 +117,12 @@ def test_original_directory_replaces_origin_in_the_program_search_path(tmp_path)
     subprocess.run(["gcc", "-o", str(tmp_path / "app" / "main"), str(tmp_path / "app" / "main.c"),
                     "-L", str(libdir), "-lhelper", "-Wl,-rpath,$ORIGIN/lib"], check=True)
     out = tmp_path / "out"
-    run_ferry("instrument", tmp_path / "app" / "main", "-o", out)
+    ferry("instrument", tmp_path / "app" / "main", "-o", out, check=True)
     r = subprocess.run([str(out / "main")], capture_output=True, text=True)
     assert (r.returncode, r.stdout) == (0, "42\n")
 
 
 def test_instrument_shows_a_summary_table_and_the_path_to_run(tmp_path):
-    r = run_ferry("instrument", "/usr/bin/true", "-o", tmp_path / "out")
+    r = ferry("instrument", "/usr/bin/true", "-o", tmp_path / "out", check=True)
     assert "libc.so.6" in r.stdout and "526" in r.stdout
     assert str(tmp_path / "out" / "true") in r.stdout.replace("\n", "")

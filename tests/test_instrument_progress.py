@@ -3,21 +3,18 @@ calls (modules, bytes of code decoded, sites found), and with -v and no terminal
 per module on stderr. (The terminal's bars draw the same calls; see
 ferry.commands.instrument.InstrumentProgress.)"""
 import json
-import os
 import re
-import subprocess
 
-from conftest import FERRY
+from conftest import ferry, ferry_env
 
 from ferry.rewriter.instrument import instrument
 
 PYTHON = "/usr/bin/python3"
 
 
-def ferry(*args, cache):
-    env = dict(os.environ, FERRY_CACHE=str(cache), FERRY_DATA=str(cache.parent / "data"))
-    return subprocess.run([*FERRY, *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env)
+def in_cache(cache):
+    """The environment of a `ferry` command that uses the image cache `cache`."""
+    return ferry_env(FERRY_CACHE=cache)
 
 
 def module_lines(stderr):
@@ -30,7 +27,7 @@ def module_lines(stderr):
 
 def test_verbose_says_a_line_per_module(tmp_path):
     cache = tmp_path / "cache"
-    r = ferry("instrument", "-v", "--json", "-o", tmp_path / "out", PYTHON, cache=cache)
+    r = ferry("instrument", "-v", "--json", "-o", tmp_path / "out", PYTHON, env=in_cache(cache))
     assert r.returncode == 0, r.stderr
     modules = json.loads(r.stdout)["modules"]
     lines = module_lines(r.stderr)
@@ -45,29 +42,29 @@ def test_verbose_says_a_line_per_module(tmp_path):
     libc = next(m for m in modules if m["name"].startswith("libc.so"))
     assert libc["sites_total"] > 100
     # again into another directory: the libraries come from the cache
-    r = ferry("instrument", "-v", "-o", tmp_path / "out2", PYTHON, cache=cache)
+    r = ferry("instrument", "-v", "-o", tmp_path / "out2", PYTHON, env=in_cache(cache))
     assert module_lines(r.stderr)[libc["name"]] == "rewritten before: from the cache"
     # again into the same one: served whole
-    r = ferry("instrument", "-v", "-o", tmp_path / "out2", PYTHON, cache=cache)
+    r = ferry("instrument", "-v", "-o", tmp_path / "out2", PYTHON, env=in_cache(cache))
     assert r.stderr.splitlines() == [next(line for line in r.stderr.splitlines())]
     assert "python3" in r.stderr and "served from the cache" in r.stderr
 
 
 def test_without_verbose_and_without_a_terminal_nothing_is_said(tmp_path):
-    r = ferry("instrument", "-o", tmp_path / "out", PYTHON, cache=tmp_path / "cache")
+    r = ferry("instrument", "-o", tmp_path / "out", PYTHON, env=in_cache(tmp_path / "cache"))
     assert r.returncode == 0 and r.stderr == ""
 
 
 def test_run_verbose_says_the_modules_before_the_programs_output(tmp_path):
     r = ferry("run", "-v", "-o", tmp_path / "run", "--", "/bin/sh", "-c", "echo out; echo err >&2",
-              cache=tmp_path / "cache")
+              env=in_cache(tmp_path / "cache"))
     assert r.returncode == 0 and r.stdout == "out\n"
     lines = r.stderr.splitlines()
     assert lines[-1] == "err"
     said = module_lines("\n".join(lines[:-1]))
     assert said and all(k in said for k in ("sh", "libc.so.6"))
     r = ferry("run", "-o", tmp_path / "run2", "--", "/bin/sh", "-c", "echo err >&2",
-              cache=tmp_path / "cache2")
+              env=in_cache(tmp_path / "cache2"))
     assert r.stderr == "err\n"
 
 

@@ -2,11 +2,11 @@
 and `ferry sites` gives every other site with its reason."""
 import json
 
-from conftest import LIBC, run_ferry
+from conftest import LIBC, ferry
 
 
 def test_at_least_99_percent_of_libc_sites_are_patched():
-    report = json.loads(run_ferry("sites", "--json", LIBC).stdout)
+    report = json.loads(ferry("sites", "--json", LIBC, check=True).stdout)
     summary = report["summary"]
     assert summary["sites"] >= 500  # Debian 12's libc has ~526
     assert summary["patched"] / summary["sites"] >= 0.99
@@ -16,7 +16,7 @@ def test_at_least_99_percent_of_libc_sites_are_patched():
 
 
 def test_sites_report_every_field_for_each_site():
-    report = json.loads(run_ferry("sites", "--json", LIBC).stdout)
+    report = json.loads(ferry("sites", "--json", LIBC, check=True).stdout)
     ids = [s["id"] for s in report["sites"]]
     assert len(ids) == len(set(ids))
     by_function = {s["function"]: s for s in report["sites"]}
@@ -32,12 +32,12 @@ def test_sites_report_every_field_for_each_site():
 
 
 def test_site_ids_are_stable_across_runs():
-    a = json.loads(run_ferry("sites", "--json", LIBC).stdout)
-    b = json.loads(run_ferry("sites", "--json", LIBC).stdout)
+    a = json.loads(ferry("sites", "--json", LIBC, check=True).stdout)
+    b = json.loads(ferry("sites", "--json", LIBC, check=True).stdout)
     assert [(s["id"], s["address"]) for s in a["sites"]] == [(s["id"], s["address"]) for s in b["sites"]]
 
 
 def test_sites_table_lists_unpatched_reasons_and_summary():
-    out = run_ferry("sites", LIBC).stdout
+    out = ferry("sites", LIBC, check=True).stdout
     assert "patched" in out
     assert "sites," in out.splitlines()[-1]

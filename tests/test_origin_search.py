@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, calls_of, read_stats, recording_env, run_ferry
+from conftest import ROOT, calls_of, read_stats, recording_env, ferry
 
 SRC = ROOT / "tests" / "programs"
 
@@ -46,7 +46,7 @@ def test_program_started_through_a_symlink_finds_origin_libraries(tmp_path):
     native = subprocess.run([str(link), "9"], capture_output=True, text=True)
     assert native.returncode == 0, native.stderr
     out = tmp_path / "out"
-    run_ferry("instrument", link, "-o", out)
+    ferry("instrument", link, "-o", out, check=True)
     mods = {m["name"]: m for m in json.loads((out / "manifest.json").read_text())["modules"]}
     assert Path(mods["libsite.so"]["original"]).resolve() == (exe.parent.parent / "lib" / "libsite.so")
     assert mods["libsite.so"]["sites_patched"] == 1
@@ -61,7 +61,7 @@ def test_rewritten_library_keeps_its_origin_search(tmp_path):
     needs through $ORIGIN/../private must still be found where it is."""
     exe, _link = _app(tmp_path)
     out = tmp_path / "out"
-    run_ferry("instrument", exe, "-o", out)
+    ferry("instrument", exe, "-o", out, check=True)
     assert (out / "libsite.so").is_file() and not (out / "libhelper.so").exists()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
     got = subprocess.run([str(out / "site_caller"), "4"], capture_output=True, text=True, env=env)
@@ -72,7 +72,7 @@ def test_rewritten_library_keeps_its_origin_search(tmp_path):
     shutil.copytree(tmp_path / "app", other, symlinks=True)
     shutil.rmtree(tmp_path / "app" / "private")
     out2 = tmp_path / "out2"
-    run_ferry("instrument", other / "bin" / "site_caller", "-o", out2)
+    ferry("instrument", other / "bin" / "site_caller", "-o", out2, check=True)
     got = subprocess.run([str(out2 / "site_caller"), "4"], capture_output=True, text=True, env=env)
     assert got.returncode == 0, got.stderr
 
@@ -85,6 +85,6 @@ def test_java_through_its_symlink_is_enabled(tmp_path):
         pytest.skip("java is not a symlink here")
     native = subprocess.run([java, "-version"], capture_output=True, text=True)
     out = tmp_path / "out"
-    run_ferry("instrument", java, "-o", out)
+    ferry("instrument", java, "-o", out, check=True)
     got = subprocess.run([str(out / "java"), "-version"], capture_output=True, text=True)
     assert (got.stderr, got.returncode) == (native.stderr, native.returncode)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import ALL_PROFILES, FERRY, ROOT
+from conftest import ALL_PROFILES, FERRY, ROOT, ferry
 from ferry.injector.environment import SETTINGS, is_setting
 from ferry.rundata import load_run
 
@@ -18,9 +18,7 @@ SELF_VIEW = ROOT / "tests" / "programs" / "py_self_view.py"
 PYTHON = "/usr/bin/python3"
 
 
-@pytest.fixture(autouse=True)
-def own_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+pytestmark = pytest.mark.usefixtures("own_index")
 
 
 def native_and_ferry(tmp_path, argv, profile="trace", **kw):
@@ -70,8 +68,7 @@ def test_scripts_keep_their_dollar_zero(tmp_path):
     for name in ("s.sh", "noshebang"):
         os.chmod(tmp_path / name, 0o755)
         native = subprocess.run(["env", f"./{name}", "arg"], capture_output=True, cwd=tmp_path)
-        under = subprocess.run([*FERRY, "run", "-o", str(tmp_path / "run"), "--", f"./{name}", "arg"],
-                               capture_output=True, cwd=tmp_path)
+        under = ferry("run", "-o", tmp_path / "run", "--", f"./{name}", "arg", cwd=tmp_path, text=False)
         assert (under.returncode, under.stdout) == (native.returncode, native.stdout), under.stderr
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, calls_of, read_stats, recording_env, run_ferry
+from conftest import ROOT, calls_of, read_stats, recording_env, ferry
 
 PROGRAMS_SRC = ROOT / "tests" / "programs"
 PACKED = ["-Wl,-z,noseparate-code", "-Wl,-z,norelro"]
@@ -73,7 +73,7 @@ def test_program_with_packed_segments_is_rewritten_in_place(tmp_path, pie):
          PROGRAMS_SRC / "inline_syscalls.c")
     assert _no_room_natively(exe)
     out = tmp_path / "out"
-    run_ferry("instrument", exe, "-o", out)
+    ferry("instrument", exe, "-o", out, check=True)
     own = json.loads((out / "manifest.json").read_text())["modules"][0]
     assert own["sites_patched"] == 2
     _kept_in_place(exe, out / "packed")
@@ -92,7 +92,7 @@ def test_library_with_packed_segments_is_rewritten_in_place(tmp_path):
     _gcc("-o", exe, PROGRAMS_SRC / "site_caller.c", f"-L{tmp_path}", "-lsite",
          f"-Wl,-rpath,{tmp_path}")
     out = tmp_path / "out"
-    run_ferry("instrument", exe, "-o", out)
+    ferry("instrument", exe, "-o", out, check=True)
     mods = {m["name"]: m for m in json.loads((out / "manifest.json").read_text())["modules"]}
     assert mods["libsite.so"]["sites_patched"] == 1
     _kept_in_place(lib, out / "libsite.so")
@@ -134,7 +134,7 @@ def _rust_program(tmp_path):
 def test_rust_release_program_runs_rewritten(tmp_path):
     exe, src = _rust_program(tmp_path)
     out = tmp_path / "out"
-    run_ferry("instrument", exe, "-o", out)
+    ferry("instrument", exe, "-o", out, check=True)
     _kept_in_place(exe, out / "prog")
     stats = _same_run(exe, out / "prog", [str(src), "40"], tmp_path)
     assert calls_of(stats, "openat") >= 1
@@ -144,6 +144,6 @@ def test_rust_program_under_ferry_run_is_enabled(tmp_path):
     exe, src = _rust_program(tmp_path)
     native = subprocess.run([str(exe), str(src), "5"], capture_output=True, text=True)
     run = tmp_path / "run"
-    got = run_ferry("run", "-o", run, "--", exe, src, "5", check=False)
+    got = ferry("run", "-o", run, "--", exe, src, "5")
     assert (got.returncode, got.stdout) == (native.returncode, native.stdout)
     assert "without the shim" not in got.stderr

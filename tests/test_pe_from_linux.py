@@ -7,22 +7,21 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY
+from conftest import FERRY, ferry
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 
 def _same_as_plain(wine, script, run_dir, cwd):
     plain = subprocess.run(["sh", "-c", script], env=wine.env, capture_output=True, timeout=120,
                            cwd=cwd)
-    r = subprocess.run(FERRY + ["run", "-p", "count", "-o", str(run_dir), "--", "sh", "-c", script],
-                       env=wine.env, capture_output=True, timeout=180, cwd=cwd)
+    r = ferry("run", "-p", "count", "-o", run_dir, "--", "sh", "-c", script, env=wine.env, timeout=180,
+              cwd=cwd, text=False)
     assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
     return r
 
 
 def _model(run_dir, env):
-    r = subprocess.run(FERRY + ["report", "--json", str(run_dir)], env=env, capture_output=True,
-                       timeout=120)
+    r = ferry("report", "--json", run_dir, env=env, timeout=120, text=False)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 

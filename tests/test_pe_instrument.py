@@ -8,13 +8,9 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY
+from conftest import ferry
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 from winenv import WIN_SOURCES, build_win_program
-
-
-def _ferry(env, *args):
-    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, timeout=180, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -22,19 +18,19 @@ def own_stub(wine, ferry_dll_built, tmp_path_factory):
     """own_stub.exe whose stub has NtYieldExecution's SSN in the ntdll wine
     loads (a program written for that build), and its instrumented copy."""
     ntdll = wine.prefix / "drive_c" / "windows" / "system32" / "ntdll.dll"
-    r = _ferry(wine.env, "sites", "--json", ntdll)
+    r = ferry("sites", "--json", ntdll, env=wine.env, text=False, timeout=180)
     assert r.returncode == 0, r.stderr
     ssn = next(s["nr"] for s in json.loads(r.stdout)["sites"] if s["syscall"] == "NtYieldExecution")
     d = tmp_path_factory.mktemp("own_stub")
     exe = build_win_program(WIN_SOURCES / "own_stub.c", d, f"-DYIELD_SSN={ssn:#x}")
     out = d / "out"
-    r = _ferry(wine.env, "instrument", exe, "-o", out)
+    r = ferry("instrument", exe, "-o", out, env=wine.env, text=False, timeout=180)
     assert r.returncode == 0, r.stderr
     return exe, out
 
 
 def _yields(wine, run_dir):
-    r = _ferry(wine.env, "report", "--json", run_dir)
+    r = ferry("report", "--json", run_dir, env=wine.env, text=False, timeout=180)
     assert r.returncode == 0, r.stderr
     model = json.loads(r.stdout)
     return model, sum(s["calls"] for s in model["syscalls"] if s["name"] == "NtYieldExecution")
@@ -61,9 +57,9 @@ def test_manifest_says_what_was_rewritten_and_why_not(wine, own_stub):
 def test_instrument_is_idempotent(wine, own_stub):
     exe, out = own_stub
     before = (out / "own_stub.exe").read_bytes()
-    r = _ferry(wine.env, "instrument", exe, "-o", out)
+    r = ferry("instrument", exe, "-o", out, env=wine.env, text=False, timeout=180)
     assert r.returncode == 0 and b"from the cache" in r.stdout, r.stdout
-    r = _ferry(wine.env, "instrument", out / "own_stub.exe")
+    r = ferry("instrument", out / "own_stub.exe", env=wine.env, text=False, timeout=180)
     assert r.returncode == 0 and b"already rewritten" in b" ".join(r.stderr.split()), r.stderr
     assert (out / "own_stub.exe").read_bytes() == before
 
@@ -85,8 +81,8 @@ def test_own_stub_counted_after_instrument(wine, own_stub, tmp_path, profile):
     counts = {}
     for n in (0, 25):
         plain = wine.run(exe, "--yield", n)
-        r = _ferry(wine.env, "run", "-p", profile, "-o", tmp_path / f"run{n}", "--",
-                   out / "own_stub.exe", "--yield", n)
+        r = ferry("run", "-p", profile, "-o", tmp_path / f"run{n}", "--",
+                  out / "own_stub.exe", "--yield", n, env=wine.env, text=False, timeout=180)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
         assert f"yielded {n}, 0 failed".encode() in r.stdout
         model, counts[n] = _yields(wine, tmp_path / f"run{n}")

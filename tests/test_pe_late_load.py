@@ -2,11 +2,10 @@
 imports neither user32 nor win32u and loads user32 (bringing win32u) with
 LoadLibrary; its NtUserGetAsyncKeyState calls are counted exactly."""
 import json
-import subprocess
 
 import pytest
 
-from conftest import FERRY
+from conftest import ferry
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 
@@ -17,12 +16,10 @@ def test_win32u_loaded_later_is_patched(wine, win_programs, ferry_dll_built, tmp
     for n in (0, 40):
         plain = wine.run(exe, n)
         run_dir = tmp_path / f"run{n}"
-        r = subprocess.run(FERRY + ["run", "-p", profile, "-o", str(run_dir), "--", str(exe), str(n)],
-                           env=wine.env, capture_output=True, timeout=180)
+        r = ferry("run", "-p", profile, "-o", run_dir, "--", exe, n, env=wine.env, timeout=180, text=False)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
         assert plain.returncode == 0, plain.stdout     # win32u was not there at start-up
-        rep = subprocess.run(FERRY + ["report", "--json", str(run_dir)], env=wine.env,
-                             capture_output=True, timeout=120)
+        rep = ferry("report", "--json", run_dir, env=wine.env, timeout=120, text=False)
         assert rep.returncode == 0, rep.stderr
         model = json.loads(rep.stdout)
         counts[n] = sum(s["calls"] for s in model["syscalls"] if s["name"] == "NtUserGetAsyncKeyState")

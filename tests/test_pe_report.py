@@ -5,15 +5,13 @@ threads beyond ferry.dll's blocks are counted against ferry.dll's table."""
 import json
 import subprocess
 
-from conftest import FERRY
+from conftest import FERRY, ferry
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 
 def _run(wine, run_dir, *argv, profile="count"):
-    r = subprocess.run(FERRY + ["run", "-p", profile, "-o", str(run_dir), "--", *map(str, argv)],
-                       env=wine.env, capture_output=True, timeout=180)
-    rep = subprocess.run(FERRY + ["report", "--json", str(run_dir)], env=wine.env,
-                         capture_output=True, timeout=120)
+    r = ferry("run", "-p", profile, "-o", run_dir, "--", *argv, env=wine.env, timeout=180, text=False)
+    rep = ferry("report", "--json", run_dir, env=wine.env, timeout=120, text=False)
     assert rep.returncode == 0, rep.stderr
     return r, json.loads(rep.stdout)
 
@@ -22,18 +20,17 @@ def test_root_parent_is_ferry_run_and_tree_is_whole(wine, win_programs, ferry_dl
     """As for a Linux program, the root's parent is `ferry run` itself, not
     ferry-launch.exe (Ferry's machinery, in no report)."""
     run_dir = tmp_path / "run"
-    ferry = subprocess.Popen(FERRY + ["run", "-p", "count", "-o", str(run_dir), "--",
-                                      str(win_programs["spawn_tree"]), "2", "1", str(tmp_path / "out")],
-                             env=wine.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    ferry.communicate(timeout=180)
-    assert ferry.returncode == 2
-    rep = subprocess.run(FERRY + ["report", "--json", str(run_dir)], env=wine.env,
-                         capture_output=True, timeout=120)
+    run = subprocess.Popen(FERRY + ["run", "-p", "count", "-o", str(run_dir), "--",
+                                    str(win_programs["spawn_tree"]), "2", "1", str(tmp_path / "out")],
+                           env=wine.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run.communicate(timeout=180)
+    assert run.returncode == 2
+    rep = ferry("report", "--json", run_dir, env=wine.env, timeout=120, text=False)
     procs = json.loads(rep.stdout)["processes"]
     pids = {p["pid"] for p in procs}
     roots = [p for p in procs if p["ppid"] not in pids]
     assert len(roots) == 1 and roots[0]["argv"][1] == "2", procs
-    assert roots[0]["ppid"] == ferry.pid, (roots[0], ferry.pid)
+    assert roots[0]["ppid"] == run.pid, (roots[0], run.pid)
 
 
 def test_root_parent_from_a_script_is_the_shell_that_ran_wine(wine, win_programs, ferry_dll_built,

@@ -4,12 +4,11 @@ report --json` counts exactly the Nt* calls it makes."""
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import FERRY
+from conftest import FERRY, ferry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,23 +20,19 @@ def ferry_dll_built():
         pytest.skip("ferry.dll is not built (mingw-w64 missing when `make shim` ran)")
 
 
-def _ferry(env, *args, cwd=None):
-    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, timeout=180, env=env,
-                          cwd=cwd)
-
-
 def _same_as_plain(wine, exe, profile, run_dir, plain_args, ferry_args):
     """`exe` under plain wine with plain_args and under `ferry run -p profile`
     with ferry_args: the same stdout, stderr and exit code.  The ferry run's
     CompletedProcess."""
     plain = wine.run(exe, *plain_args)
-    r = _ferry(wine.env, "run", "-p", profile, "-o", run_dir, "--", exe, *ferry_args)
+    r = ferry("run", "-p", profile, "-o", run_dir, "--", exe, *ferry_args, env=wine.env, text=False,
+              timeout=180)
     assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
     return r
 
 
 def _calls(run_dir, env, name):
-    r = _ferry(env, "report", "--json", run_dir)
+    r = ferry("report", "--json", run_dir, env=env, text=False, timeout=180)
     assert r.returncode == 0, r.stderr
     model = json.loads(r.stdout)
     return model, sum(s["calls"] for s in model["syscalls"] if s["name"] == name)
@@ -68,7 +63,7 @@ def test_write_file_counts_exactly_and_output_is_wines(wine, win_programs, ferry
 def test_program_sees_no_ferry_variable(wine, win_programs, ferry_dll_built, tmp_path):
     exe = win_programs["show_env"]
     plain = wine.run(exe)
-    r = _ferry(wine.env, "run", "-p", "count", "-o", tmp_path / "run", "--", exe)
+    r = ferry("run", "-p", "count", "-o", tmp_path / "run", "--", exe, env=wine.env, text=False, timeout=180)
     assert r.returncode == plain.returncode == 0, r.stderr
     assert b"FERRY_MODE" not in r.stdout and b"FERRY_WIN_RUN_DIR" not in r.stdout
     # Every variable the user gave is there as under plain wine.  (wine orders
@@ -89,8 +84,8 @@ def _one_line_refusal(r, name, run_dir):
 
 def test_aggregation_profile_refused_in_one_line(wine, win_programs, ferry_dll_built, tmp_path):
     run_dir = tmp_path / "run"
-    r = _ferry(wine.env, "run", "-p", "aggregate", "-o", run_dir, "--", win_programs["write_count"],
-               tmp_path / "x.bin", 1)
+    r = ferry("run", "-p", "aggregate", "-o", run_dir, "--", win_programs["write_count"],
+              tmp_path / "x.bin", 1, env=wine.env, text=False, timeout=180)
     _one_line_refusal(r, "aggregate", run_dir)
     assert not (tmp_path / "x.bin").exists()
 
@@ -100,14 +95,15 @@ def test_dll_given_to_run_refused(wine, ferry_dll_built, tmp_path):
     shutil.copy(ROOT / "shim" / "build" / "ferry.dll", dll)
     os.chmod(dll, 0o755)
     run_dir = tmp_path / "run"
-    r = _ferry(wine.env, "run", "-o", run_dir, "--", dll)
+    r = ferry("run", "-o", run_dir, "--", dll, env=wine.env, text=False, timeout=180)
     _one_line_refusal(r, "a DLL, not a program", run_dir)
 
 
 def test_missing_wine_refused(wine, win_programs, ferry_dll_built, tmp_path):
     env = dict(wine.env, PATH=str(Path(FERRY[0]).parent))
     run_dir = tmp_path / "run"
-    r = _ferry(env, "run", "-o", run_dir, "--", win_programs["write_count"], tmp_path / "x.bin", 1)
+    r = ferry("run", "-o", run_dir, "--", win_programs["write_count"], tmp_path / "x.bin", 1, env=env,
+              text=False, timeout=180)
     _one_line_refusal(r, "wine is not installed", run_dir)
 
 
@@ -188,6 +184,7 @@ def test_missing_detoursdll_refused(wine, win_programs, ferry_dll_built, tmp_pat
     (shadow / "__init__.py").write_text("")
     env = dict(wine.env, PYTHONPATH=str(shadow.parent))
     run_dir = tmp_path / "run"
-    r = _ferry(env, "run", "-o", run_dir, "--", win_programs["write_count"], tmp_path / "x.bin", 1)
+    r = ferry("run", "-o", run_dir, "--", win_programs["write_count"], tmp_path / "x.bin", 1, env=env,
+              text=False, timeout=180)
     _one_line_refusal(r, "detoursdll package is missing", run_dir)
     assert not (tmp_path / "x.bin").exists()

@@ -2,7 +2,6 @@
 stubs of a program's own and inline `syscall`s, and bad PE input refused in
 one line (exit 2)."""
 import json
-import os
 import re
 import struct
 import subprocess
@@ -11,19 +10,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import FERRY
+from conftest import ferry, ferry_env
 
 ROOT = Path(__file__).resolve().parent.parent
 WINE_DLLS = Path("/usr/lib/x86_64-linux-gnu/wine/x86_64-windows")
 OBJDUMP = "x86_64-w64-mingw32-objdump"
 
 
-def _ferry(*args):
-    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, text=True, timeout=120)
-
-
 def _sites(path):
-    r = _ferry("sites", "--json", path)
+    r = ferry("sites", "--json", path)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -92,8 +87,7 @@ def test_program_with_its_own_stub_and_inline_syscall(needs_mingw, win_programs)
 
 
 def test_text_table_names_the_nt_functions(needs_mingw):
-    r = subprocess.run(FERRY + ["sites", str(WINE_DLLS / "ntdll.dll")], capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    r = ferry("sites", WINE_DLLS / "ntdll.dll", env=ferry_env(COLUMNS=200))
     assert r.returncode == 0, r.stderr
     assert "NtWriteFile" in r.stdout and "not patched" in r.stdout.splitlines()[-1]
 
@@ -153,7 +147,7 @@ def test_bad_pe_input_one_line_exit_2(needs_mingw, win_programs, tmp_path, damag
     damage(data)
     bad = tmp_path / "bad.exe"
     bad.write_bytes(bytes(data))
-    r = _ferry("sites", bad)
+    r = ferry("sites", bad)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"ferry: {bad}: "), r.stderr
@@ -172,7 +166,7 @@ def test_mutated_pe_headers_list_or_refuse_cleanly(needs_mingw, win_programs, tm
         data[offset] = value
     bad = tmp_path / "mutated.exe"
     bad.write_bytes(bytes(data))
-    r = _ferry("sites", "--json", bad)
+    r = ferry("sites", "--json", bad)
     assert "Traceback" not in r.stderr
     if r.returncode == 0:
         json.loads(r.stdout)
@@ -185,7 +179,7 @@ def test_instrument_refuses_a_dll_in_one_line(needs_mingw, tmp_path):
     dll = tmp_path / "some.dll"
     dll.write_bytes((ROOT / "shim" / "build" / "ferry.dll").read_bytes())
     out = tmp_path / "out"
-    r = _ferry("instrument", dll, "-o", out)
+    r = ferry("instrument", dll, "-o", out)
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     assert "a DLL, not a program" in r.stderr and str(dll) in r.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["some.dll"]

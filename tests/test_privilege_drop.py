@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ALL_PROFILES, FERRY
+from conftest import ALL_PROFILES, FERRY, ferry
 from ferry.rundata import load_run
 
 PYTHON = "/usr/bin/python3"
@@ -35,8 +35,7 @@ def shared(monkeypatch):
 
 
 def _run(run_dir, *argv, profile="trace"):
-    return subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--", *argv],
-                          capture_output=True, text=True, timeout=120)
+    return ferry("run", "-p", profile, "-o", run_dir, "--", *argv, timeout=120)
 
 
 @pytest.mark.parametrize("profile", ALL_PROFILES)
@@ -58,8 +57,7 @@ def test_a_program_runuser_starts_is_recorded(shared, profile):
     assert all(f.stat().st_mode & 0o022 == 0 for f in files)  # each file its creator's alone
     proc = (shared / "second" / "proc").stat()
     assert proc.st_mode & 0o7777 == 0o1733  # others may add a file, not list or remove one
-    report = subprocess.run([*FERRY, "report", str(shared / "second")], capture_output=True, text=True,
-                            timeout=60)
+    report = ferry("report", shared / "second", timeout=60)
     assert report.returncode == 0 and "without the shim" not in report.stdout, report.stdout
 
 

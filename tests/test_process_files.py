@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import ALL_PROFILES, FERRY, ROOT
+from conftest import ALL_PROFILES, ROOT, ferry
 from ferry.rundata import load_run
 
 PYTHON = "/usr/bin/python3"
@@ -23,15 +23,14 @@ def _native(argv):
 def test_closed_descriptors_stay_the_programs(tmp_path, profile, extra):
     native = _native(CLOSED + extra)
     run_dir = tmp_path / "run"
-    ferry = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--", *CLOSED, *extra],
-                           capture_output=True, text=True, timeout=120, close_fds=True)
+    under = ferry("run", "-p", profile, "-o", run_dir, "--", *CLOSED, *extra, timeout=120)
     listing = native.stderr.splitlines()[:2]
     assert listing[0].startswith("2=") and listing[1] == "new: 0", native.stderr
-    assert (ferry.returncode, ferry.stderr.splitlines()[:2]) == (native.returncode, listing), ferry.stderr
+    assert (under.returncode, under.stderr.splitlines()[:2]) == (native.returncode, listing), under.stderr
     model = load_run(run_dir)  # every process file reads back
     python = [p for p in model["processes"] if p["argv"] and LSFD in p["argv"]]
     assert python and python[-1]["state"] == "exited" and python[-1]["enabled"]
-    report = subprocess.run([*FERRY, "report", str(run_dir)], capture_output=True, text=True, timeout=60)
+    report = ferry("report", run_dir, timeout=60)
     assert report.returncode == 0 and "not a Ferry process file" not in report.stderr, report.stderr
 
 
@@ -40,6 +39,5 @@ def test_pass_fds_children_see_only_what_they_were_given(tmp_path):
             "r, w = os.pipe()\n"
             f"subprocess.run([{PYTHON!r}, {LSFD!r}], pass_fds=[w], stdin=subprocess.DEVNULL)\n")
     native = _native([PYTHON, "-c", code])
-    ferry = subprocess.run([*FERRY, "run", "-o", str(tmp_path / "run"), "--", PYTHON, "-c", code],
-                           capture_output=True, text=True, timeout=120, close_fds=True)
-    assert ferry.stderr.splitlines()[:2] == native.stderr.splitlines()[:2], (native.stderr, ferry.stderr)
+    under = ferry("run", "-o", tmp_path / "run", "--", PYTHON, "-c", code, timeout=120)
+    assert under.stderr.splitlines()[:2] == native.stderr.splitlines()[:2], (native.stderr, under.stderr)

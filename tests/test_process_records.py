@@ -5,7 +5,7 @@ Every process is still recorded whole, concurrent starts included, and a full
 file goes on in the next."""
 import subprocess
 
-from conftest import FERRY
+from conftest import ferry
 from ferry import procfile
 from ferry.base import syscall_table
 from ferry.rundata import load_run
@@ -13,8 +13,7 @@ from ferry.rundata import load_run
 
 def _run(tmp_path, argv, profile="trace"):
     run_dir = tmp_path / "run"
-    r = subprocess.run([*FERRY, "run", "-p", str(profile), "-o", str(run_dir), "--", *argv],
-                       capture_output=True, text=True, timeout=300)
+    r = ferry("run", "-p", profile, "-o", run_dir, "--", *argv, timeout=300)
     native = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert (r.returncode, r.stdout) == (native.returncode, native.stdout), r.stderr
     return run_dir

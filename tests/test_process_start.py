@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY
+from conftest import FERRY, ferry
 from ferry import procfile
 from ferry.base import syscall_table
 
@@ -87,9 +87,8 @@ def test_no_process_spins_to_calibrate_the_tsc(tmp_path):
     # clock_gettime at all.
     for run in ("first", "second"):
         run_dir = tmp_path / run
-        subprocess.run(FERRY + ["run", "-p", "trace", "-o", str(run_dir), "--", "sh", "-c",
-                                "/bin/true; /bin/true; /bin/true"], check=True, timeout=300,
-                       capture_output=True)
+        ferry("run", "-p", "trace", "-o", run_dir, "--", "sh", "-c", "/bin/true; /bin/true; /bin/true",
+              check=True, timeout=300, text=False)
     procs = procfile.read_dir(run_dir / "proc")
     trues = [p for p in procs if p.exe == "/usr/bin/true"]
     assert len(trues) == 3 and all(p.cal_tsc and p.cal_ns for p in procs)
@@ -146,9 +145,8 @@ def test_exec_hook_reads_the_environment_in_a_few_calls(tmp_path):
     # apiece (and a getpid for each): ~400 calls of its own for 100 variables.
     run_dir = tmp_path / "run"
     env = {**os.environ, **{f"SPAWN_VAR_{i}": "x" * (i % 90) for i in range(100)}}
-    subprocess.run(FERRY + ["run", "-p", "count", "-o", str(run_dir), "--", "sh", "-c",
-                            "/bin/true; /bin/true"], check=True, timeout=300,
-                   capture_output=True, env=env)
+    ferry("run", "-p", "count", "-o", run_dir, "--", "sh", "-c", "/bin/true; /bin/true", check=True,
+          timeout=300, env=env, text=False)
     procs = procfile.read_dir(run_dir / "proc")
     execs = [p for p in procs if p.exec_path == "/bin/true"]
     trues = [p for p in procs if p.exe == "/usr/bin/true"]
@@ -165,8 +163,8 @@ def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
     # header and block, 330 kB of mostly zeros per command, every page of
     # it allocated on disk and written back.
     run_dir = tmp_path / "run"
-    subprocess.run(FERRY + ["run", "-p", "trace", "-o", str(run_dir), "--", "sh", "-c",
-                            "/bin/true; /bin/true"], check=True, timeout=300, capture_output=True)
+    ferry("run", "-p", "trace", "-o", run_dir, "--", "sh", "-c", "/bin/true; /bin/true", check=True,
+          timeout=300, text=False)
     children = [p for p in procfile.read_dir(run_dir / "proc") if p.exec_path == "/bin/true"]
     assert len(children) == 2
     for p in children:

@@ -4,16 +4,14 @@ every kind of mistake is one line naming the file, the dotted key and the proble
 back equal, and `ferry run` hands the program FERRY_AGG exactly as docs/aggregate.md
 says (parsed back here into the same numbers)."""
 import json
-import os
 import re
-import subprocess
 
 import pytest
 
 from ferry.rundata import load_run
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import FERRY
+from conftest import ferry, ferry_env, write_profile as write
 from ferry.profiles import SHIPPED_DIR, load, loads, shipped
 from ferry.profiles import aggenv, routing
 from ferry.profiles.aggregate import DEFAULT_POOLS, MAX_POOLS, Pool, online_cpus
@@ -23,17 +21,6 @@ from ferry.base.syscall_table import NAMES, NUMBERS
 ONLINE = online_cpus()
 ONLINE_TEXT = f"{ONLINE[0]}-{ONLINE[-1]}" if len(ONLINE) > 1 else str(ONLINE[0])
 AGG = 'mode = "aggregate"\n'
-
-
-def ferry(*args, env=None, cwd=None):
-    return subprocess.run([*FERRY, *map(str, args)], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=cwd)
-
-
-def write(tmp_path, text, name="p.toml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 def pool(name="a", **keys):
@@ -72,7 +59,7 @@ def test_ferry_profile_check_accepts_the_shipped_aggregation_profiles():
 
 
 def test_ferry_profile_show_lists_each_pool_and_the_environment():
-    r = ferry("profile", "show", "net", env={**os.environ, "COLUMNS": "400"})
+    r = ferry("profile", "show", "net", env=ferry_env(COLUMNS=400))
     assert r.returncode == 0, r.stderr
     rows = {line.split()[1]: line for line in r.stdout.splitlines()
             if line.startswith("│") and line.split()[1] != "│"}
@@ -474,7 +461,7 @@ def test_the_shim_gets_ferry_agg_from_the_profile_and_no_stale_one(tmp_path, tes
     # The profile's settings reach the shim (the group the program makes from
     # them has the profile's pools), never the program's environment, and a
     # stale FERRY_AGG in ferry's own environment reaches neither.
-    stale = {**os.environ, "FERRY_AGG": "workers=1;pool=2,0,0,-1,0,any,0,0"}
+    stale = ferry_env(FERRY_AGG="workers=1;pool=2,0,0,-1,0,any,0,0")
     r, out = _run(tmp_path, "net", test_programs / "agg_results", "fiber", "pipes", tmp_path, env=stale)
     assert r.returncode == 0, r.stderr
     want = aggenv.config(load("net")).pools

@@ -2,11 +2,7 @@
 line naming the file, the key and the problem (through the API and through
 `ferry profile check`); the shim's environment follows the mode; a profile
 written with to_toml() loads back equal."""
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
@@ -15,19 +11,7 @@ from ferry.profiles import MODES, SHIPPED_DIR, Profile, load, loads, shipped
 from ferry.base.errors import FerryError
 from ferry.base.syscall_table import NAMES, NUMBERS
 
-FERRY = Path(sys.executable).parent / "ferry"
-
-
-def ferry(*args, cwd=None):
-    return subprocess.run([str(FERRY), *map(str, args)], capture_output=True, text=True,
-                          timeout=60, cwd=cwd)
-
-
-def write(tmp_path, text, name="p.toml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
+from conftest import ferry, ferry_env, write_profile as write
 
 # --- shipped profiles -------------------------------------------------------------------
 
@@ -54,8 +38,7 @@ def test_ferry_profile_check_accepts_every_shipped_file():
 
 
 def test_ferry_profile_list_shows_every_shipped_profile():
-    r = subprocess.run([str(FERRY), "profile", "list"], capture_output=True, text=True,
-                       timeout=60, env={**os.environ, "COLUMNS": "300"})
+    r = ferry("profile", "list", env=ferry_env(COLUMNS=300))
     assert r.returncode == 0, r.stderr
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in r.stdout.splitlines()
             if line.startswith("│")]

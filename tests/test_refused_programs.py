@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, run_ferry
+from conftest import ROOT, ferry
 
 HELLO = ROOT / "tests" / "programs" / "inline_syscalls.c"
 PYTHON = sys.executable
@@ -75,7 +75,7 @@ def test_program_the_shim_cannot_serve_is_refused_in_one_line(programs, tmp_path
     if kind not in programs:
         pytest.skip("musl-gcc is not installed (apt-get install musl-tools)")
     path = programs[kind]
-    r = run_ferry("instrument", path, "-o", tmp_path / "out", check=False)
+    r = ferry("instrument", path, "-o", tmp_path / "out")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"ferry: {path}: {r.stderr.split(': ', 2)[2].strip()}"]
     assert words in r.stderr and str(path) in r.stderr
@@ -105,7 +105,7 @@ def test_refusing_loads_no_disassembler_or_elf_library(programs, kind):
 def test_sites_of_a_musl_program_and_its_loader_are_listed(programs):
     if "musl" not in programs:
         pytest.skip("musl-gcc is not installed (apt-get install musl-tools)")
-    report = json.loads(run_ferry("sites", "--json", programs["musl"]).stdout)
+    report = json.loads(ferry("sites", "--json", programs["musl"], check=True).stdout)
     assert report["summary"]["sites"] == 2  # inline_syscalls.c's own two
-    loader = json.loads(run_ferry("sites", "--json", "/lib/ld-musl-x86_64.so.1").stdout)
+    loader = json.loads(ferry("sites", "--json", "/lib/ld-musl-x86_64.so.1", check=True).stdout)
     assert loader["summary"]["sites"] > 100  # musl's libc: loader and C library in one

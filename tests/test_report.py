@@ -8,8 +8,6 @@ import io
 import json
 import os
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -20,23 +18,11 @@ from ferry.report import chrome, diff, export, rows, source, table
 from ferry.report.output import write_atomic
 from ferry.base.errors import FerryError
 
-FERRY = str(Path(sys.executable).parent / "ferry")
+from conftest import ferry
+
 DATA = Path(__file__).parent / "data" / "run_small.json"
 MODEL = json.loads(DATA.read_text())
 UNTIMED = {"clone3", "exit_group"}
-
-
-def ferry(*args, cwd=None):
-    env = dict(os.environ)
-    env.pop("COLUMNS", None)
-    return subprocess.run([FERRY, "report", *map(str, args)], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=env)
-
-
-def ok(*args, cwd=None):
-    r = ferry(*args, cwd=cwd)
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    return r
 
 
 @pytest.fixture
@@ -116,7 +102,7 @@ def test_fixture_is_a_consistent_model():
 # -- the text report ---------------------------------------------------------------------
 
 def test_default_report_is_a_strace_c_table_then_the_hottest_sites():
-    r = ok(DATA)
+    r = ferry("report", DATA, check=True)
     header = next(line for line in r.stdout.splitlines() if "usecs/call" in line)
     assert header.split() == "% time seconds usecs/call min usecs max usecs calls errors syscall".split()
     found, order = strace_rows(r.stdout)
@@ -173,7 +159,7 @@ def test_sort_keys_differ_on_the_fixture():
 
 
 def test_by_site_lists_every_site():
-    out = ok(DATA, "--by", "site", "--sort", "calls").stdout
+    out = ferry("report", DATA, "--by", "site", "--sort", "calls", check=True).stdout
     lines = [line for line in out.splitlines() if re.search(r"\b0x[0-9a-f]+\s*$", line)]
     by_calls = sorted(MODEL["sites"], key=lambda s: (-s["calls"], s["name"], s["module"],
                                                      s["function"], s["id"]))
@@ -185,7 +171,7 @@ def test_by_site_lists_every_site():
 
 
 def test_by_process():
-    out = ok(DATA, "--by", "process").stdout
+    out = ferry("report", DATA, "--by", "process", check=True).stdout
     found = [line for line in out.splitlines() if re.match(r"\s*41\d\d\s", line)]
     lines = {line.split()[0]: line for line in found}
     assert set(lines) == {"4100", "4101"}
@@ -226,7 +212,7 @@ def test_an_empty_run_says_so():
 
 def test_text_report_to_a_file(tmp_path):
     out = tmp_path / "report.txt"
-    r = ok(DATA, "-o", out)
+    r = ferry("report", DATA, "-o", out, check=True)
     assert str(out) in r.stdout and "usecs/call" not in r.stdout
     text = out.read_text()
     assert "usecs/call" in text and "hottest 10 sites" in text and "\x1b[" not in text
@@ -235,16 +221,16 @@ def test_text_report_to_a_file(tmp_path):
 # -- --json and --csv --------------------------------------------------------------------
 
 def test_json_is_the_model(tmp_path):
-    assert json.loads(ok(DATA, "--json").stdout) == MODEL
+    assert json.loads(ferry("report", DATA, "--json", check=True).stdout) == MODEL
     out = tmp_path / "m.json"
-    r = ok(DATA, "--json", "-o", out)
+    r = ferry("report", DATA, "--json", "-o", out, check=True)
     assert str(out) in r.stdout and "{" not in r.stdout
     assert json.loads(out.read_text()) == MODEL
 
 
 @pytest.mark.parametrize("by", rows.BY)
 def test_csv_has_a_header_and_one_row_per_entry(by):
-    text = ok(DATA, "--csv", "--by", by, "--sort", "calls").stdout
+    text = ferry("report", DATA, "--csv", "--by", by, "--sort", "calls", check=True).stdout
     lines = list(csv.reader(io.StringIO(text)))
     assert lines[0] == export.columns(by)
     got = list(csv.DictReader(io.StringIO(text)))
@@ -300,7 +286,7 @@ class _Page(HTMLParser):
 
 
 def test_html_is_one_self_contained_page_with_plots(run_json):
-    r = ok(run_json, "--html")
+    r = ferry("report", run_json, "--html", check=True)
     page_path = run_json.with_name("run.html")
     assert str(page_path) in r.stdout
     assert sorted(p.name for p in run_json.parent.iterdir()) == ["run.html", "run.json"]
@@ -341,7 +327,7 @@ def test_html_escapes_the_model_and_draws_a_timeline_without_events(tmp_path):
 
 def test_chrome_trace_has_one_complete_event_per_recorded_call(tmp_path):
     out = tmp_path / "t.json"
-    r = ok(DATA, "--chrome", "-o", out)
+    r = ferry("report", DATA, "--chrome", "-o", out, check=True)
     assert str(out) in r.stdout
     trace = json.loads(out.read_text())
     assert trace["displayTimeUnit"] == "ns"
@@ -370,7 +356,7 @@ def test_chrome_trace_has_one_complete_event_per_recorded_call(tmp_path):
 
 def test_chrome_default_location_and_a_run_without_events(tmp_path):
     p = write_model(tmp_path / "quiet.json", dict(MODEL, events=[]))
-    r = ok(p, "--chrome")
+    r = ferry("report", p, "--chrome", check=True)
     out = tmp_path / "quiet.trace.json"
     assert str(out) in r.stdout and "no individual calls" in r.stderr
     trace = json.loads(out.read_text())
@@ -419,20 +405,20 @@ def test_diff_rows_have_the_right_deltas():
 def test_diff_command(tmp_path):
     old = write_model(tmp_path / "old.json", MODEL)
     new = write_model(tmp_path / "new.json", _changed_model())
-    d = json.loads(ok(new, "--diff", old, "--json").stdout)
+    d = json.loads(ferry("report", new, "--diff", old, "--json", check=True).stdout)
     assert d == json.loads(json.dumps(diff.diff(MODEL, _changed_model(), "syscall",
                                                 str(old), str(new))))
-    text = ok(new, "--diff", old).stdout
+    text = ferry("report", new, "--diff", old, check=True).stdout
     assert f"A: {old}" in text and f"B: {new}" in text
     line = next(line for line in text.splitlines() if line.split()[:1] == ["read"])
     a_read = next(s for s in MODEL["syscalls"] if s["name"] == "read")
     assert line.split()[1:4] == [str(a_read["calls"]), str(a_read["calls"] + 100), "+100"]
     assert line.split()[-1] == f"{100 * 5_000_000 / a_read['time_ns']:+.1f}%"
     assert next(line for line in text.splitlines() if line.split()[:1] == ["poll"]).endswith("new")
-    got = list(csv.DictReader(io.StringIO(ok(new, "--diff", old, "--csv").stdout)))
+    got = list(csv.DictReader(io.StringIO(ferry("report", new, "--diff", old, "--csv", check=True).stdout)))
     assert [g["syscall"] for g in got] == [r["syscall"] for r in d["rows"]]
     assert got[0]["time_ns_delta"] == "-20000000"
-    sites = json.loads(ok(new, "--diff", old, "--json", "--by", "site").stdout)
+    sites = json.loads(ferry("report", new, "--diff", old, "--json", "--by", "site", check=True).stdout)
     assert len(sites["rows"]) == len(MODEL["sites"]) and sites["by"] == "site"
 
 
@@ -491,14 +477,14 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case, fmt):
     make, problem = BAD[case]
     path = make(tmp_path)
     before = sorted(tmp_path.rglob("*"))
-    r = ferry(path, *([fmt] if fmt else []))
+    r = ferry("report", path, *([fmt] if fmt else []))
     assert problem in _one_line_failure(r, path)
     assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_bad_diff_input_names_the_other_run(tmp_path):
     bad = _bad_model(tmp_path, "bad.json", "{")
-    r = ferry(DATA, "--diff", bad, "--json", "-o", tmp_path / "d.json")
+    r = ferry("report", DATA, "--diff", bad, "--json", "-o", tmp_path / "d.json")
     assert "corrupt run model" in _one_line_failure(r, bad)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json"]
 
@@ -512,7 +498,7 @@ def test_damaged_run_directory(tmp_path):
         {"code": 0, "signal": None}}))
     (run / "proc" / "10-0.ferry").write_bytes(b"FERRY\0\0\0" + b"\xff" * 13)
     before = sorted(tmp_path.rglob("*"))
-    r = ferry("--html", cwd=tmp_path)        # DIR defaults to ferry.data
+    r = ferry("report", "--html", cwd=tmp_path)        # DIR defaults to ferry.data
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("ferry: ferry.data"), r.stderr
     assert sorted(tmp_path.rglob("*")) == before
@@ -520,10 +506,10 @@ def test_damaged_run_directory(tmp_path):
 
 def test_unwritable_output_is_one_line_and_leaves_nothing(tmp_path):
     target = tmp_path / "no" / "such" / "dir" / "r.html"
-    r = ferry(DATA, "--html", "-o", target)
+    r = ferry("report", DATA, "--html", "-o", target)
     _one_line_failure(r, target)
     assert list(tmp_path.iterdir()) == []
-    r = ferry(DATA, "--csv", "-o", tmp_path)              # a directory
+    r = ferry("report", DATA, "--csv", "-o", tmp_path)              # a directory
     assert r.returncode == 2 and list(tmp_path.iterdir()) == []
 
 
@@ -531,7 +517,7 @@ def test_unwritable_output_is_one_line_and_leaves_nothing(tmp_path):
                                   ["--diff", str(DATA), "--html"],
                                   ["--diff", str(DATA), "--by", "process"]])
 def test_options_that_do_not_go_together(args):
-    r = ferry(DATA, *args)
+    r = ferry("report", DATA, *args)
     assert r.returncode == 2 and r.stdout == "" and "Error" in r.stderr
 
 

@@ -7,26 +7,17 @@ import csv
 import io
 import itertools
 import json
-import os
 import re
 import shutil
-import subprocess
 
 import pytest
 
-from conftest import FERRY, proc_records, read_record, write_record
+from conftest import ferry, proc_records, read_record, write_record
 from ferry import aggdata, procfile
 from ferry.base.layouts import constant
 from ferry.rundata import load_run
 
 BUCKETS = aggdata.BATCH_BUCKETS
-
-
-def ferry(*args, cwd=None):
-    env = dict(os.environ)
-    env.pop("COLUMNS", None)      # the text report is 160 columns wide when redirected
-    return subprocess.run([*FERRY, *map(str, args)], capture_output=True, text=True, timeout=120,
-                          cwd=cwd, env=env)
 
 
 def area(pools, aggregated=1000, native=30, worker=20, crossings=25, fibers=40, switches=2100,

@@ -6,13 +6,13 @@ import os
 import shutil
 import subprocess
 
-from conftest import calls_of, read_stats, recording_env, run_ferry
+from conftest import calls_of, read_stats, recording_env, ferry
 
 SCRIPT = "ls / >/dev/null; cat /etc/hostname; echo done"
 
 
 def _model(path):
-    return json.loads(run_ferry("report", "--json", path).stdout)
+    return json.loads(ferry("report", "--json", path, check=True).stdout)
 
 
 def _counted(model):
@@ -27,7 +27,7 @@ def _counted(model):
 
 def test_a_copied_proc_directory_reports_the_run(tmp_path):
     run = tmp_path / "run"
-    run_ferry("run", "-p", "trace", "-o", run, "--", "sh", "-c", SCRIPT)
+    ferry("run", "-p", "trace", "-o", run, "--", "sh", "-c", SCRIPT, check=True)
     copy = tmp_path / "elsewhere" / "copied"
     shutil.copytree(run / "proc", copy)
     whole, bare = _model(run), _model(copy)
@@ -35,7 +35,7 @@ def test_a_copied_proc_directory_reports_the_run(tmp_path):
     assert _counted(bare) == _counted(whole)
     assert bare["totals"]["processes"] >= 3 and bare["totals"]["calls"] > 0
     assert {"ls", "cat"} <= {os.path.basename(p["exe"]) for p in bare["processes"]}
-    text = run_ferry("report", copy).stdout
+    text = ferry("report", copy, check=True).stdout
     assert f"{bare['totals']['processes']} processes" in text and "openat" in text
 
 
@@ -55,5 +55,5 @@ def test_a_run_directory_written_by_the_shim_alone(instrument, test_programs, tm
 
 def test_a_directory_without_process_files_is_still_not_a_run(tmp_path):
     (tmp_path / "proc").mkdir()
-    r = run_ferry("report", tmp_path, check=False)
+    r = ferry("report", tmp_path)
     assert r.returncode == 2 and "not a run directory" in r.stderr

@@ -4,36 +4,21 @@ not record, names that look like markup (`[vdso]`), the shim's own calls explain
 import csv
 import io
 import json
-import os
 import re
-import subprocess
 
 import pytest
 
-from conftest import FERRY
+from conftest import ferry
 from test_report import DATA, MODEL, render_text, strace_rows
 from ferry.report import table
 
 PYTHON = "/usr/bin/python3"
 
 
-def ferry(*args, env=None, **kw):
-    e = dict(os.environ, **(env or {}))
-    e.pop("COLUMNS", None)
-    return subprocess.run([*FERRY, *map(str, args)], capture_output=True, text=True,
-                           timeout=180, env=e, **kw)
-
-
-def ok(*args, **kw):
-    r = ferry(*args, **kw)
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    return r
-
-
 @pytest.fixture(scope="module")
 def threads_run(tmp_path_factory, test_programs):
     d = tmp_path_factory.mktemp("threads") / "run"
-    ok("run", "-o", d, "--", test_programs / "threads")
+    ferry("run", "-o", d, "--", test_programs / "threads", check=True)
     return d
 
 
@@ -64,7 +49,7 @@ def test_syscall_table_has_the_shortest_and_longest_call():
 
 def test_min_and_max_of_a_real_run_bracket_the_mean(threads_run):
     minmax = {}
-    found, _ = strace_rows(ok("report", threads_run).stdout, minmax)
+    found, _ = strace_rows(ferry("report", threads_run, check=True).stdout, minmax)
     assert found["getpid"][3] == 6000
     for name, (pct, secs, usecs, calls, errors) in found.items():
         mn, mx = minmax[name]
@@ -83,7 +68,7 @@ def thread_rows(text):
 
 
 def test_by_thread_has_a_row_per_thread_with_its_top_syscalls():
-    out = ok("report", "--by", "thread", "--sort", "calls", DATA).stdout
+    out = ferry("report", "--by", "thread", "--sort", "calls", DATA, check=True).stdout
     rows = thread_rows(out)
     assert set(rows) == {"4100", "4102", "4101"}
     assert rows["4102"][:6] == ["4100", "4102", "python3.11", "130", "7", "0.001502"]
@@ -92,7 +77,7 @@ def test_by_thread_has_a_row_per_thread_with_its_top_syscalls():
 
 
 def test_threads_of_a_real_run_add_up_to_their_process(threads_run):
-    model = json.loads(ok("report", "--json", threads_run).stdout)
+    model = json.loads(ferry("report", "--json", threads_run, check=True).stdout)
     (proc,) = model["processes"]
     threads = model["threads"]
     assert len(threads) == proc["threads"] == 7           # main + 6 workers
@@ -103,13 +88,13 @@ def test_threads_of_a_real_run_add_up_to_their_process(threads_run):
     assert sum(t["time_ns"] for t in threads) == pytest.approx(proc["time_ns"], abs=8)
     workers = [t for t in threads if t["tid"] != proc["pid"]]
     assert all(t["syscalls"]["getpid"] == 1000 for t in workers)   # each worker's loop
-    rows = thread_rows(ok("report", "--by", "thread", threads_run).stdout)
+    rows = thread_rows(ferry("report", "--by", "thread", threads_run, check=True).stdout)
     assert len(rows) == 7
     for t in workers:
         assert rows[str(t["tid"])][3] == str(t["calls"])
         assert "getpid 1000" in " ".join(rows[str(t["tid"])])
-    got = list(csv.DictReader(io.StringIO(ok("report", "--by", "thread", "--csv",
-                                             threads_run).stdout)))
+    got = list(csv.DictReader(io.StringIO(ferry("report", "--by", "thread", "--csv",
+                                             threads_run, check=True).stdout)))
     assert sorted(int(g["tid"]) for g in got) == sorted(t["tid"] for t in threads)
 
 
@@ -123,31 +108,31 @@ def test_a_model_without_threads_says_so(tmp_path):
     del model["threads"]
     path = tmp_path / "old.json"
     path.write_text(json.dumps(model))
-    out = ok("report", "--by", "thread", path).stdout
+    out = ferry("report", "--by", "thread", path, check=True).stdout
     assert "no thread data" in out
-    assert ok("report", "--by", "thread", "--csv", path).stdout.count("\n") == 1
+    assert ferry("report", "--by", "thread", "--csv", path, check=True).stdout.count("\n") == 1
 
 
 # -- count mode ----------------------------------------------------------------------------
 
 def test_count_mode_says_errors_and_times_are_not_recorded(count_run):
-    out = " ".join(ok("report", count_run).stdout.split())
+    out = " ".join(ferry("report", count_run, check=True).stdout.split())
     assert "(errors and times not recorded in count mode)" in out
     assert "0 errors" not in out and "0.000000" not in out and "% time" not in out
-    found = re.findall(r"^\s*(\d+)\s+(\w+)\s*$", ok("report", count_run).stdout, re.M)
-    model = json.loads(ok("report", "--json", count_run).stdout)
+    found = re.findall(r"^\s*(\d+)\s+(\w+)\s*$", ferry("report", count_run, check=True).stdout, re.M)
+    model = json.loads(ferry("report", "--json", count_run, check=True).stdout)
     assert dict((n, int(c)) for c, n in found)["total"] == model["totals"]["calls"] > 0
-    procs = ok("report", "--by", "process", count_run).stdout
+    procs = ferry("report", "--by", "process", count_run, check=True).stdout
     (row,) = [line.split() for line in procs.splitlines() if line.strip().startswith(
         str(model["processes"][0]["pid"]))]
     assert row[-3:] == ["-", "-", "-"]                 # errors, syscall s, % time
-    sites = " ".join(ok("report", "--by", "site", count_run).stdout.split())
+    sites = " ".join(ferry("report", "--by", "site", count_run, check=True).stdout.split())
     assert "sites not recorded in count mode" in sites
 
 
 def test_a_trace_run_keeps_its_zero_errors(threads_run, tmp_path):
     """Zero errors in trace mode are a recorded zero, shown as such."""
-    text = ok("report", threads_run).stdout
+    text = ferry("report", threads_run, check=True).stdout
     assert "not recorded" not in text and "errors," in text
 
 
@@ -157,12 +142,12 @@ def test_a_site_in_the_vdso_is_named_as_in_proc_maps(tmp_path):
     # The vDSO's clock_gettime falls back to a real system call for the CPU-time clocks:
     # the catch-all sees it in the vDSO, which /proc/PID/maps names [vdso].
     d = tmp_path / "run"
-    ok("run", "-o", d, "--", PYTHON, "-c",
-       "import time\nfor _ in range(7): time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)")
-    model = json.loads(ok("report", "--json", d).stdout)
+    ferry("run", "-o", d, "--", PYTHON, "-c",
+       "import time\nfor _ in range(7): time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)", check=True)
+    model = json.loads(ferry("report", "--json", d, check=True).stdout)
     (vdso,) = [s for s in model["catch_all"]["sites"] if s["path"] == "[vdso]"]
     assert vdso["syscalls"]["clock_gettime"] >= 7
-    out = ok("report", d).stdout
+    out = ferry("report", d, check=True).stdout
     (row,) = [line for line in out.split("caught by the catch-all")[1].splitlines()
               if "clock_gettime" in line]
     assert "[vdso]" in row.split()
@@ -181,8 +166,8 @@ def test_text_that_looks_like_markup_is_printed_as_it_is():
 # -- the shim's own calls ------------------------------------------------------------------
 
 def test_the_shims_own_calls_are_explained(threads_run):
-    out = " ".join(ok("report", threads_run).stdout.split())
-    model = json.loads(ok("report", "--json", threads_run).stdout)
+    out = " ".join(ferry("report", threads_run, check=True).stdout.split())
+    model = json.loads(ferry("report", "--json", threads_run, check=True).stdout)
     shim = model["shim_calls"]
     top = max(shim, key=shim.get)
     assert f"the shim's own calls, not in the tables: {sum(shim.values())} ({top} {shim[top]}," in out
@@ -191,12 +176,11 @@ def test_the_shims_own_calls_are_explained(threads_run):
 
 # -- ferry runs ----------------------------------------------------------------------------
 
-def test_runs_without_a_terminal_is_one_line_per_run(tmp_path):
-    env = {"FERRY_DATA": str(tmp_path / "data")}
+def test_runs_without_a_terminal_is_one_line_per_run(tmp_path, own_index):
     long = [f"argument-number-{i}" for i in range(40)]
-    ok("run", "-o", tmp_path / "a", "--", "/bin/echo", *long, env=env)
-    ok("run", "-o", tmp_path / "b", "--", "/bin/true", env=env)
-    lines = ok("runs", env=env).stdout.splitlines()
+    ferry("run", "-o", tmp_path / "a", "--", "/bin/echo", *long, check=True)
+    ferry("run", "-o", tmp_path / "b", "--", "/bin/true", check=True)
+    lines = ferry("runs", check=True).stdout.splitlines()
     assert len(lines) == 3                                   # a header, then a line per run
     assert lines[0].split() == ["#", "start", "profile", "exit", "seconds", "calls",
                                 "processes", "directory", "command"]
@@ -211,5 +195,5 @@ def test_diff_prints_bracketed_names_as_they_are(tmp_path):
     model["sites"][0]["id"] = "[vdso]#0"
     path = tmp_path / "b.json"
     path.write_text(json.dumps(model))
-    out = ok("report", "--diff", DATA, "--by", "site", path).stdout
+    out = ferry("report", "--diff", DATA, "--by", "site", path, check=True).stdout
     assert "[vdso]#0" in out

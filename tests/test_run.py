@@ -10,24 +10,20 @@ import time
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import FERRY, ROOT, ferry
 from ferry.rundata import load_run
 
 CRASH = ROOT / "tests" / "programs" / "build" / "crash"
 FORKEXEC = ROOT / "tests" / "programs" / "build" / "forkexec"
 
 
-@pytest.fixture(autouse=True)
-def own_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+pytestmark = pytest.mark.usefixtures("own_index")
 
 
 def ferry_run(tmp_path, *argv, profile=None, input=None, check=False, out="run"):
-    args = [*FERRY, "run", "-o", str(tmp_path / out)]
-    if profile:
-        args += ["--profile", profile]
-    return subprocess.run(args + ["--", *map(str, argv)], capture_output=True, input=input,
-                          timeout=120, check=check)
+    chosen = ["--profile", profile] if profile else []
+    return ferry("run", "-o", tmp_path / out, *chosen, "--", *argv, input=input, check=check,
+                 text=False, timeout=120)
 
 
 def test_streams_and_exit_status_pass_through(tmp_path):
@@ -102,11 +98,10 @@ def test_profiles_choose_what_the_shim_records(tmp_path):
 def test_runs_are_indexed(tmp_path):
     ferry_run(tmp_path, "true", check=True)
     ferry_run(tmp_path, "false", out="run2")
-    rows = json.loads(subprocess.run([*FERRY, "runs", "--json"], capture_output=True, text=True,
-                                     check=True).stdout)
+    rows = json.loads(ferry("runs", "--json", check=True).stdout)
     assert [r["command"] for r in rows[:2]] == [["false"], ["true"]]
     assert rows[0]["exit_code"] == 1 and rows[0]["present"] and rows[0]["calls"] > 0
-    out = subprocess.run([*FERRY, "runs"], capture_output=True, text=True, check=True).stdout
+    out = ferry("runs", check=True).stdout
     assert "false" in out and "true" in out
 
 

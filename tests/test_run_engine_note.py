@@ -2,21 +2,15 @@
 line on stderr after the program's own output, the program's exit status kept, and the
 report says the same."""
 import json
-import os
-import subprocess
 
 import pytest
 
-from conftest import FERRY
+from conftest import ferry
 
 NOTE = "ferry: note: profile {}: no process used the aggregation engine"
 
 
-def ferry(*args, cwd):
-    env = dict(os.environ)
-    env["FERRY_DATA"] = str(cwd / "data")
-    return subprocess.run([*FERRY, *map(str, args)], capture_output=True, text=True,
-                          timeout=180, cwd=cwd, env=env)
+pytestmark = pytest.mark.usefixtures("own_index")
 
 
 @pytest.mark.parametrize("profile", ["aggregate", "net"])

@@ -1,11 +1,10 @@
 """The run model (`ferry report --json`) follows docs/run.md, on a real run
 with the event trace on; the Chrome trace has one event per recorded call."""
 import json
-import subprocess
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import ROOT, ferry
 
 UNTIMED = {"clone", "clone3", "vfork", "rt_sigreturn", "exit", "exit_group"}  # never return here
 OPT_INT = (int, type(None))
@@ -39,11 +38,9 @@ def traced_run(tmp_path_factory):
     profile = tmp / "events.toml"
     profile.write_text('mode = "trace"\n[trace]\nevents = true\nevent_buffer = 65536\n')
     run_dir = tmp / "run"
-    subprocess.run([*FERRY, "run", "--profile", str(profile), "-o", str(run_dir), "--",
-                    str(ROOT / "tests/programs/build/threads")], check=True, capture_output=True,
-                   timeout=120)
-    model = json.loads(subprocess.run([*FERRY, "report", "--json", str(run_dir)], check=True,
-                                      capture_output=True, text=True).stdout)
+    ferry("run", "--profile", profile, "-o", run_dir, "--", ROOT / "tests/programs/build/threads",
+          check=True, timeout=120, text=False)
+    model = json.loads(ferry("report", "--json", run_dir, check=True).stdout)
     return run_dir, model
 
 
@@ -74,8 +71,7 @@ def test_one_event_per_recorded_call_in_the_trace_and_the_chrome_export(traced_r
     threads = {(e["pid"], e["tid"]) for e in model["events"]}
     assert len(threads) == 7  # main + 6 workers
     out = tmp_path / "trace.json"
-    subprocess.run([*FERRY, "report", "--chrome", "-o", str(out), str(run_dir)], check=True,
-                   capture_output=True)
+    ferry("report", "--chrome", "-o", out, run_dir, check=True, text=False)
     trace = json.loads(out.read_text())
     complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert len(complete) == timed
@@ -85,8 +81,7 @@ def test_one_event_per_recorded_call_in_the_trace_and_the_chrome_export(traced_r
 def test_html_report_embeds_its_plots(traced_run, tmp_path):
     run_dir, _ = traced_run
     out = tmp_path / "report.html"
-    subprocess.run([*FERRY, "report", "--html", "-o", str(out), str(run_dir)], check=True,
-                   capture_output=True)
+    ferry("report", "--html", "-o", out, run_dir, check=True, text=False)
     html = out.read_text()
     assert html.count("data:image/png;base64,") >= 3
     assert 'src="http' not in html and "href=\"http" not in html

@@ -10,13 +10,11 @@ import time
 
 import pytest
 
-from conftest import ALL_PROFILES, FERRY
+from conftest import ALL_PROFILES, FERRY, ferry
 from ferry.rundata import load_run
 
 
-@pytest.fixture(autouse=True)
-def own_index(tmp_path, monkeypatch):
-    monkeypatch.setenv("FERRY_DATA", str(tmp_path / "data"))
+pytestmark = pytest.mark.usefixtures("own_index")
 
 
 def _default_sigint():
@@ -68,8 +66,8 @@ def test_ignored_signals_stay_ignored(tmp_path, profile):
 
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_a_program_killed_by_sigkill_is_mirrored(tmp_path, profile):
-    r = subprocess.run([*FERRY, "run", "-p", profile, "-o", str(tmp_path / "run"), "--", "sh", "-c", "kill -9 $$"],
-                       capture_output=True, timeout=60)
+    r = ferry("run", "-p", profile, "-o", tmp_path / "run", "--", "sh", "-c", "kill -9 $$", timeout=60,
+              text=False)
     assert r.returncode == -signal.SIGKILL and b"internal error" not in r.stderr, r.stderr
     assert load_run(tmp_path / "run")["info"]["exit"] == {"code": None, "signal": "SIGKILL"}
 
@@ -88,10 +86,10 @@ def _wait_for_pid(run_dir):
 
 def test_the_program_dies_with_a_killed_ferry_run_and_the_run_is_cut_off(tmp_path):
     run_dir = tmp_path / "run"
-    ferry = subprocess.Popen([*FERRY, "run", "-o", str(run_dir), "--", "sleep", "60"])
+    run = subprocess.Popen([*FERRY, "run", "-o", str(run_dir), "--", "sleep", "60"])
     pid = _wait_for_pid(run_dir)
-    ferry.send_signal(signal.SIGKILL)
-    ferry.wait(timeout=30)
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
     for _ in range(200):
         if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
             break
@@ -100,7 +98,7 @@ def test_the_program_dies_with_a_killed_ferry_run_and_the_run_is_cut_off(tmp_pat
         os.kill(pid, signal.SIGKILL)
         raise AssertionError("the program outlived ferry run")
     assert load_run(run_dir)["info"]["state"] == "cut off"
-    report = subprocess.run([*FERRY, "report", str(run_dir)], capture_output=True, text=True, timeout=60)
+    report = ferry("report", run_dir, timeout=60)
     assert "cut off" in report.stdout
 
 
@@ -109,8 +107,7 @@ def test_a_second_run_into_a_busy_directory_is_refused(tmp_path):
     first = subprocess.Popen([*FERRY, "run", "-o", str(run_dir), "--", "sleep", "3"])
     try:
         pid = _wait_for_pid(run_dir)
-        second = subprocess.run([*FERRY, "run", "-o", str(run_dir), "--", "true"],
-                                capture_output=True, text=True, timeout=60)
+        second = ferry("run", "-o", run_dir, "--", "true", timeout=60)
         assert second.returncode == 2
         assert second.stderr.count("\n") == 1 and "still recording" in second.stderr
     finally:
@@ -143,8 +140,7 @@ def test_a_bad_environment_is_one_line(tmp_path, case):
         else:
             env["FERRY_CACHE"] = str(mnt / "cache")
     try:
-        r = subprocess.run([*FERRY, "run", "-o", str(out), "--", "true"], capture_output=True,
-                           text=True, timeout=60, env=env)
+        r = ferry("run", "-o", out, "--", "true", timeout=60, env=env)
     finally:
         if mnt.exists():
             subprocess.run(["umount", str(mnt)], capture_output=True)

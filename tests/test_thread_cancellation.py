@@ -3,7 +3,7 @@ signal handler; threads blocked in the shim must still be cancelled, with
 their cleanup handlers run."""
 import subprocess
 
-from conftest import ROOT, run_ferry
+from conftest import ROOT, ferry
 
 
 def test_cancelled_threads_blocked_in_syscalls_run_cleanup_and_exit(tmp_path):
@@ -11,7 +11,7 @@ def test_cancelled_threads_blocked_in_syscalls_run_cleanup_and_exit(tmp_path):
     subprocess.run(["gcc", "-O2", "-pthread", "-o", str(exe), str(ROOT / "tests/programs/cancel.c")],
                    check=True)
     out = tmp_path / "out"
-    run_ferry("instrument", exe, "-o", out)
+    ferry("instrument", exe, "-o", out, check=True)
     original = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     rewritten = subprocess.run([str(out / "cancel")], capture_output=True, text=True, timeout=60)
     assert original.stdout.count("cancelled, cleanup ran") == 3

@@ -48,10 +48,10 @@ def _effective(insn):
 
 @pytest.fixture(scope="module")
 def rewritten_libc(instrument, tmp_path_factory):
-    from conftest import run_ferry
+    from conftest import ferry
     import json
     out = tmp_path_factory.mktemp("libc")
-    run_ferry("instrument", LIBC, "-o", out)
+    ferry("instrument", LIBC, "-o", out, check=True)
     manifest = json.loads((out / "manifest.json").read_text())
     module = manifest["modules"][0]
     assert module["name"] == "libc.so.6"
