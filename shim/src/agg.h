@@ -1,4 +1,5 @@
-/* The aggregation engine (Cluster Calls on io_uring): internal interfaces.
+/* The aggregation engine (Cluster Calls on io_uring): internal interfaces,
+ * shared by the engine's files only (what the core calls is engine.h's).
  *
  * Files: agg_alloc.c (calloc/free for liburing), agg_config.c (FERRY_AGG,
  * validation, the default routing table), agg_group.c (groups and pools,
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <liburing.h>
 
+#include "engine.h"
 #include "ferry.h"
 #include "raw.h"
 #include "shim.h"
@@ -236,7 +238,6 @@ int agg_config_validate(const struct ferry_group_config *cfg);
 void agg_config_defaults(struct ferry_group_config *cfg);
 int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char **why);
 int agg_must_native(long nr);
-int ferry_agg_configure(char **envp);
 extern struct ferry_group_config agg_profile;
 extern int agg_profile_set;
 unsigned agg_online_cpus(void);
@@ -246,16 +247,11 @@ int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, i
 int agg_fd_high(int fd);
 void agg_ring_hide(struct io_uring *ring);
 void agg_ring_exit(struct io_uring *ring, int own);
-/* The program's close, dup2, dup3 or close_range on the engine's kept
- * descriptors: 1 when done here (result in r->rax). */
-int agg_fd_guard(struct ferry_regs *r);
-void agg_fd_guard_after_fork(void);
 
 /* agg_fiber.c + agg_switch.S */
 void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);
 void ferry_agg_fiber_entry(void);
 extern int ferry_agg_fsgsbase;
-extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
 extern __thread struct agg_carrier *agg_carrier __attribute__((tls_model("initial-exec")));
 int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg);
 /* A context whose first switch runs fn(arg) on the stack below `top`. */
@@ -289,7 +285,6 @@ void agg_fiber_finish(struct agg_fiber *f) __attribute__((noreturn));
 int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out);
 void agg_carrier_loop(struct agg_carrier *c);
 void agg_carrier_forget(struct agg_carrier *c);
-void agg_exit_flush(void);
 void agg_group_forget(struct ferry_group *g);
 
 /* agg_route.c */
@@ -299,8 +294,6 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
 int agg_translatable(const struct ferry_group *g, long nr, const long *a, int with_storage);
 long agg_fixup(long nr, const long *a, struct agg_req *req, long res);
 int ferry_agg_route(struct ferry_regs *r);
-/* The same; *done: when the engine saw the call complete (0: it ran at once). */
-int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);
 void agg_route_watch(void);
 
 /* agg_worker.c */
@@ -320,21 +313,12 @@ void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f);
 void agg_futex_forget(void);
 
 /* agg_threads.c */
-extern int agg_threads_on;
-int agg_threads_start(void);
-void agg_threads_after_fork(void);
-void agg_threads_watch(void);
-int ferry_agg_thread_call(struct ferry_regs *r);
 void agg_thread_resumed(struct agg_fiber *f);
-int agg_threads_deliver(long nr, long result);
-int agg_threads_will_restart(long nr, long result);
 void agg_threads_idle(struct agg_carrier *c);
 uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
 void agg_threads_take_signals(struct agg_carrier *c);
 void agg_threads_signalled(struct agg_fiber *f);
 void agg_threads_raise(struct agg_fiber *f, uint64_t frame_mask);
-void agg_vfork_child(void);
-void agg_vfork_parent(void);
 int agg_in_vfork_child(void);
 extern int agg_threads_alive;
 extern unsigned agg_threads_carriers;
@@ -345,10 +329,7 @@ void agg_interrupt(struct agg_fiber *f);
 #define AGG_SIGNAL 64
 extern int agg_signal_owned;
 int agg_signal_start(void);
-int agg_signal_call(struct ferry_regs *r);
 int agg_signal_action(int sig, struct ferry_ksigaction *act);
-void agg_signal_before_exec(void);
-void agg_signal_exec_failed(void);
 void agg_tick_create(struct agg_carrier *c);
 void agg_tick_update(struct agg_carrier *c);
 void agg_tick_delete(struct agg_carrier *c);

@@ -30,7 +30,7 @@
 #include "store.h"
 #include "trace.h"
 #include "util.h"
-#include "agg.h"  /* ferry-agg */
+#include "engine.h"  /* ferry-agg */
 
 #define MAX_MODULES FERRY_MAX_MODULES
 

@@ -1,0 +1,58 @@
+/* The aggregation engine as the core of the shim sees it: exactly what
+ * shim.c calls of it, and nothing else.  The engine's own files (agg_*.c)
+ * share agg.h, which includes this one; no core file includes agg.h, so a
+ * change inside the engine cannot reach the core unseen. */
+#ifndef FERRY_ENGINE_H
+#define FERRY_ENGINE_H
+
+#include <stdint.h>
+
+#include "shim.h"
+
+struct agg_fiber;
+
+/* Start-up in aggregate mode: FERRY_AGG read and checked (agg_config.c);
+ * not 0 on a bad one (said on stderr): the process then runs in count mode. */
+int ferry_agg_configure(char **envp);
+
+/* The program's threads run as fibers (profile `threads = "fibers"`,
+ * agg_threads.c): on when configured, cleared by the core if the start fails. */
+extern int agg_threads_on;
+int agg_threads_start(void);
+/* The calls the fiber world answers are made to reach ferry_slow. */
+void agg_threads_watch(void);
+/* From ferry_slow, before anything else: 1 if this was a thread operation
+ * the fiber world answers (result in r->rax). */
+int ferry_agg_thread_call(struct ferry_regs *r);
+/* Signals sent to the running fiber while it was away, raised now: 1 when
+ * the call they cut short (`nr`, ended with `result`) is to run again. */
+int agg_threads_deliver(long nr, long result);
+/* What agg_threads_deliver will say, without raising anything. */
+int agg_threads_will_restart(long nr, long result);
+
+/* The calls of a fiber: non-null while one runs on this thread. */
+extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
+/* A fiber's call: 1 if the engine ran it (result in r->rax; *done: when it
+ * saw the call complete, 0: it ran at once), 0 to let the core run it. */
+int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);
+
+/* The engine's own signal (SIGRTMAX, agg_signal.c), hidden from the
+ * program: its rt_sigaction on it answered from the program's record (1 when
+ * done here), and what an exec hands on of it is what the program set. */
+int agg_signal_call(struct ferry_regs *r);
+void agg_signal_before_exec(void);
+void agg_signal_exec_failed(void);
+
+/* The program's close, dup2, dup3 or close_range on the engine's kept
+ * descriptors: 1 when done here (result in r->rax). */
+int agg_fd_guard(struct ferry_regs *r);
+
+/* Process events: fork (in the child), vfork (in the child, then in the
+ * parent once it runs again), exit_group (the figures flushed first). */
+void agg_fd_guard_after_fork(void);
+void agg_threads_after_fork(void);
+void agg_vfork_child(void);
+void agg_vfork_parent(void);
+void agg_exit_flush(void);
+
+#endif
