@@ -13,7 +13,7 @@ RUN, PRELOAD, LIBDIR = "run", "preload", "libdir"
 # Ferry's settings: the same list as shim/src/settings.h (a test compares
 # them).  Only these, and the FERRY_WAS_ markers, are Ferry's; a program's
 # own variables are never touched, whatever their names.
-SETTINGS = ("FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS", "FERRY_STATS",
+SETTINGS = ("FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS",
             "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID",
             "FERRY_TSC", "FERRY_WIN_LAUNCH", "FERRY_WIN_DLL", "FERRY_WIN_DETOURS", "FERRY_WIN_RUN_DIR")
 WAS_PREFIX = "FERRY_WAS_"

@@ -29,10 +29,6 @@ struct ferry_counts {
 /* Sum the calls intercepted so far by every thread of the process. */
 int ferry_counts_snapshot(struct ferry_counts *out);
 
-/* Write the counts as JSON to `path` ("%p" becomes the pid); the file is
- * written under a temporary name and renamed, so readers never see half. */
-int ferry_stats_write(const char *path);
-
 /* Non-zero once the shim has initialized and enabled the loaded modules. */
 int ferry_is_active(void);
 

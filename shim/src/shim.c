@@ -52,7 +52,6 @@ static unsigned nmodules;
 static int active;
 static int mode = FERRY_MODE_COUNT;
 static unsigned char traced[FERRY_NR_MAX];
-static char stats_path[4096];
 
 /* Resolved from libc at load time when it is there; the shim links nothing. */
 extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
@@ -200,12 +199,6 @@ static void configure(char **envp)
         for (int i = 0; i < FERRY_NR_MAX; i++)
             ferry_action[i] |= traced[i];
     vector = mode == FERRY_MODE_OFF ? &vector_off : &vector_count;
-    const char *s = ferry_env_lookup(envp, "FERRY_STATS");
-    if (s) {
-        size_t n = ferry_strlen(s);
-        if (n < sizeof(stats_path))
-            ferry_memcpy(stats_path, s, n + 1);
-    }
 }
 
 /* Modules loaded later (dlopen) are enabled as they appear: ld.so calls
@@ -492,8 +485,6 @@ static long slow_call(struct ferry_regs *r)
     case SYS_exit_group:
         agg_exit_flush();
         ferry_store_exit((int)r->rdi);
-        if (stats_path[0])
-            ferry_stats_write(stats_path);
         break;
     case SYS_execve:
     case SYS_execveat:

@@ -145,22 +145,3 @@ void ferry_buf_i64(struct ferry_buf *b, int64_t v)
         ferry_buf_u64(b, (uint64_t)v);
     }
 }
-
-void ferry_buf_json_str(struct ferry_buf *b, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    buf_putc(b, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            buf_putc(b, '\\');
-            buf_putc(b, (char)*p);
-        } else if (*p < 0x20) {
-            ferry_buf_str(b, "\\u00");
-            buf_putc(b, hex[*p >> 4]);
-            buf_putc(b, hex[*p & 15]);
-        } else {
-            buf_putc(b, (char)*p);
-        }
-    }
-    buf_putc(b, '"');
-}

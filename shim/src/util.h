@@ -44,8 +44,6 @@ struct ferry_buf {
 void ferry_buf_str(struct ferry_buf *b, const char *s);
 void ferry_buf_u64(struct ferry_buf *b, uint64_t v);
 void ferry_buf_i64(struct ferry_buf *b, int64_t v);
-/* A JSON string literal, quotes included. */
-void ferry_buf_json_str(struct ferry_buf *b, const char *s);
 
 /* The calling thread's thread pointer (its TCB, where %fs points). */
 static inline unsigned long ferry_tp(void)
