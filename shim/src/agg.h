@@ -22,12 +22,6 @@
 #include "raw.h"
 #include "shim.h"
 
-#define AGG_EINVAL 22
-#define AGG_ENOMEM 12
-#define AGG_EBUSY 16
-#define AGG_EAGAIN 11
-#define AGG_ENOSYS 38
-
 /* Opcodes newer than liburing 2.3's headers (kernel ABI, include/uapi/linux/io_uring.h). */
 #define AGG_OP_WAITID 50
 #define AGG_OP_FUTEX_WAIT 51

@@ -9,8 +9,6 @@
 #include "store.h"
 #include "util.h"
 
-#define ETIME 62
-
 /* this batch's calls, to count their completions as they are reaped */
 struct batch {
     struct ferry_call *lo, *hi;
@@ -84,9 +82,9 @@ __attribute__((visibility("default"))) int ferry_submit(struct ferry_group *g, u
                                                         uint64_t timeout_ns)
 {
     if (!g || pool >= g->cfg.npools || (n && !calls) || (unsigned)wait > FERRY_WAIT_ADAPTIVE)
-        return -AGG_EINVAL;
+        return -EINVAL;
     if (wait == FERRY_WAIT_SOME && (!limit || !timeout_ns))
-        return -AGG_EINVAL;
+        return -EINVAL;
     struct agg_pool *p = &g->pools[pool];
     agg_lock(&p->lock);
     unsigned queued = 0;
@@ -164,7 +162,7 @@ __attribute__((visibility("default"))) int ferry_reap(struct ferry_group *g, uns
                                                       unsigned min_complete)
 {
     if (!g || pool >= g->cfg.npools)
-        return -AGG_EINVAL;
+        return -EINVAL;
     struct agg_pool *p = &g->pools[pool];
     agg_lock(&p->lock);
     unsigned got = raw_reap(g, pool, 0);

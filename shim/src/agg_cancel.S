@@ -11,6 +11,8 @@
  * that the signal is for this call; ferry_cp_begin reloads every argument,
  * so a call cut short by a stale signal can simply start over there.
  */
+#include <linux/errno.h>
+
     .intel_syntax noprefix
     .text
 
@@ -47,7 +49,7 @@ ferry_cp_end:
     ret
     .cfi_adjust_cfa_offset 16
 ferry_cp_cancelled:
-    mov rax, -4              /* EINTR */
+    mov rax, -EINTR
     pop r12
     .cfi_adjust_cfa_offset -8
     pop rbx

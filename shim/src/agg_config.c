@@ -110,40 +110,40 @@ unsigned agg_online_cpus(void)
 int agg_config_validate(const struct ferry_group_config *cfg)
 {
     if (!cfg || cfg->npools == 0 || cfg->npools > FERRY_MAX_POOLS)
-        return -AGG_EINVAL;
+        return -EINVAL;
     unsigned ncpu = agg_online_cpus();
     for (unsigned i = 0; i < cfg->npools; i++) {
         const struct ferry_pool_config *p = &cfg->pools[i];
         if (p->entries && ((p->entries & (p->entries - 1)) || p->entries > 32768))
-            return -AGG_EINVAL;
+            return -EINVAL;
         if (p->concurrency > 4096)
-            return -AGG_EINVAL;
+            return -EINVAL;
         if (ncpu < 64 && (p->cpus >> ncpu))
-            return -AGG_EINVAL;
+            return -EINVAL;
         if (p->sqpoll_cpu < -1 || (p->sqpoll_cpu >= 0 && (unsigned)p->sqpoll_cpu >= ncpu))
-            return -AGG_EINVAL;
+            return -EINVAL;
         if (p->priority < -20 || p->priority > 19)
-            return -AGG_EINVAL;
+            return -EINVAL;
         if ((unsigned)p->wait > FERRY_WAIT_ADAPTIVE)
-            return -AGG_EINVAL;
+            return -EINVAL;
         if (p->wait == FERRY_WAIT_SOME && (p->wait_limit == 0 || p->wait_timeout_ns == 0))
-            return -AGG_EINVAL;
+            return -EINVAL;
         if (p->wait_limit > (p->entries ? p->entries : 256) * 2)
-            return -AGG_EINVAL;
+            return -EINVAL;
     }
     for (long nr = 0; nr < FERRY_NR_MAX; nr++) {
         unsigned t = cfg->route[nr];
         if (t == FERRY_ROUTE_NATIVE)
             continue;
         if (t != FERRY_ROUTE_WORKER && t >= cfg->npools)
-            return -AGG_EINVAL;
+            return -EINVAL;
         if (agg_must_native(nr))
-            return -AGG_EINVAL;
+            return -EINVAL;
     }
     if (cfg->workers > 256)
-        return -AGG_EINVAL;
+        return -EINVAL;
     if (cfg->fiber_stack && (cfg->fiber_stack < 16384 || cfg->fiber_stack > (1UL << 30)))
-        return -AGG_EINVAL;
+        return -EINVAL;
     return 0;
 }
 
@@ -270,12 +270,12 @@ int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char *
         if (word(&p, "workers=")) {
             *why = "workers= needs a number";
             if (num(&p, &v, 10) || v < 0 || v > 256)
-                return -AGG_EINVAL;
+                return -EINVAL;
             cfg->workers = (unsigned)v;
         } else if (word(&p, "stack=")) {
             *why = "stack= needs a byte count";
             if (num(&p, &v, 10) || v < 0)
-                return -AGG_EINVAL;
+                return -EINVAL;
             cfg->fiber_stack = (size_t)v;
         } else if (word(&p, "threads=")) {
             *why = "threads= is fibers or native";
@@ -284,32 +284,32 @@ int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char *
             else if (word(&p, "native"))
                 agg_threads_on = 0;
             else
-                return -AGG_EINVAL;
+                return -EINVAL;
         } else if (word(&p, "carriers=")) {
             *why = "carriers= needs a number from 1 to 64";
             if (num(&p, &v, 10) || v < 1 || v > 64)
-                return -AGG_EINVAL;
+                return -EINVAL;
             agg_threads_carriers = (unsigned)v;
         } else if (word(&p, "pool=")) {
             if (npools >= FERRY_MAX_POOLS) {
                 *why = "more than 8 pools";
-                return -AGG_EINVAL;
+                return -EINVAL;
             }
             if (parse_pool(&p, &cfg->pools[npools], why))
-                return -AGG_EINVAL;
+                return -EINVAL;
             npools++;
         } else if (word(&p, "route=")) {
             if (parse_routes(&p, cfg, why))
-                return -AGG_EINVAL;
+                return -EINVAL;
         } else {
             *why = "unknown item";
-            return -AGG_EINVAL;
+            return -EINVAL;
         }
         if (*p == ';')
             p++;
         else if (*p) {
             *why = "items are separated by ';'";
-            return -AGG_EINVAL;
+            return -EINVAL;
         }
     }
     if (npools)
@@ -342,14 +342,14 @@ int ferry_agg_configure(char **envp)
     ferry_buf_str(&b, "); running in count mode\n");
     ferry_raw3(SYS_write, 2, line, b.len);
     agg_config_defaults(&agg_profile);
-    return -AGG_EINVAL;
+    return -EINVAL;
 }
 
 __attribute__((visibility("default"))) int ferry_group_config_default(struct ferry_group_config *cfg,
                                                                       int from_profile)
 {
     if (!cfg)
-        return -AGG_EINVAL;
+        return -EINVAL;
     if (from_profile && agg_profile_set)
         ferry_memcpy(cfg, &agg_profile, sizeof(*cfg));
     else

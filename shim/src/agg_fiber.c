@@ -171,7 +171,7 @@ int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void
     uintptr_t tcb, tls_low;
     char *map = block_new(c, c->g->cfg.fiber_stack, sizeof(struct agg_fiber), &size, &tcb, &tls_low);
     if (!map)
-        return _dl_allocate_tls ? -AGG_ENOMEM : -AGG_ENOSYS;
+        return _dl_allocate_tls ? -ENOMEM : -ENOSYS;
     struct agg_fiber *f = (struct agg_fiber *)((tls_low - sizeof(struct agg_fiber)) & ~(uintptr_t)63);
     ferry_memset(f, 0, sizeof(*f));
     f->stack = map;
@@ -179,7 +179,7 @@ int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void
     f->tcb = new_tcb(f, (void *)tcb);
     if (!f->tcb) {
         stack_put(c, map, size);
-        return -AGG_ENOMEM;
+        return -ENOMEM;
     }
     f->carrier = c;
     f->fn = fn;

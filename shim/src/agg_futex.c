@@ -27,10 +27,6 @@
 #include "store.h"
 #include "util.h"
 
-#define EINTR 4
-#define EFAULT 14
-#define ETIMEDOUT 110
-#define ECANCELED 125
 #define FUTEX_WAIT 0
 #define FUTEX_WAKE 1
 #define FUTEX_WAIT_BITSET 9
@@ -143,27 +139,27 @@ static long wait(struct agg_fiber *f, struct ferry_regs *r, int cmd)
     uint32_t *uaddr = (uint32_t *)r->rdi;
     uint32_t mask = cmd == FUTEX_WAIT_BITSET ? (uint32_t)r->r9 : ~0u;
     if (!mask || ((unsigned long)uaddr & 3))
-        return -AGG_EINVAL;
+        return -EINVAL;
     struct __kernel_timespec ts;
     int timed = r->r10 != 0;
     if (timed) {
         if (ferry_safe_read(&ts, (void *)r->r10, sizeof(ts)) != sizeof(ts))
             return -EFAULT;
         if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000L)
-            return -AGG_EINVAL;
+            return -EINVAL;
     }
     uint32_t cur;
     if (ferry_safe_read(&cur, uaddr, 4) != 4)
         return -EFAULT;
     if (cur != (uint32_t)r->rdx)
-        return -AGG_EAGAIN;
+        return -EAGAIN;
     if (timed && cmd == FUTEX_WAIT && ts.tv_sec == 0 && ts.tv_nsec == 0)
         return -ETIMEDOUT;
     struct agg_timer *t = 0;
     if (timed) {
         t = agg_calloc(1, sizeof(*t));
         if (!t)
-            return -AGG_ENOMEM;
+            return -ENOMEM;
         t->ts = ts;
         t->addr = uaddr;
     }
@@ -174,7 +170,7 @@ static long wait(struct agg_fiber *f, struct ferry_regs *r, int cmd)
     if (__atomic_load_n(uaddr, __ATOMIC_SEQ_CST) != (uint32_t)r->rdx) {
         agg_unlock(&b->lock);
         agg_free(t);
-        return -AGG_EAGAIN;
+        return -EAGAIN;
     }
     f->futex_addr = uaddr;
     f->futex_val = (uint32_t)r->rdx;
@@ -236,7 +232,7 @@ static long wake(struct agg_fiber *f, struct ferry_regs *r, int cmd)
     uint32_t *uaddr = (uint32_t *)r->rdi;
     uint32_t mask = cmd == FUTEX_WAKE_BITSET ? (uint32_t)r->r9 : ~0u;
     if (!mask)
-        return -AGG_EINVAL;
+        return -EINVAL;
     long n = (int)r->rdx;
     if (n < 0)
         n = 0x7fffffff;

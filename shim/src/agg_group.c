@@ -152,10 +152,10 @@ int agg_fd_guard(struct ferry_regs *r)
     int done = 0;
     agg_lock(&kept_lock);
     if (nr == SYS_close && kept_ring(r->rdi)) {
-        r->rax = -9;  /* EBADF: not a descriptor of the program's */
+        r->rax = -EBADF;  /* not a descriptor of the program's */
         done = 1;
     } else if ((nr == SYS_dup2 || nr == SYS_dup3) && kept_ring(r->rdi)) {
-        r->rax = -9;
+        r->rax = -EBADF;
         done = 1;
     } else if (nr == SYS_dup2 || nr == SYS_dup3) {
         struct io_uring *ring = kept_ring(r->rsi);
@@ -237,7 +237,7 @@ int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, i
         p.wq_fd = (unsigned)attach_fd;
     }
     int r = io_uring_queue_init_params(entries, ring, &p);
-    if (r == -AGG_EINVAL && (p.flags & IORING_SETUP_COOP_TASKRUN)) {
+    if (r == -EINVAL && (p.flags & IORING_SETUP_COOP_TASKRUN)) {
         unsigned flags = p.flags & ~IORING_SETUP_COOP_TASKRUN;
         ferry_memset(&p, 0, sizeof(p));
         p.flags = flags;
@@ -269,13 +269,13 @@ __attribute__((visibility("default"))) int ferry_group_create(struct ferry_group
                                                               const struct ferry_group_config *cfg)
 {
     if (!out)
-        return -AGG_EINVAL;
+        return -EINVAL;
     int r = agg_config_validate(cfg);
     if (r)
         return r;
     struct ferry_group *g = agg_calloc(1, sizeof(*g));
     if (!g)
-        return -AGG_ENOMEM;
+        return -ENOMEM;
     ferry_memcpy(&g->cfg, cfg, sizeof(*cfg));
     if (!g->cfg.workers)
         g->cfg.workers = 4;
@@ -315,9 +315,9 @@ fail:
 __attribute__((visibility("default"))) int ferry_group_destroy(struct ferry_group *g)
 {
     if (!g)
-        return -AGG_EINVAL;
+        return -EINVAL;
     if (__atomic_load_n(&g->carriers, __ATOMIC_ACQUIRE))
-        return -AGG_EBUSY;
+        return -EBUSY;
     agg_workers_stop(g);
     for (unsigned i = 0; i < FERRY_MAX_POOLS; i++)
         if (g->pools[i].up)

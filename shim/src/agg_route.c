@@ -18,10 +18,6 @@
 #include "raw.h"
 #include "util.h"
 
-#define ETIME 62
-#define EBADF 9
-#define EINTR 4
-#define ECANCELED 125
 #define MAX_RW 0x7ffff000L          /* the kernel's MAX_RW_COUNT */
 #define POLLERR 0x008
 #define POLLHUP 0x010

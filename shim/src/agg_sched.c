@@ -12,7 +12,6 @@
 #include "store.h"
 #include "util.h"
 
-#define ETIME 62
 #define ADAPT_WINDOW_NS 20000ULL    /* adaptive: the longest a completion may be held back */
 #define FUTEX_RECHECK_NS 1000000ULL /* with fibers on futexes: look for outside wakers this often */
 #define NONE_SPIN 4000              /* wait=none: polls of the CQ before waiting for one */
@@ -597,9 +596,9 @@ __attribute__((visibility("default"))) int ferry_carrier_run(struct ferry_group 
                                                              void (*main)(void *), void *arg)
 {
     if (!g || !main)
-        return -AGG_EINVAL;
+        return -EINVAL;
     if (agg_carrier || agg_self)
-        return -AGG_EBUSY;
+        return -EBUSY;
     struct agg_carrier *c;
     int r = agg_carrier_new(g, &c);
     if (r < 0)
@@ -628,7 +627,7 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
 {
     struct agg_carrier *c = agg_calloc(1, sizeof(*c));
     if (!c)
-        return -AGG_ENOMEM;
+        return -ENOMEM;
     c->g = g;
     c->ops = &agg_sched_round_robin;
     c->tp = ferry_tp();
@@ -698,7 +697,7 @@ __attribute__((visibility("default"))) int ferry_fiber_spawn(struct ferry_fiber 
 {
     struct agg_fiber *self = agg_self;
     if (!self || !fn)
-        return -AGG_EINVAL;
+        return -EINVAL;
     int busy = self->busy;
     self->busy = 1;  /* ld.so's allocator may lock and map: natively */
     struct agg_fiber *f;
@@ -717,7 +716,7 @@ __attribute__((visibility("default"))) int ferry_fiber_yield(void)
 {
     struct agg_fiber *self = agg_self;
     if (!self)
-        return -AGG_EINVAL;
+        return -EINVAL;
     agg_wake(self);
     agg_park(self);
     self->state = AGG_RUNNING;
@@ -728,11 +727,11 @@ __attribute__((visibility("default"))) int ferry_fiber_join(struct ferry_fiber *
 {
     struct agg_fiber *self = agg_self, *f = (struct agg_fiber *)ff;
     if (!self || !f || f->carrier != self->carrier)
-        return -AGG_EINVAL;
+        return -EINVAL;
     if (f == self)
-        return -35; /* EDEADLK */
+        return -EDEADLK;
     if (f->joined)
-        return -AGG_EINVAL;
+        return -EINVAL;
     f->joined = 1;
     if (f->state != AGG_DONE) {
         f->joiner = self;

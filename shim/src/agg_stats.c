@@ -162,7 +162,7 @@ __attribute__((visibility("default"))) int ferry_group_stats(struct ferry_group 
                                                              struct ferry_group_stats *out)
 {
     if (!g || !out)
-        return -AGG_EINVAL;
+        return -EINVAL;
     ferry_memset(out, 0, sizeof(*out));
     out->aggregated = __atomic_load_n(&g->st.aggregated, __ATOMIC_RELAXED);
     out->native = __atomic_load_n(&g->st.native, __ATOMIC_RELAXED);

@@ -410,7 +410,7 @@ static int become_fiber0(struct ferry_group *g)
         return r;
     struct agg_fiber *f = agg_calloc(1, sizeof(*f));
     if (!f)
-        return -AGG_ENOMEM;
+        return -ENOMEM;
     f->thread = 1;
     f->carrier = c;
     f->tcb = (void *)ferry_tp();
@@ -484,7 +484,7 @@ static int start_carriers(struct ferry_group *g, unsigned n)
         unsigned long tp;
         char *top;
         if (!agg_thread_block(CARRIER_STACK, &size, &tp, &top)) {
-            r = -AGG_ENOMEM;
+            r = -ENOMEM;
             break;
         }
         struct carrier_boot b = {g, 0, tp, 0};
@@ -499,7 +499,7 @@ static int start_carriers(struct ferry_group *g, unsigned n)
         while (!(d = __atomic_load_n(&b.done, __ATOMIC_ACQUIRE)))
             ferry_raw6(SYS_futex, (long)&b.done, 128 /* FUTEX_WAIT_PRIVATE */, 0, 0, 0, 0);
         if (d != 1) {
-            r = -AGG_ENOMEM;  /* its thread has ended; its mapping stays */
+            r = -ENOMEM;  /* its thread has ended; its mapping stays */
             break;
         }
         __atomic_add_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
@@ -619,7 +619,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
                        unsigned long stack_top, int *ptid, int *ctid, unsigned long tls)
 {
     if (__atomic_load_n(&next_vtid, __ATOMIC_RELAXED) >= MAX_THREADS)
-        return -11;  /* EAGAIN, as when a process hits its thread limit */
+        return -EAGAIN;  /* as when a process hits its thread limit */
     if (!carriers_tried) {
         /* Not before: a fork child comes here only once glibc has unlocked
          * what its fork locked (malloc's arenas, ld.so's TLS lock), which
@@ -642,7 +642,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     if (!f || !s) {
         agg_free(f);
         agg_free(s);
-        return -AGG_ENOMEM;
+        return -ENOMEM;
     }
     long *frame = r->frame;
     *s = (struct agg_thread_start){frame[0], r->rbp, r->r12, r->r13, r->r14, r->r15, r->rdi,
@@ -874,7 +874,7 @@ static long wait_for_signal(struct agg_fiber *f, struct ferry_regs *r)
         uint64_t now = ferry_mono_ns(), wait = 10000000ULL;
         if (r->rdx) {
             if (now >= deadline) {
-                res = -11;  /* EAGAIN */
+                res = -EAGAIN;
                 break;
             }
             if (deadline - now < wait)

@@ -89,7 +89,7 @@ int agg_workers_start(struct ferry_group *g)
 {
     struct agg_worker_set *w = agg_calloc(1, sizeof(*w));
     if (!w)
-        return -AGG_ENOMEM;
+        return -ENOMEM;
     g->workers = w;
     uint64_t all = ~0ULL, old;
     ferry_raw4(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, &all, &old, 8);

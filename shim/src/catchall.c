@@ -319,7 +319,7 @@ static long sigaction_call(struct ferry_regs *r)
         struct ferry_ksigaction scratch;
         ferry_pass6(SYS_rt_sigaction, SIGSYS, 0, (long)&scratch, KSIGSET, 0, 0);
         if (r->rdx && ferry_safe_write((void *)r->rdx, &program_sigsys, sizeof(program_sigsys)))
-            return -14;
+            return -EFAULT;
         if (r->rsi)
             program_sigsys = act;
         return 0;
@@ -436,9 +436,9 @@ static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
     uint64_t *cur = (uint64_t *)&uc->uc_sigmask;
     uint64_t set = 0;
     if (r->r10 != KSIGSET)
-        return -22;
+        return -EINVAL;
     if (r->rsi && ferry_safe_read(&set, (void *)r->rsi, KSIGSET) != KSIGSET)
-        return -14;
+        return -EFAULT;
     uint64_t old = *cur | (sigsys_blocked ? SIGSYS_BIT : 0);
     uint64_t next = old;
     if (r->rsi) {
@@ -449,13 +449,13 @@ static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
         else if (r->rdi == SIG_SETMASK)
             next = set;
         else
-            return -22;
+            return -EINVAL;
     }
     next &= ~((1UL << (SIGKILL - 1)) | (1UL << (SIGSTOP - 1)));
     sigsys_blocked = (next & SIGSYS_BIT) != 0;
     *cur = next & ~SIGSYS_BIT;
     if (r->rdx && ferry_safe_write((void *)r->rdx, &old, KSIGSET))
-        return -14;
+        return -EFAULT;
     return 0;
 }
 

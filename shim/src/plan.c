@@ -225,7 +225,7 @@ int ferry_windows_each(const struct windows *w,
         uint32_t len = h->size;
         const unsigned char *bytes = (const unsigned char *)(h + 1);
         if ((const char *)(h + 1) + len > w->end || len < 5 || len > 64 || bytes[0] != 0xe9)
-            return -22;
+            return -EINVAL;
         unsigned char patch[64];
         ferry_memcpy(patch, bytes, len);
         int32_t disp;
@@ -265,7 +265,7 @@ static int count_in(uint64_t vaddr, const unsigned char *bytes, uint32_t len, vo
     (void)bytes;
     struct write_ctx *c = data;
     if (vaddr < c->seg->p_vaddr || vaddr + len > c->seg->p_vaddr + c->seg->p_filesz)
-        return -22;
+        return -EINVAL;
     return 0;
 }
 

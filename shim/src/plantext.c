@@ -37,7 +37,7 @@ static int text_name(char *out, size_t cap, const struct ferry_plantext_key *k, 
     ferry_buf_str(&b, "@");
     ferry_buf_i64(&b, delta);
     out[b.overflow ? 0 : b.len] = 0;
-    return b.overflow ? -36 : 0;
+    return b.overflow ? -ENAMETOOLONG : 0;
 }
 
 /* Text that ld.so relocated (DT_TEXTREL) is not the file's: never shared. */
@@ -68,9 +68,9 @@ static int put_window(uint64_t vaddr, const unsigned char *bytes, uint32_t len, 
             vaddr + len > ph->p_vaddr + ph->p_filesz)
             continue;
         uint64_t off = vaddr - ph->p_vaddr + ph->p_offset;
-        return ferry_raw4(SYS_pwrite64, c->fd, bytes, len, off) == (long)len ? 0 : -5;
+        return ferry_raw4(SYS_pwrite64, c->fd, bytes, len, off) == (long)len ? 0 : -EIO;
     }
-    return -22;
+    return -EINVAL;
 }
 
 static int copy_file(long dst, long src, uint64_t size)
@@ -78,10 +78,10 @@ static int copy_file(long dst, long src, uint64_t size)
     uint64_t done = 0;
     while (done < size) {
         long n = ferry_raw6(SYS_copy_file_range, src, 0, dst, 0, (long)(size - done), 0);
-        if (n == -38 /* ENOSYS */ || n == -18 /* EXDEV */ || n == -22)
+        if (n == -ENOSYS || n == -EXDEV || n == -EINVAL)
             n = ferry_raw4(SYS_sendfile, dst, src, 0, (long)(size - done));
         if (n <= 0)
-            return n < 0 ? (int)n : -5;
+            return n < 0 ? (int)n : -EIO;
         done += (uint64_t)n;
     }
     return 0;
@@ -98,7 +98,7 @@ static long make_file(const char *name, int (*fill)(long fd, void *ctx), void *c
     ferry_buf_str(&b, ".tmp");
     ferry_buf_i64(&b, ferry_raw0(SYS_getpid));
     if (b.overflow)
-        return -36;
+        return -ENAMETOOLONG;
     tmp[b.len] = 0;
     long fd = ferry_raw4(SYS_openat, AT_FDCWD, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                          0644);
@@ -138,7 +138,7 @@ static int fill_copy(long fd, void *data)
                 st.st_dev != k->module.st_dev || st.st_size != k->module.st_size ||
                 st.st_mtim.tv_sec != k->module.st_mtim.tv_sec ||
                 st.st_mtim.tv_nsec != k->module.st_mtim.tv_nsec))
-        rc = -116;  /* ESTALE */
+        rc = -ESTALE;
     if (!rc)
         rc = copy_file((long)fd, src, (uint64_t)st.st_size);
     if (src >= 0)
@@ -160,7 +160,7 @@ static long open_trusted(const char *name, const struct ferry_plantext_key *k, u
     if (ferry_raw2(SYS_fstat, fd, &st) != 0 || st.st_uid != k->plan.st_uid || (st.st_mode & 022) ||
         (uint64_t)st.st_size != size || !S_ISREG(st.st_mode)) {
         ferry_raw1(SYS_close, fd);
-        return -116;
+        return -ESTALE;
     }
     return fd;
 }
@@ -173,7 +173,7 @@ static int map_segment(long fd, uint64_t base, const ElfW(Phdr) *ph)
     uint64_t len = page_up(base + ph->p_vaddr + ph->p_filesz) - lo;
     uint64_t off = page_down(ph->p_offset);
     if ((ph->p_vaddr & (PAGE - 1)) != (ph->p_offset & (PAGE - 1)))
-        return -22;
+        return -EINVAL;
     long p = ferry_raw6(SYS_mmap, 0, (long)len, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, (long)off);
     if (IS_ERR(p))
         return (int)p;
@@ -189,13 +189,13 @@ int ferry_plantext_map(const struct ferry_plantext_key *k, int64_t delta, const 
                        uint64_t base, const ElfW(Phdr) *phdr, int phnum)
 {
     if (has_textrel(base, phdr, phnum))
-        return -22;
+        return -EINVAL;
     char name[2700];
     if (text_name(name, sizeof(name), k, delta))
-        return -36;
+        return -ENAMETOOLONG;
     long fd = open_trusted(name, k, (uint64_t)k->module.st_size);
     struct copy_ctx x = {k, w, phdr, phnum};
-    if (fd == -2 /* ENOENT */)
+    if (fd == -ENOENT)
         fd = make_file(name, fill_copy, &x);
     if (fd < 0)
         return (int)fd;
@@ -212,7 +212,7 @@ int ferry_plantext_map(const struct ferry_plantext_key *k, int64_t delta, const 
 static int tramp_name(char *out, size_t cap, const struct ferry_plantext_key *k, int64_t delta)
 {
     if (text_name(out, cap - 8, k, delta))
-        return -36;
+        return -ENAMETOOLONG;
     size_t n = ferry_strlen(out);
     ferry_memcpy(out + n, ".tramp", 7);
     return 0;
@@ -222,7 +222,7 @@ int ferry_plantext_tramp_map(const struct ferry_plantext_key *k, int64_t delta, 
 {
     char name[2700];
     if (tramp_name(name, sizeof(name), k, delta))
-        return -36;
+        return -ENAMETOOLONG;
     long fd = open_trusted(name, k, size);
     if (fd < 0)
         return (int)fd;
@@ -240,14 +240,14 @@ struct tramp_ctx {
 static int fill_tramp(long fd, void *data)
 {
     const struct tramp_ctx *t = data;
-    return ferry_raw4(SYS_pwrite64, fd, t->bytes, t->size, 0) == (long)t->size ? 0 : -5;
+    return ferry_raw4(SYS_pwrite64, fd, t->bytes, t->size, 0) == (long)t->size ? 0 : -EIO;
 }
 
 int ferry_plantext_tramp_keep(const struct ferry_plantext_key *k, int64_t delta, uint64_t at, uint64_t size)
 {
     char name[2700];
     if (tramp_name(name, sizeof(name), k, delta))
-        return -36;
+        return -ENAMETOOLONG;
     struct tramp_ctx t = {(const void *)at, size};
     long fd = make_file(name, fill_tramp, &t);
     if (fd < 0)

@@ -6,6 +6,7 @@
 #ifndef FERRY_RAW_H
 #define FERRY_RAW_H
 
+#include <linux/errno.h>  /* the kernel's E* values: what a raw call returns, negated */
 #include <stdint.h>
 
 /* The shim's own calls are tallied (in the process file once it exists), so

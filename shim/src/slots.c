@@ -59,7 +59,7 @@ static int file_name(char *out, size_t cap, const char *dir, uint32_t uid, uint3
     ferry_buf_u64(&b, k);
     ferry_buf_str(&b, ".ferry");
     out[b.overflow ? 0 : b.len] = 0;
-    return b.overflow ? -36 : 0;
+    return b.overflow ? -ENAMETOOLONG : 0;
 }
 
 /* The head's page, shared; like the slots, read with no pages ahead: the
@@ -76,7 +76,7 @@ static long open_file(const char *dir, uint32_t uid, uint32_t k, int flags, uint
 {
     char path[2300];
     if (file_name(path, sizeof(path), dir, uid, k))
-        return -36;
+        return -ENAMETOOLONG;
     return sc(tally, SYS_openat, AT_FDCWD, (long)path, flags | O_NOFOLLOW | O_CLOEXEC, 0644, 0, 0);
 }
 
@@ -94,10 +94,10 @@ static int make_head(long fd, uint64_t stride, uint64_t *tally)
     if (!cap)
         cap = 1;
     if (sc(tally, SYS_ftruncate, fd, FERRY_SLOTS_HEAD, 0, 0, 0, 0))
-        return -5;
+        return -EIO;
     long p = map_head_page(fd, tally);
     if (IS_ERR(p))
-        return -12;
+        return -ENOMEM;
     struct ferry_slots_head *h = (void *)p;
     ferry_memcpy(h->magic, FERRY_SLOTS_MAGIC, 16);
     h->version = FERRY_SLOTS_VERSION;
@@ -168,7 +168,7 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
     uint32_t k = (cur.head && cur.uid == uid && cur.stride == stride) ? cur.file : 0;
     for (; k < MAX_FILES; k++) {
         long fd = open_file(dir, uid, k, O_RDWR, t);
-        if (fd == -2 /* ENOENT */) {
+        if (fd == -ENOENT) {
             fd = open_file(dir, uid, k, O_RDWR | O_CREAT | O_EXCL, t);
             if (fd >= 0) {
                 t = tally;
@@ -176,10 +176,10 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
                     sc(t, SYS_close, fd, 0, 0, 0, 0, 0);
                     continue;
                 }
-            } else if (fd == -17 /* EEXIST: made meanwhile */)
+            } else if (fd == -EEXIST /* made meanwhile */)
                 fd = open_file(dir, uid, k, O_RDWR, t);
         }
-        if (fd == -13 /* EACCES */ || fd == -40 /* ELOOP */)
+        if (fd == -EACCES || fd == -ELOOP)
             continue;  /* another user's name: not ours to use */
         if (fd < 0)
             break;
@@ -222,16 +222,16 @@ int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, u
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     struct ferry_slots_head *h = cur.head;
     if (!h || cur.uid != uid || cur.stride != stride)
-        return -2;
+        return -ENOENT;
     uint32_t idx = __atomic_fetch_add(&h->next, 1, __ATOMIC_ACQ_REL);
     if (idx >= h->capacity)
-        return -28;  /* ENOSPC */
+        return -ENOSPC;
     *slot = (struct ferry_slot){cur.file, idx, FERRY_SLOTS_HEAD + (uint64_t)idx * stride};
     uint64_t size = 0;
     int fd = ferry_slot_reopen(dir, slot, tally, 0, &size);
     if (fd >= 0 && extend(fd, slot->off, stride, size, tally)) {
         sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
-        return -28;
+        return -ENOSPC;
     }
     return fd;
 }

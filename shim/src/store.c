@@ -77,7 +77,7 @@ static int file_name(char *path, size_t cap, const char *dir, int pid, uint32_t 
     ferry_buf_u64(&b, seq);
     ferry_buf_str(&b, ".ferry");
     path[b.len] = 0;
-    return b.overflow ? -36 : 0;
+    return b.overflow ? -ENAMETOOLONG : 0;
 }
 
 /* The file `<dir>/proc/<pid>-<seq>.ferry`, created exclusively; seq counts
@@ -90,15 +90,15 @@ static int create_file(const char *dir, int pid, uint32_t *seq_out)
     char path[2300];
     for (uint32_t seq = 0; seq < 1000; seq++) {
         if (file_name(path, sizeof(path), dir, pid, seq))
-            return -36;
+            return -ENAMETOOLONG;
         long fd = ferry_raw4(SYS_openat, AT_FDCWD, path,
                              O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd != -17 /* EEXIST */) {
+        if (fd != -EEXIST) {
             *seq_out = seq;
             return (int)fd;
         }
     }
-    return -17;
+    return -EEXIST;
 }
 
 static void fill_identity(struct ferry_proc_header *h, char **argv)
@@ -126,14 +126,14 @@ static void calibrate(struct ferry_proc_header *h, const char *handed_down)
 int ferry_store_rate(char *out, size_t cap)
 {
     if (!ferry_hdr || !ferry_hdr->cal_tsc)
-        return -61;  /* ENODATA */
+        return -ENODATA;
     struct ferry_buf b = {out, 0, cap, 0};
     ferry_buf_str(&b, "FERRY_TSC=");
     ferry_buf_u64(&b, ferry_hdr->cal_tsc);
     ferry_buf_str(&b, ":");
     ferry_buf_u64(&b, ferry_hdr->cal_ns);
     if (b.overflow)
-        return -36;
+        return -ENAMETOOLONG;
     out[b.len] = 0;
     return 0;
 }
@@ -194,7 +194,7 @@ static int open_backing(void)
     }
     ferry_hdr = map(FERRY_PROC_HEADER_SIZE, -1, 0);
     ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
-    return ferry_hdr ? 0 : -12;
+    return ferry_hdr ? 0 : -ENOMEM;
 }
 
 /* Block `idx` of the file, mapped without a descriptor: mremap with an old
@@ -375,7 +375,7 @@ int ferry_blk_spare_prepare(void)
 {
     if (!tls_spare)
         tls_spare = map(st.block_size + sizeof(ferry_hdr->internal) + SPARE_SCRATCH, -1, 0);
-    return tls_spare ? 0 : -12;
+    return tls_spare ? 0 : -ENOMEM;
 }
 
 int ferry_in_vfork_child(void) { return tls_in_vfork_child; }
@@ -458,8 +458,9 @@ static int vfork_child_record(uint64_t *base, uint32_t *seq)
         fd = ferry_slot_reopen(st.dir, &tls_vfork_slot, 0, 1, 0);
     else if (tls_vfork_file == VFORK_OWN) {
         char path[2300];
-        fd = file_name(path, sizeof(path), st.dir, (int)ferry_raw0(SYS_getpid), tls_vfork_slot.index) ? -36
-             : (int)ferry_raw4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+        fd = file_name(path, sizeof(path), st.dir, (int)ferry_raw0(SYS_getpid), tls_vfork_slot.index)
+                 ? -ENAMETOOLONG
+                 : (int)ferry_raw4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
     } else {
         fd = ferry_slot_open(st.dir, stride, &tls_vfork_slot, 0);
         if (fd >= 0)

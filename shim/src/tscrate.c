@@ -68,7 +68,7 @@ static int kernel_rate(uint64_t *tsc, uint64_t *ns)
 static int rate_path(const char *cache_root, char *out, size_t cap)
 {
     if (!cache_root || !cache_root[0])
-        return -2;
+        return -ENOENT;
     char boot[40];
     long fd = ferry_raw4(SYS_openat, AT_FDCWD, "/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
@@ -76,14 +76,14 @@ static int rate_path(const char *cache_root, char *out, size_t cap)
     long n = ferry_raw3(SYS_read, fd, boot, 36);
     ferry_raw1(SYS_close, fd);
     if (n != 36)
-        return -5;
+        return -EIO;
     boot[36] = 0;
     struct ferry_buf b = {out, 0, cap, 0};
     ferry_buf_str(&b, cache_root);
     ferry_buf_str(&b, "/tsc-");
     ferry_buf_str(&b, boot);
     out[b.overflow ? 0 : b.len] = 0;
-    return b.overflow ? -36 : 0;
+    return b.overflow ? -ENAMETOOLONG : 0;
 }
 
 static int kept_rate(const char *path, uint64_t *tsc, uint64_t *ns)

@@ -29,7 +29,7 @@ long ferry_safe_write(void *dst, const void *src, size_t n)
     struct iovec local = {(void *)src, n}, remote = {dst, n};
     long r = ferry_raw6(SYS_process_vm_writev, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote,
                         1, 0);
-    return r == (long)n ? 0 : -14;  /* EFAULT */
+    return r == (long)n ? 0 : -EFAULT;
 }
 
 int ferry_write_text(void *addr, const void *src, size_t len)
