@@ -166,7 +166,7 @@ def test_damaged_library_never_gives_a_traceback_or_partial_output(tmp_path_fact
     _instrument_mutated(tmp_path_factory, "libc.so.6", LIBC_HEAD, mutations)
 
 
-def test_a_crash_inside_the_writer_is_an_error_not_a_deadferry(tmp_path):
+def test_a_crash_inside_the_writer_is_an_error_not_a_dead_ferry(tmp_path):
     # Found by fuzzing: on some damaged files LIEF's writer dies of SIGFPE.
     # It runs in a child process, so that is a FerryError naming the input.
     import signal

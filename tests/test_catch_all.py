@@ -75,7 +75,7 @@ def test_profile_can_turn_the_catch_all_off(tmp_path, test_programs):
     profile = tmp_path / "nocatch.toml"
     profile.write_text('mode = "trace"\ncatch_all = false\n')
     ferry("run", "--no-learn", "--profile", profile, "-o", tmp_path / "run", "--",
-              PROGRAMS / "jit_syscall", 7, check=True)
+          PROGRAMS / "jit_syscall", 7, check=True)
     model = load_run(tmp_path / "run")
     assert not model["catch_all"]["enabled"]
     assert calls(model, "getppid") == 1

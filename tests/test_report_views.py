@@ -94,7 +94,7 @@ def test_threads_of_a_real_run_add_up_to_their_process(threads_run):
         assert rows[str(t["tid"])][3] == str(t["calls"])
         assert "getpid 1000" in " ".join(rows[str(t["tid"])])
     got = list(csv.DictReader(io.StringIO(ferry("report", "--by", "thread", "--csv",
-                                             threads_run, check=True).stdout)))
+                                                threads_run, check=True).stdout)))
     assert sorted(int(g["tid"]) for g in got) == sorted(t["tid"] for t in threads)
 
 
@@ -143,7 +143,7 @@ def test_a_site_in_the_vdso_is_named_as_in_proc_maps(tmp_path):
     # the catch-all sees it in the vDSO, which /proc/PID/maps names [vdso].
     d = tmp_path / "run"
     ferry("run", "-o", d, "--", PYTHON, "-c",
-       "import time\nfor _ in range(7): time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)", check=True)
+          "import time\nfor _ in range(7): time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)", check=True)
     model = json.loads(ferry("report", "--json", d, check=True).stdout)
     (vdso,) = [s for s in model["catch_all"]["sites"] if s["path"] == "[vdso]"]
     assert vdso["syscalls"]["clock_gettime"] >= 7
