@@ -70,3 +70,32 @@ def test_threads_beyond_ferry_dll_blocks_are_said_against_its_table(wine, win_pr
     (proc,) = model["processes"]
     assert proc["threads"] == 64, proc
     assert "ferry.dll's 64-block table" in proc["reason"], proc["reason"]
+
+
+def _parent_calls(model):
+    """{Nt name: calls} of kill_child's parent, summed over its threads."""
+    (parent,) = [p for p in model["processes"] if p["argv"][1:2] != ["wait"]]
+    out = {}
+    for t in model["threads"]:
+        if t["pid"] == parent["pid"]:
+            for name, n in t["syscalls"].items():
+                out[name] = out.get(name, 0) + n
+    return out
+
+
+def test_calls_ferry_dll_makes_in_its_hooks_are_not_the_programs(wine, win_programs,
+                                                                  ferry_dll_built, tmp_path):
+    """ferry.dll writes Detours' import into a child (NtWriteVirtualMemory and
+    friends) and asks a killed process's id (NtQueryInformationProcess) from
+    inside the program's own calls; those are ferry.dll's, not the program's.
+    kill_child never touches another process's memory, and a TerminateProcess
+    more is one NtTerminateProcess more, nothing else."""
+    calls = {}
+    for times in (1, 6):
+        r, model = _run(wine, tmp_path / f"run{times}", win_programs["kill_child"], times)
+        assert r.returncode == 0 and b"child ended with 7" in r.stdout, r.stderr
+        calls[times] = _parent_calls(model)
+    for name in ("NtWriteVirtualMemory", "NtReadVirtualMemory"):
+        assert name not in calls[1], calls[1]
+    assert calls[6]["NtTerminateProcess"] - calls[1]["NtTerminateProcess"] == 5
+    assert calls[6].get("NtQueryInformationProcess") == calls[1].get("NtQueryInformationProcess")
