@@ -138,6 +138,47 @@ static enum agg_tr blocking_io(long fd, int dir)
             return t_;                            \
     } while (0)
 
+/* Whether a struct stat at `buf` lies in the calling fiber's live stack
+ * (between the request, a local of the call's own frame, and the top of
+ * the stack that frame is on): memory the copy after the call can write
+ * without a fault.  A buffer elsewhere (the heap, another thread's), or a
+ * frame on a stack the engine does not know (the program's own
+ * makecontext stacks, a thread made by clone(2), which gives no size),
+ * makes the call native. */
+static int stat_buf_safe(const struct agg_req *req, const void *buf)
+{
+    const struct agg_fiber *f = req->fiber;
+    const char *b = buf, *here = (const char *)req;
+    if (!f || !f->stack_lo || here < f->stack_lo || here >= f->stack_top)
+        return 0;
+    return b >= here && b + sizeof(struct stat) <= f->stack_top && b + sizeof(struct stat) > b;
+}
+
+/* The struct stat fstat would have written, from a statx of the same file
+ * (the kernel's cp_new_stat: devices in new_encode_dev's 32-bit form). */
+static void stat_from_statx(struct stat *st, const struct statx *x)
+{
+    ferry_memset(st, 0, sizeof(*st));
+    st->st_dev = (x->stx_dev_minor & 0xff) | ((unsigned long)x->stx_dev_major << 8) |
+                 ((unsigned long)(x->stx_dev_minor & ~0xffu) << 12);
+    st->st_rdev = (x->stx_rdev_minor & 0xff) | ((unsigned long)x->stx_rdev_major << 8) |
+                  ((unsigned long)(x->stx_rdev_minor & ~0xffu) << 12);
+    st->st_ino = x->stx_ino;
+    st->st_nlink = x->stx_nlink;
+    st->st_mode = x->stx_mode;
+    st->st_uid = x->stx_uid;
+    st->st_gid = x->stx_gid;
+    st->st_size = (long)x->stx_size;
+    st->st_blksize = x->stx_blksize;
+    st->st_blocks = (long)x->stx_blocks;
+    st->st_atim.tv_sec = x->stx_atime.tv_sec;
+    st->st_atim.tv_nsec = x->stx_atime.tv_nsec;
+    st->st_mtim.tv_sec = x->stx_mtime.tv_sec;
+    st->st_mtim.tv_nsec = x->stx_mtime.tv_nsec;
+    st->st_ctim.tv_sec = x->stx_ctime.tv_sec;
+    st->st_ctim.tv_nsec = x->stx_ctime.tv_nsec;
+}
+
 /* Decide (sqe NULL) or fill (sqe given).  `req` NULL: a raw batch, which has
  * no room for the structures some translations need. */
 enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, const long *a,
@@ -213,6 +254,21 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         rw(s, IORING_OP_STATX, a[0], (void *)a[1], (unsigned)a[3], (uint64_t)a[4]);
         s->statx_flags = (uint32_t)a[2];
         break;
+    case SYS_fstat:
+    case SYS_newfstatat: {
+        /* STATX into the request, a struct stat made of it after: only
+         * where that copy cannot fault (fstat would say EFAULT), and for
+         * the flags newfstatat takes (it says EINVAL to the rest) */
+        long at = a[0], flags = nr == SYS_fstat ? AT_EMPTY_PATH : a[3];
+        const char *path = nr == SYS_fstat ? "" : (const char *)a[1];
+        void *buf = (void *)(nr == SYS_fstat ? a[1] : a[2]);
+        if (!req || !stat_buf_safe(req, buf) ||
+            (flags & ~(long)(AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_EMPTY_PATH)))
+            return AGG_TR_NATIVE;
+        rw(s, IORING_OP_STATX, at, path, STATX_BASIC_STATS, (uint64_t)(uintptr_t)&req->stx);
+        s->statx_flags = (uint32_t)flags;
+        break;
+    }
     case SYS_fsync:
     case SYS_fdatasync:
         rw(s, IORING_OP_FSYNC, a[0], 0, 0, 0);
@@ -825,6 +881,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         res = native(g, r);
         *done_at = 0;
     }
+    if ((nr == SYS_fstat || nr == SYS_newfstatat) && tr == AGG_TR_RING && res == 0)
+        stat_from_statx((struct stat *)(nr == SYS_fstat ? r->rsi : r->rdx), &req.stx);
     if (nr == SYS_close)
         forget_fd(r->rdi);
     else if (res >= 0 && (nr == SYS_socket || nr == SYS_accept || nr == SYS_accept4 ||
