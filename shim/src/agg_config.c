@@ -277,6 +277,14 @@ int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char *
             if (num(&p, &v, 10) || v < 0)
                 return -AGG_EINVAL;
             cfg->fiber_stack = (size_t)v;
+        } else if (word(&p, "quiet=")) {
+            *why = "quiet= is direct or ring";
+            if (word(&p, "direct"))
+                cfg->quiet = FERRY_QUIET_DIRECT;
+            else if (word(&p, "ring"))
+                cfg->quiet = FERRY_QUIET_RING;
+            else
+                return -AGG_EINVAL;
         } else if (word(&p, "threads=")) {
             *why = "threads= is fibers or native";
             if (word(&p, "fibers"))
