@@ -1,9 +1,14 @@
 """What `ferry report` says of a Windows run: the root's parent is the
 process the run started it from (not Ferry's launcher), a process ended by
 TerminateProcess is killed (not running) with the code it was given, and
-threads beyond ferry.dll's blocks are counted against ferry.dll's table."""
+threads beyond ferry.dll's blocks are counted against ferry.dll's table, ferry.dll's own
+calls are not the program's, and a Windows pid that is also a Linux pid of
+the run names two processes."""
 import json
+import os
 import subprocess
+
+import pytest
 
 from conftest import FERRY
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
@@ -99,3 +104,34 @@ def test_calls_ferry_dll_makes_in_its_hooks_are_not_the_programs(wine, win_progr
         assert name not in calls[1], calls[1]
     assert calls[6]["NtTerminateProcess"] - calls[1]["NtTerminateProcess"] == 5
     assert calls[6].get("NtQueryInformationProcess") == calls[1].get("NtQueryInformationProcess")
+
+
+def test_windows_and_linux_pids_that_coincide_are_two_processes(win_programs, ferry_dll_built,
+                                                                tmp_path):
+    """wine numbers Windows processes on its own; in a mixed run (a script
+    running wine) a Windows pid can be a Linux pid of the same run.  Here, in
+    a pid namespace with a wineserver of its own, 400 Linux processes take
+    every pid wine hands out next; the Windows server killed with SIGKILL
+    (ferry.dll never hears of its end) must not take the exit status of the
+    Linux process that had its number."""
+    import shutil
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare (util-linux) and root for a pid namespace")
+    prefix, run_dir = tmp_path / "prefix", tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.update(WINEPREFIX=str(prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=")
+    script = (f"for i in $(seq 400); do /bin/true; done; "
+              f"wine {win_programs['echo_server']} 100000000 >/dev/null 2>&1 & sleep 4; kill -9 $!; wait")
+    inner = (f"wineboot -u >/dev/null 2>&1; {' '.join(FERRY)} run -p count -o {run_dir} -- "
+             f"sh -c '{script}'; wineserver -k >/dev/null 2>&1")
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", inner], env=env,
+                       capture_output=True, timeout=300)
+    assert run_dir.is_dir(), r.stderr
+    rep = subprocess.run(FERRY + ["report", "--json", str(run_dir)], env=env, capture_output=True,
+                         timeout=120)
+    procs = json.loads(rep.stdout)["processes"]
+    (win,) = [p for p in procs if p.get("windows")]
+    linux = {p["pid"]: p for p in procs if not p.get("windows")}
+    assert win["pid"] in linux, "no Linux process of the run had the Windows pid: nothing checked"
+    assert linux[win["pid"]]["exit"] == {"code": 0, "signal": None}    # a /bin/true
+    assert win["state"] == "unfinished" and win["exit"] is None, win
