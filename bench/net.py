@@ -1,6 +1,9 @@
 """bench/net: the thesis's web server benchmark (seed 000, section 6.3.2).
 
-examples/net serves its 4,729-byte page in four thread models: a dedicated
+examples/net serves its 4,729-byte page in four thread models (by default
+read from its file for every request, as the thesis's server did: open,
+fstat, read, close, then the send; `--page memory` serves the copy linked
+into the server): a dedicated
 thread per connection, a thread pool, an io_uring event loop, and cluster
 calls (fibers on a carrier, their blocking calls aggregated onto io_uring by
 the shim under `ferry run -p profiles/net.toml`).  wrk drives each model with
@@ -62,9 +65,11 @@ START_TIMEOUT = 180
 class Server:
     """A net_server, natively or under `ferry run`, pinned to SERVER_CPU."""
 
-    def __init__(self, model, profile=None, run_dir=None, threads=64, env=None):
+    def __init__(self, model, profile=None, run_dir=None, threads=64, env=None, docroot=None):
         self.model, self.profile, self.run_dir = model, profile, run_dir
         cmd = [str(SERVER), "--model", model, "--port", "0", "--threads", str(threads)]
+        if docroot:
+            cmd += ["--docroot", str(docroot)]
         if profile:
             cmd = [FERRY, "run", "--no-learn", "-p", str(profile), "-o", str(run_dir), "--", *cmd]
         self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, *cmd], stdout=subprocess.PIPE,
@@ -296,6 +301,10 @@ def main():
     add_options(ap, QUICK_LEVELS, "pool model's threads (default 64)")
     ap.add_argument("--models", default=",".join(MODELS),
                     help="comma-separated subset (the RESULT line needs all four)")
+    ap.add_argument("--page", choices=["disk", "memory"], default="disk",
+                    help="disk (default): the page is read from its file for every request "
+                         "(open, fstat, read, close), the thesis's pattern; memory: the page "
+                         "linked into the server")
     args = ap.parse_args()
     models = subset(ap, "--models", args.models, MODELS, "model")
     levels, seconds, rounds = settings(ap, args, LEVELS, QUICK_LEVELS)
@@ -319,15 +328,21 @@ def main():
         tmp = Path(tmp)
         # Benchmark runs stay out of the user's run index.
         env = dict(os.environ, FERRY_DATA=str(tmp / "data"))
+        docroot = None
+        if args.page == "disk":
+            docroot = tmp / "docroot"
+            docroot.mkdir()
+            (docroot / "index.html").write_bytes((ROOT / "examples" / "net" / "index.html").read_bytes())
         try:
             for m in models:
                 if m == "cluster":
-                    servers[m] = Server(m, PROFILE, tmp / "run-cluster", args.threads, env)
+                    servers[m] = Server(m, PROFILE, tmp / "run-cluster", args.threads, env, docroot)
                     counters[m] = servers[m]
                 else:
-                    servers[m] = Server(m, threads=args.threads, env=env)
-                    counters[m] = Server(m, "count", tmp / f"run-{m}", args.threads, env)
-            print(f"servers on CPU {SERVER_CPU}, wrk -t1 on CPU {CLIENT_CPU}; {rounds} interleaved round(s) "
+                    servers[m] = Server(m, threads=args.threads, env=env, docroot=docroot)
+                    counters[m] = Server(m, "count", tmp / f"run-{m}", args.threads, env, docroot)
+            print(f"page: {'read from disk per request' if docroot else 'in memory'}; "
+                  f"servers on CPU {SERVER_CPU}, wrk -t1 on CPU {CLIENT_CPU}; {rounds} interleaved round(s) "
                   f"of {seconds} s per level, counting runs of {count_seconds} s; pool: {args.threads} threads")
             for s in list(servers.values()) + [c for m, c in counters.items() if m != "cluster"]:
                 wrk(s.port, 10, 1)   # warm up: first connections, page faults, lazy binding
@@ -372,7 +387,7 @@ def main():
               file=sys.stderr)
         return 1
     cc, pool, asy = table["cluster"], table["pool"], table["async"]
-    print(f"RESULT crossings_saved_c400={fmt(100 * cc[400]['saved'], '.2f')} "
+    print(f"RESULT page={args.page} crossings_saved_c400={fmt(100 * cc[400]['saved'], '.2f')} "
           f"cc_vs_pool_c400={fmt(ratio(cc[400]['rps'], pool[400]['rps']), '.3f')} "
           f"cc_vs_async_c400={fmt(ratio(cc[400]['rps'], asy[400]['rps']), '.3f')} "
           f"cc_vs_pool_c1={fmt(ratio(cc[1]['rps'], pool[1]['rps']), '.3f')} "

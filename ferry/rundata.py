@@ -131,7 +131,8 @@ def _model(run_dir, proc_dir, info, owner):
 
     processes = _processes(files, info, images, waited, _Creators(proc_dir, owner), terminated)
     program = info.get("program") or {}
-    if program.get("enabled") is False and not any(p["pid"] == info.get("pid") for p in processes):
+    if program.get("enabled") is False and not any(p["pid"] == info.get("pid") and not p.get("windows")
+                                                   for p in processes):
         # The command itself ran without the shim: it wrote nothing, `ferry
         # run` knows why.
         processes.insert(0, _not_enabled_row(info.get("pid"), None, program.get("original"),
@@ -278,8 +279,12 @@ def _enabled_by(f):
 def _processes(files, info, images, waited, creators, terminated):
     out = []
     later_images = {}
+    # Windows pids (wine's) and Linux pids are two numberings that a mixed run
+    # (a script running wine) holds side by side: a number means a process
+    # only with the side it is on.  wait4 statuses and the run's own exit are
+    # of Linux processes; TerminateProcess records of Windows ones.
     for f in files:
-        later_images.setdefault(f.pid, set()).add(f.seq)
+        later_images.setdefault((f.windows, f.pid), set()).add(f.seq)
     root_pid = info.get("pid")
     for f in files:
         calls = sum(sum(b.calls) + b.invalid for b in f.blocks)
@@ -319,7 +324,7 @@ def _processes(files, info, images, waited, creators, terminated):
             code, killer = terminated[f.pid]
             entry["state"], entry["exit"] = "killed", {"code": code & 0xFF, "signal": None}
             entry["reason"] = f"ended by TerminateProcess in process {killer}"
-        elif f.state == procfile.STATE_RUNNING:
+        elif f.state == procfile.STATE_RUNNING and not f.windows:
             status = waited.get(f.pid)
             if status is None and f.pid == root_pid and info.get("exit"):
                 entry["exit"] = info["exit"]
@@ -329,7 +334,7 @@ def _processes(files, info, images, waited, creators, terminated):
                 entry["state"] = "killed" if entry["exit"]["signal"] else "exited"
         out.append(entry)
         # A name another user took first makes the next image's seq skip one.
-        if f.state == procfile.STATE_EXEC and not any(s > f.seq for s in later_images[f.pid]):
+        if f.state == procfile.STATE_EXEC and not any(s > f.seq for s in later_images[(f.windows, f.pid)]):
             # The exec replaced an enabled image with one that carries no shim.
             status = waited.get(f.pid)
             if status is None and f.pid == root_pid:

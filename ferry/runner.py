@@ -189,12 +189,22 @@ def _program_env(launch, profile, out_dir):
         return base
     if launch.how == "wine":
         from .injector.pe_launch import program_env
-        return program_env(base, profile, out_dir)
+        return program_env(base, profile, out_dir, launch.image)
     settings = run_settings(profile, out_dir)
     from .injector.pe_launch import linux_settings
     settings.update(linux_settings(profile, out_dir))   # `wine app.exe` from a script
     return enabled_env(base, settings, launch.how, shim=settings["FERRY_SHIM"],
                        libdir=launch.libdir)
+
+
+def _images(launch):
+    """{file started: the program it stands for} of the run's command, for
+    the report (a rewritten image is named as its original)."""
+    images = {os.path.realpath(launch.executable): launch.original}
+    if launch.image:     # ferry.dll names a Windows program by its Windows path
+        from .injector.pe_launch import win_path
+        images[win_path(launch.image)] = win_path(launch.original)
+    return images
 
 
 def _child_setup(parent):
@@ -228,7 +238,7 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
                     {"original": launch.original, "executable": launch.executable,
                      "enabled": launch.enabled, "reason": launch.reason, "how": launch.how,
                      "note": launch.note},
-                    {os.path.realpath(launch.executable): launch.original})
+                    _images(launch))
     write_json(out_dir / "info.json", info)
 
     # The forwarders are in place before the program exists, so a signal sent

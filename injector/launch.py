@@ -33,6 +33,7 @@ class Launch:
     libdir: str = None         # LIBDIR: the program directory
     reason: str = None         # why not enabled
     note: str = None           # something the user should hear once
+    image: str = None          # wine: the rewritten program started in the original's place
 
     @property
     def enabled(self):
@@ -146,7 +147,7 @@ def prepare(argv, progress=None, depth=0):
     original = os.path.abspath(given)
     if _is_pe(given):
         from .pe_launch import prepare as prepare_pe
-        return prepare_pe(argv, given, original)
+        return prepare_pe(argv, given, original, progress)
     kind, detail = classify(given)
     if kind == SCRIPT and detail and depth < 4:
         interp = prepare(detail + [given], progress, depth + 1)

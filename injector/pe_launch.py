@@ -50,7 +50,7 @@ def check_program(path):
         raise InputError(path, "a DLL, not a program: run the program that loads it")
 
 
-def prepare(argv, given, original):
+def prepare(argv, given, original, progress=None):
     """The Launch (injector/launch.py) of Windows program `given`."""
     from .launch import Launch
     check_program(given)
@@ -66,10 +66,27 @@ def prepare(argv, given, original):
     if _built() is None:
         raise FerryError(build / "ferry.dll", "not built (install mingw-w64 and run `make shim`)")
     dll, launcher = _built()
+    manifest, image = _image(original, progress)
     # the parent the report gives the program: `ferry run`, as for a Linux program
     return Launch([wine, str(launcher), win_path(detours), win_path(dll), str(os.getpid()),
                    win_path(original)]
-                  + list(argv[1:]), wine, original, None, WINE)
+                  + list(argv[1:]), wine, original, manifest, WINE, image=image)
+
+
+def _image(original, progress):
+    """(manifest, rewritten program) of `original` from the image cache, made
+    now if need be, as `ferry run` does for a Linux program; (None, None) when
+    nothing of the program needed rewriting (ferry.dll's patching of ntdll is
+    then all there is) or it cannot be rewritten (the run says nothing: the
+    program still runs enabled, its own stubs uncounted)."""
+    from ..rewriter.instrument import instrument
+    try:
+        result = instrument(original, progress=progress or (lambda *a, **k: None))
+    except FerryError:
+        return None, None
+    if not any(m.get("rewritten") and m.get("sites_patched") for m in result.manifest["modules"]):
+        return None, None
+    return result.manifest, str(result.entry)
 
 
 def _built():
@@ -93,13 +110,17 @@ def linux_settings(profile, out_dir):
             "FERRY_WIN_DETOURS": win_path(detours), "FERRY_WIN_RUN_DIR": win_path(out_dir)}
 
 
-def program_env(base, profile, out_dir):
+def program_env(base, profile, out_dir, image=None):
     """The environment of `wine` for an enabled PE program: its own, and the
     variables ferry.dll reads (and takes out of the program's environment):
-    the mode, the run directory, and detours.dll for the children."""
+    the mode, the run directory, and detours.dll for the children; the
+    launcher's FERRY_WIN_IMAGE when the program runs from its rewritten image."""
     if profile.mode == "aggregate":
         raise FerryError(profile.name, "aggregation profiles do not run Windows programs yet "
                                        "(use -p trace, count or off)")
     detours = detours_dll()
-    return dict(base, FERRY_MODE=profile.mode, FERRY_WIN_RUN_DIR=win_path(out_dir),
-                FERRY_WIN_DETOURS=win_path(detours) if detours else "")
+    env = dict(base, FERRY_MODE=profile.mode, FERRY_WIN_RUN_DIR=win_path(out_dir),
+               FERRY_WIN_DETOURS=win_path(detours) if detours else "")
+    if image:
+        env["FERRY_WIN_IMAGE"] = win_path(image)
+    return env

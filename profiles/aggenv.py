@@ -28,6 +28,7 @@ class Config:
     stack: int
     carriers: int
     threads: str = "native"                        # "fibers": the program's threads run as fibers
+    quiet: str = "ring"                            # "direct": the quiet path (ferry.h)
     pools: list = field(default_factory=list)      # PoolConfig, index = pool number
     route: dict = field(default_factory=dict)      # nr -> pool index, "n" or "w"
 
@@ -39,7 +40,8 @@ def config(profile):
                         p.wait_limit, p.wait_timeout_ns) for p in profile.agg_pools]
     index = {p.name: i for i, p in enumerate(profile.agg_pools)}
     return Config(profile.agg_workers, profile.agg_fiber_stack, profile.agg_carriers,
-                  profile.agg_threads, pools, routing.expand(profile.agg_route, index))
+                  profile.agg_threads, profile.agg_quiet, pools,
+                  routing.expand(profile.agg_route, index))
 
 
 def encode(profile):
@@ -47,6 +49,8 @@ def encode(profile):
     items = [f"workers={c.workers}", f"stack={c.stack}", f"carriers={c.carriers}"]
     if c.threads == "fibers":
         items.append("threads=fibers")
+    if c.quiet == "direct":
+        items.append("quiet=direct")
     items += [f"pool={p.entries},{p.concurrency},{p.cpus:x},{p.sqpoll_cpu},{p.priority},"
               f"{p.wait},{p.limit},{p.timeout_ns}" for p in c.pools]
     if c.route:
@@ -109,6 +113,10 @@ def decode(text):
             if value not in ("fibers", "native"):
                 raise ValueError(f"threads: {value!r} is neither fibers nor native")
             c.threads = value
+        elif key == "quiet":
+            if value not in ("direct", "ring"):
+                raise ValueError(f"quiet: {value!r} is neither direct nor ring")
+            c.quiet = value
         elif key == "pool":
             c.pools.append(_pool(value))
         elif key == "route":

@@ -27,6 +27,7 @@ class Profile:
     agg_fiber_stack: int = 256 * 1024
     agg_carriers: int = 1
     agg_threads: str = "native"
+    agg_quiet: str = "ring"
     agg_pools: tuple = DEFAULT_POOLS         # aggregate.Pool, numbered in this order
     agg_route: dict = field(default_factory=dict)   # syscall or group -> pool, "native", "worker"
     path: Path | None = field(default=None, compare=False)

@@ -71,6 +71,9 @@ SECTIONS = {
         "threads": Key("agg_threads", "native", choice("native", "fibers"), same,
                        '"fibers": the program\'s own threads run as fibers on the carriers '
                        '(transparent hybrid threading); "native": only the API makes fibers'),
+        "quiet": Key("agg_quiet", "ring", choice("ring", "direct"), same,
+                     '"direct": a fiber alone on its carrier (no other ready) makes the calls '
+                     "that cannot block at once, as system calls; \"ring\": every call as routed"),
         "carriers": Key("agg_carriers", 1, agg.carriers, same,
                         "carrier threads for transparent fiber mode (at most the online CPUs)"),
         "pools": Key("agg_pools", agg.DEFAULT_POOLS, agg.pools, agg.write_pools,

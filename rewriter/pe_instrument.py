@@ -5,7 +5,9 @@ serves by itself, as the ELF one is:
 
     DIR/<program>.exe   the rewritten program; it imports ferry.dll
     DIR/<dll>           each imported DLL that has stubs of its own, rewritten:
-                        the loader looks in the program's directory first
+                        the loader looks in the program's directory first;
+                        and each of the program's own DLLs (from its
+                        directory) as it is, so that the loader finds them
     DIR/ferry.dll       Ferry's DLL
     DIR/manifest.json   every module and every site
 
@@ -75,6 +77,11 @@ def closure(image):
                 except InputError:
                     pass     # a DLL Ferry cannot read is left as it is; the loader decides
     return out
+
+
+def _private(dep, image):
+    """Whether the loader takes DLL `dep` from the program's directory."""
+    return os.path.samefile(dep.parent, image.path.parent)
 
 
 def _record(name, role, path, sha, sites=None, stubs=None, read=None, rewritten=None, note=None):
@@ -156,10 +163,16 @@ def instrument(path, out_dir, progress):
                 try:
                     sites, stubs, read, changed = _rewrite_module(pe_load.load(dep), tmp, dep.name)
                 except InputError as e:
+                    changed = False
                     rec = _record(name, "library", dep, sha, note=f"not rewritten: {e.problem}")
                 else:
                     rec = _record(name, "library", dep, sha, sites, stubs, read,
                                   dep.name if changed else None)
+                if not changed and _private(dep, image):
+                    # the program now runs from this directory, and the
+                    # loader looks for a DLL in the program's directory first
+                    shutil.copy2(dep, tmp / dep.name)
+                    rec["copied"] = dep.name
             rec["needed_by"] = by
             records.append(rec)
             progress("advance", name)

@@ -10,7 +10,7 @@ import pytest
 
 from aggregate_helpers import agg, engine_stats, pool_setting  # noqa: F401
 
-SUITES = ["files", "sockets", "pipes", "timers", "futex"]
+SUITES = ["files", "stat", "sockets", "pipes", "timers", "futex"]
 POLICIES = {
     "adaptive": pool_setting("adaptive"),
     "any": pool_setting("any"),
@@ -20,6 +20,8 @@ POLICIES = {
     # reads and polls on a second pool: its completions wake the carrier
     # through the eventfd read that waits in pool 0
     "two_pools": pool_setting("adaptive") + ";pool=64,2,0,-1,0,any,0,0;route=0:1,7:1,45:1",
+    # the quiet path: the suites' fiber is alone on its carrier
+    "quiet": pool_setting("adaptive") + ";quiet=direct",
 }
 
 
@@ -58,3 +60,30 @@ def test_calls_routed_to_workers_by_the_profile(agg, tmp_path):
                  env={"FERRY_MODE": "aggregate", "FERRY_AGG": "workers=2;route=0:w,17:w"})
     assert ring.stdout == native.stdout == worker.stdout
     assert engine_stats(worker.stderr)["worker"] > engine_stats(ring.stderr)["worker"]
+
+
+def test_fstat_of_a_stack_buffer_goes_through_the_ring(agg, tmp_path):
+    """fstat and newfstatat are STATX operations made a struct stat after,
+    when the buffer is on the fiber's stack (the copy cannot fault there):
+    the suite's nine such calls leave the process in the ring's crossings;
+    routed native, the same answers, nine fewer calls aggregated."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "n").mkdir()
+    ring = agg("agg_results", "fiber", "stat", tmp_path / "r", env={"FERRY_MODE": "aggregate"})
+    native = agg("agg_results", "fiber", "stat", tmp_path / "n",
+                 env={"FERRY_MODE": "aggregate", "FERRY_AGG": "route=5:n,262:n"})
+    assert ring.stdout == native.stdout
+    assert engine_stats(ring.stderr)["aggregated"] - engine_stats(native.stderr)["aggregated"] == 9
+
+
+def test_quiet_path_makes_a_lone_fibers_calls_at_once(agg, tmp_path):
+    """quiet=direct: a fiber alone on its carrier makes the calls that cannot
+    block as system calls (fstat here), with the same answers."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "q").mkdir()
+    ring = agg("agg_results", "fiber", "stat", tmp_path / "r", env={"FERRY_MODE": "aggregate"})
+    quiet = agg("agg_results", "fiber", "stat", tmp_path / "q",
+                env={"FERRY_MODE": "aggregate", "FERRY_AGG": "quiet=direct"})
+    assert quiet.stdout == ring.stdout
+    r, q = engine_stats(ring.stderr), engine_stats(quiet.stderr)
+    assert r["aggregated"] - q["aggregated"] >= 9 and q["native"] - r["native"] >= 9, (r, q)

@@ -89,3 +89,57 @@ def test_own_stub_counted_after_instrument(wine, own_stub, tmp_path, profile):
         mods = model["processes"][0]
         assert mods["enabled"] and mods["windows"]
     assert counts[25] - counts[0] == 25, counts
+
+
+@pytest.mark.parametrize("profile", ["count", "trace"])
+def test_run_of_the_original_takes_its_rewritten_image_from_the_cache(wine, own_stub, tmp_path,
+                                                                       profile):
+    """`ferry run app.exe` rewrites the program into the image cache (once)
+    and runs that, as it does a Linux program: its own stub is counted with
+    no `ferry instrument` beforehand, and the program still sees itself
+    named as the user named it (its command line), and so does the report."""
+    exe, _out = own_stub
+    counts = {}
+    for n in (0, 25):
+        plain = wine.run(exe, "--yield", n)
+        r = ferry("run", "-p", profile, "-o", tmp_path / f"run{n}", "--", exe, "--yield", n,
+                  env=wine.env, text=False, timeout=180)
+        assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
+        model, counts[n] = _yields(wine, tmp_path / f"run{n}")
+        (proc,) = model["processes"]
+        assert proc["enabled"] and proc["exe"].lower().endswith("\\own_stub.exe"), proc
+        assert "cache" not in proc["exe"].lower() and proc["exe"].startswith("Z:"), proc
+    assert counts[25] - counts[0] == 25, counts
+
+
+def _build_with_private_dll(d):
+    """app.exe importing private.dll from its own directory (no system call
+    code in the DLL: it is not rewritten, only needed)."""
+    import subprocess as sp
+    from winenv import MINGW_CC
+    dll_c, app_c = d / "private.c", d / "app.c"
+    dll_c.write_text('__declspec(dllexport) int private_twice(int x) { return 2 * x; }\n')
+    app_c.write_text('#include <stdio.h>\n__declspec(dllimport) int private_twice(int);\n'
+                     'int main(void) { printf("twice 21 is %d\\n", private_twice(21)); return 0; }\n')
+    for cmd in ([MINGW_CC, "-O2", "-shared", "-o", d / "private.dll", dll_c,
+                 "-Wl,--out-implib," + str(d / "libprivate.a")],
+                [MINGW_CC, "-O2", "-o", d / "app.exe", app_c, "-L" + str(d), "-lprivate"]):
+        r = sp.run([str(c) for c in cmd], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    return d / "app.exe"
+
+
+def test_instrumented_directory_carries_the_programs_own_dlls(wine, ferry_dll_built, tmp_path):
+    """The instrumented directory is where the program runs from: a DLL the
+    loader took from the program's directory must be found there too."""
+    exe = _build_with_private_dll(tmp_path)
+    out = tmp_path / "out"
+    r = ferry("instrument", exe, "-o", out, env=wine.env, text=False, timeout=180)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    private = next(x for x in m["modules"] if x["name"].lower() == "private.dll")
+    assert private["copied"] == "private.dll" and (out / "private.dll").is_file(), private
+    plain = wine.run(exe)
+    assert plain.stdout.rstrip() == b"twice 21 is 42", plain
+    ran = wine.run(out / "app.exe")
+    assert (ran.stdout, ran.returncode) == (plain.stdout, plain.returncode), ran.stderr

@@ -1,9 +1,14 @@
 """What `ferry report` says of a Windows run: the root's parent is the
 process the run started it from (not Ferry's launcher), a process ended by
 TerminateProcess is killed (not running) with the code it was given, and
-threads beyond ferry.dll's blocks are counted against ferry.dll's table."""
+threads beyond ferry.dll's blocks are counted against ferry.dll's table, ferry.dll's own
+calls are not the program's, and a Windows pid that is also a Linux pid of
+the run names two processes."""
 import json
+import os
 import subprocess
+
+import pytest
 
 from conftest import FERRY, ferry
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
@@ -67,3 +72,62 @@ def test_threads_beyond_ferry_dll_blocks_are_said_against_its_table(wine, win_pr
     (proc,) = model["processes"]
     assert proc["threads"] == 64, proc
     assert "ferry.dll's 64-block table" in proc["reason"], proc["reason"]
+
+
+def _parent_calls(model):
+    """{Nt name: calls} of kill_child's parent, summed over its threads."""
+    (parent,) = [p for p in model["processes"] if p["argv"][1:2] != ["wait"]]
+    out = {}
+    for t in model["threads"]:
+        if t["pid"] == parent["pid"]:
+            for name, n in t["syscalls"].items():
+                out[name] = out.get(name, 0) + n
+    return out
+
+
+def test_calls_ferry_dll_makes_in_its_hooks_are_not_the_programs(wine, win_programs,
+                                                                  ferry_dll_built, tmp_path):
+    """ferry.dll writes Detours' import into a child (NtWriteVirtualMemory and
+    friends) and asks a killed process's id (NtQueryInformationProcess) from
+    inside the program's own calls; those are ferry.dll's, not the program's.
+    kill_child never touches another process's memory, and a TerminateProcess
+    more is one NtTerminateProcess more, nothing else."""
+    calls = {}
+    for times in (1, 6):
+        r, model = _run(wine, tmp_path / f"run{times}", win_programs["kill_child"], times)
+        assert r.returncode == 0 and b"child ended with 7" in r.stdout, r.stderr
+        calls[times] = _parent_calls(model)
+    for name in ("NtWriteVirtualMemory", "NtReadVirtualMemory"):
+        assert name not in calls[1], calls[1]
+    assert calls[6]["NtTerminateProcess"] - calls[1]["NtTerminateProcess"] == 5
+    assert calls[6].get("NtQueryInformationProcess") == calls[1].get("NtQueryInformationProcess")
+
+
+def test_windows_and_linux_pids_that_coincide_are_two_processes(win_programs, ferry_dll_built,
+                                                                tmp_path):
+    """wine numbers Windows processes on its own; in a mixed run (a script
+    running wine) a Windows pid can be a Linux pid of the same run.  Here, in
+    a pid namespace with a wineserver of its own, 400 Linux processes take
+    every pid wine hands out next; the Windows server killed with SIGKILL
+    (ferry.dll never hears of its end) must not take the exit status of the
+    Linux process that had its number."""
+    import shutil
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare (util-linux) and root for a pid namespace")
+    prefix, run_dir = tmp_path / "prefix", tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.update(WINEPREFIX=str(prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=")
+    script = (f"for i in $(seq 400); do /bin/true; done; "
+              f"wine {win_programs['echo_server']} 100000000 >/dev/null 2>&1 & sleep 4; kill -9 $!; wait")
+    inner = (f"wineboot -u >/dev/null 2>&1; {' '.join(FERRY)} run -p count -o {run_dir} -- "
+             f"sh -c '{script}'; wineserver -k >/dev/null 2>&1")
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", inner], env=env,
+                       capture_output=True, timeout=300)
+    assert run_dir.is_dir(), r.stderr
+    rep = ferry("report", "--json", run_dir, env=env, timeout=120)
+    procs = json.loads(rep.stdout)["processes"]
+    (win,) = [p for p in procs if p.get("windows")]
+    linux = {p["pid"]: p for p in procs if not p.get("windows")}
+    assert win["pid"] in linux, "no Linux process of the run had the Windows pid: nothing checked"
+    assert linux[win["pid"]]["exit"] == {"code": 0, "signal": None}    # a /bin/true
+    assert win["state"] == "unfinished" and win["exit"] is None, win

@@ -249,7 +249,7 @@ BAD = {
                        '"256KiB" or "1MiB", got string "256KB"'),
     "unknown-aggregate-key": ("[aggregate]\nworker = 4\n",
                               'aggregate.worker: unknown key (did you mean "workers"?); known: '
-                              "workers, fiber_stack, threads, carriers, pools, route"),
+                              "workers, fiber_stack, threads, quiet, carriers, pools, route"),
     "aggregate-key-at-top": ("workers = 4\n",
                              'workers: unknown key here: "workers" belongs in [aggregate]'),
 }

@@ -2,13 +2,18 @@
  * persistent connections, pipelining, Content-Length on every reply. */
 #include "http.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The page is linked in by page.S (.incbin), so the server needs no file at
- * run time and every model does the same socket-only work per request. */
+ * run time and every model does the same socket-only work per request;
+ * disk mode (page_path set) reads it from a file for every request instead. */
 extern const char net_page_start[], net_page_end[];
 
 enum { R_PAGE, R_404, R_405, R_400, R_COUNT };
@@ -45,12 +50,76 @@ static void build(int kind, const char *status, const char *extra, const char *b
     }
 }
 
-void http_init(void)
+static char *page_path;
+
+int http_init(const char *docroot)
 {
+    if (docroot) {
+        size_t n = strlen(docroot);
+        page_path = malloc(n + sizeof "/index.html");
+        if (!page_path)
+            return -ENOMEM;
+        memcpy(page_path, docroot, n);
+        memcpy(page_path + n, "/index.html", sizeof "/index.html");
+        int fd = open(page_path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -errno;
+        close(fd);
+    }
     build(R_PAGE, "200 OK", "", net_page_start, http_page_size());
     build(R_404, "404 Not Found", "", body_404, sizeof body_404 - 1);
     build(R_405, "405 Method Not Allowed", "Allow: GET\r\n", body_405, sizeof body_405 - 1);
     build(R_400, "400 Bad Request", "", body_400, sizeof body_400 - 1);
+    return 0;
+}
+
+void http_release(struct conn *c)
+{
+    free(c->body);
+    c->body = NULL;
+    c->body_cap = 0;
+}
+
+/* Disk mode: the page read now into c->body, its reply into r (two iovecs);
+ * 0, or -1 when the file cannot be read (the request then gets a 404). */
+static int page_from_disk(struct conn *c, struct replies *r, int keep)
+{
+    int fd = open(page_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
+    size_t size = (size_t)st.st_size, got = 0;
+    if (size > c->body_cap) {
+        char *b = realloc(c->body, size);
+        if (!b) {
+            close(fd);
+            return -1;
+        }
+        c->body = b;
+        c->body_cap = size;
+    }
+    while (got < size) {
+        ssize_t k = read(fd, c->body + got, size - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;     /* shrunk since fstat: serve what is there */
+        got += (size_t)k;
+    }
+    close(fd);
+    int h = snprintf(c->head, sizeof c->head,
+                     "HTTP/1.1 200 OK\r\nServer: ferry-net\r\nContent-Type: text/html; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\nConnection: %s\r\n\r\n",
+                     got, keep ? "keep-alive" : "close");
+    r->iov[r->n].iov_base = c->head;
+    r->iov[r->n++].iov_len = (size_t)h;
+    r->iov[r->n].iov_base = c->body;
+    r->iov[r->n++].iov_len = got;
+    return 0;
 }
 
 size_t http_page_size(void)
@@ -188,9 +257,22 @@ void http_take(struct conn *c, struct replies *r)
         int kind = answer(p, end, &keep);
         if (kind == R_400)
             keep = 0;
+        off = (size_t)(end + 4 - c->buf);
+        if (kind == R_PAGE && page_path) {
+            if (r->n + 2 > HTTP_MAX_REPLIES) {
+                off = (size_t)(p - c->buf);     /* answered next round */
+                r->more = 1;
+                break;
+            }
+            if (page_from_disk(c, r, keep) < 0)
+                r->iov[r->n++] = canned[R_404][keep];
+            r->close = !keep;
+            /* c->body is this reply's until it is sent: one page a round */
+            r->more = !r->close && off < c->len;
+            break;
+        }
         r->iov[r->n++] = canned[kind][keep];
         r->close = !keep;
-        off = (size_t)(end + 4 - c->buf);
     }
     if (r->close)
         c->len = 0;

@@ -16,6 +16,10 @@
 struct conn {
     int fd;
     size_t len;                 /* bytes of buf holding unanswered input */
+    /* disk mode: the page as read for the reply in flight, and its header */
+    char *body;
+    size_t body_cap;
+    char head[256];
     struct conn *next;          /* pool model: the queue link */
     /* async model: the reply in flight, as an iovec advanced on short sends */
     struct iovec iov[HTTP_MAX_REPLIES];
@@ -32,12 +36,20 @@ struct replies {
     int more;      /* stopped at HTTP_MAX_REPLIES: buf may hold further requests */
 };
 
-/* Builds the canned replies; call once before serving. */
-void http_init(void);
+/* Builds the canned replies; call once before serving.  With a docroot
+ * (disk mode), the page is DOCROOT/index.html, opened, fstat'ed, read and
+ * closed for every request that asks for it, as the thesis's server did
+ * (a real static-file server's work); NULL serves the page linked in.
+ * Returns 0, or -errno when the docroot's page cannot be read. */
+int http_init(const char *docroot);
 size_t http_page_size(void);
 
 /* Answers every complete request at the start of c->buf (the replies are
- * static buffers, shared by all connections) and drops them from buf. */
+ * static buffers, shared by all connections, except a disk-mode page, read
+ * into c->body: one such reply per call, then r->more) and drops them from buf. */
 void http_take(struct conn *c, struct replies *r);
+
+/* Frees what http_take kept in `c` (before freeing c). */
+void http_release(struct conn *c);
 
 #endif

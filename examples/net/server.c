@@ -81,6 +81,7 @@ static void conn_close(struct conn *c)
     if (c->fd < live_max)
         atomic_store_explicit(&live[c->fd], 0, memory_order_relaxed);
     close(c->fd);
+    http_release(c);
     free(c);
 }
 
@@ -96,6 +97,8 @@ static struct conn *conn_new(int fd)
     c->next = NULL;
     c->niov = 0;
     c->close_after = 0;
+    c->body = NULL;
+    c->body_cap = 0;
     conn_opened(fd);
     return c;
 }
@@ -343,6 +346,7 @@ static void async_close(struct io_uring *ring, struct conn *c)
     struct io_uring_sqe *sqe = get_sqe(ring);
     io_uring_prep_close(sqe, c->fd);
     io_uring_sqe_set_data64(sqe, TAG_IGNORE);
+    http_release(c);
     free(c);
 }
 
@@ -517,9 +521,12 @@ static long parse_num(const char *opt, const char *s, long lo, long hi)
 static void usage(void)
 {
     printf("usage: " PROG " --model thread|pool|async|cluster [--port N] [--threads N] [--carriers N]\n"
+           "                  [--docroot DIR]\n"
            "  --port N      TCP port on 127.0.0.1; 0 (default) picks a free one\n"
            "  --threads N   pool model: threads in the pool (default 64)\n"
            "  --carriers N  cluster model: carrier threads (default: CPUs this process may use)\n"
+           "  --docroot DIR the page is DIR/index.html, opened, fstat'ed, read and closed for\n"
+           "                every request (default: the page linked into the program)\n"
            "Prints \"listening on PORT\" once ready; SIGTERM or SIGINT stops it.\n"
            "The cluster model runs only under `ferry run` with an aggregate profile.\n");
 }
@@ -534,7 +541,7 @@ static int cpus_allowed(void)
 
 int main(int argc, char **argv)
 {
-    const char *model = NULL;
+    const char *model = NULL, *docroot = NULL;
     long port = 0, threads = 64, carriers = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -552,7 +559,7 @@ int main(int argc, char **argv)
             a = name;
         }
         int known = !strcmp(a, "--model") || !strcmp(a, "--port") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--carriers");
+                    !strcmp(a, "--carriers") || !strcmp(a, "--docroot");
         if (!known)
             usage_error("unknown argument '%s'", argv[i]);
         if (!val) {
@@ -566,6 +573,8 @@ int main(int argc, char **argv)
             port = parse_num("--port", val, 0, 65535);
         else if (!strcmp(a, "--threads"))
             threads = parse_num("--threads", val, 1, 100000);
+        else if (!strcmp(a, "--docroot"))
+            docroot = val;
         else
             carriers = parse_num("--carriers", val, 1, 1024);
     }
@@ -591,7 +600,11 @@ int main(int argc, char **argv)
     if (!live)
         die("calloc");
 
-    http_init();
+    int rc = http_init(docroot);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": %s/index.html: %s\n", docroot, strerror(-rc));
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
 
     listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

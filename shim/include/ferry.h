@@ -81,7 +81,16 @@ struct ferry_group_config {
     unsigned char route[FERRY_NR_MAX]; /* pool index, FERRY_ROUTE_NATIVE or FERRY_ROUTE_WORKER */
     unsigned workers;                  /* worker threads for FERRY_ROUTE_WORKER; 0: 4 */
     size_t fiber_stack;                /* bytes per fiber stack, plus a guard page; 0: 256 KiB */
+    unsigned quiet;                    /* FERRY_QUIET_RING or FERRY_QUIET_DIRECT */
 };
+
+/* A fiber alone on its carrier (no other one ready) has no batch to join:
+ * FERRY_QUIET_DIRECT makes its calls that cannot block at once, as system
+ * calls (a socket's without waiting, a regular file's, fstat, close), and
+ * sends to the pool only what would wait; FERRY_QUIET_RING routes every
+ * call as the table says. */
+#define FERRY_QUIET_RING 0
+#define FERRY_QUIET_DIRECT 1
 
 struct ferry_group;
 struct ferry_fiber;

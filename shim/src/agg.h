@@ -74,6 +74,7 @@ struct agg_req {
     } iov;
     struct __kernel_timespec ts;
     int timed;                    /* a linked timeout (in ts) follows its operation */
+    struct statx stx;             /* fstat/newfstatat: the STATX result, made a struct stat after */
 };
 
 enum agg_fiber_state { AGG_READY = 1, AGG_RUNNING, AGG_PARKED, AGG_DONE };
@@ -85,6 +86,8 @@ struct agg_fiber {
     void *arg;
     char *stack;                  /* mapping: guard page, then the stack */
     size_t stack_size;            /* mapping size */
+    char *stack_lo, *stack_top;   /* the stack it runs on, 0 if unknown: memory between
+                                     its stack pointer and the top is mapped */
     void *tcb;                    /* this fiber's glibc thread control block (its fs base) */
     int state;
     int busy;                     /* inside the engine: its calls run natively */

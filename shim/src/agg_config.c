@@ -40,7 +40,7 @@ int agg_must_native(long nr)
 static const unsigned short to_pool[] = {
     SYS_read, SYS_write, SYS_pread64, SYS_pwrite64, SYS_readv, SYS_writev, SYS_preadv,
     SYS_pwritev, SYS_preadv2, SYS_pwritev2, SYS_open, SYS_openat, SYS_creat, SYS_close,
-    SYS_statx, SYS_fsync, SYS_fdatasync, SYS_accept, SYS_accept4, SYS_connect, SYS_recvfrom,
+    SYS_statx, SYS_fstat, SYS_newfstatat, SYS_fsync, SYS_fdatasync, SYS_accept, SYS_accept4, SYS_connect, SYS_recvfrom,
     SYS_sendto, SYS_recvmsg, SYS_sendmsg, SYS_shutdown, SYS_socket, SYS_unlinkat, SYS_unlink,
     SYS_rmdir, SYS_renameat, SYS_renameat2, SYS_rename, SYS_mkdirat, SYS_mkdir, SYS_symlinkat,
     SYS_symlink, SYS_linkat, SYS_link, SYS_nanosleep, SYS_clock_nanosleep, SYS_poll,
@@ -277,6 +277,14 @@ int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char *
             if (num(&p, &v, 10) || v < 0)
                 return -EINVAL;
             cfg->fiber_stack = (size_t)v;
+        } else if (word(&p, "quiet=")) {
+            *why = "quiet= is direct or ring";
+            if (word(&p, "direct"))
+                cfg->quiet = FERRY_QUIET_DIRECT;
+            else if (word(&p, "ring"))
+                cfg->quiet = FERRY_QUIET_RING;
+            else
+                return -AGG_EINVAL;
         } else if (word(&p, "threads=")) {
             *why = "threads= is fibers or native";
             if (word(&p, "fibers"))

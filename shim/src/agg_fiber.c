@@ -176,6 +176,8 @@ int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void
     ferry_memset(f, 0, sizeof(*f));
     f->stack = map;
     f->stack_size = size;
+    f->stack_lo = map + PAGE;     /* past the guard */
+    f->stack_top = map + size;
     f->tcb = new_tcb(f, (void *)tcb);
     if (!f->tcb) {
         stack_put(c, map, size);

@@ -39,6 +39,7 @@
 #define FD_SOCKET 16      /* known with FD_KNOWN */
 #define FD_REGULAR 32     /* known with FD_KNOWN */
 #define FD_PROC 64        /* known with FD_KNOWN: a file of /proc */
+#define FD_FLAGS 128      /* FD_NONBLOCK is known (from the call that made the descriptor) */
 #define PROC_SUPER_MAGIC 0x9fa0
 #define FD_MAX 65536
 static unsigned char fd_state[FD_MAX];
@@ -85,8 +86,8 @@ static int nonblocking(long fd)
         return 0;
     unsigned char st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
     if (!(st & FD_KNOWN)) {
-        long fl = ferry_pass6(SYS_fcntl, fd, F_GETFL, 0, 0, 0, 0);
-        if (fl < 0)
+        long fl = (st & FD_NONBLOCK) ? O_NONBLOCK : 0;
+        if (!(st & FD_FLAGS) && (fl = ferry_pass6(SYS_fcntl, fd, F_GETFL, 0, 0, 0, 0)) < 0)
             return 0;  /* EBADF and the like: the operation says it too */
         struct stat sb;
         int known = ferry_pass6(SYS_fstat, fd, (long)&sb, 0, 0, 0, 0) == 0;
@@ -94,9 +95,11 @@ static int nonblocking(long fd)
         int reg = known && S_ISREG(sb.st_mode);
         /* /proc describes the thread that reads it: read on an io_uring
          * worker, or while the carrier waits with every signal blocked, it
-         * would tell of them, not of the fiber's thread */
+         * would tell of them, not of the fiber's thread.  procfs has no
+         * device (major 0), as tmpfs and overlayfs: only those are asked. */
         long sfs[15];  /* struct statfs: f_type first */
-        int proc = reg && ferry_pass6(SYS_fstatfs, fd, (long)sfs, 0, 0, 0, 0) == 0 &&
+        int proc = reg && (sb.st_dev >> 8 & 0xfff) == 0 &&
+                   ferry_pass6(SYS_fstatfs, fd, (long)sfs, 0, 0, 0, 0) == 0 &&
                    sfs[0] == PROC_SUPER_MAGIC;
         st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
              (reg ? FD_REGULAR : 0) | (proc ? FD_PROC : 0);
@@ -133,6 +136,47 @@ static enum agg_tr blocking_io(long fd, int dir)
         if (t_ != AGG_TR_RING)                    \
             return t_;                            \
     } while (0)
+
+/* Whether a struct stat at `buf` lies in the calling fiber's live stack
+ * (between the request, a local of the call's own frame, and the top of
+ * the stack that frame is on): memory the copy after the call can write
+ * without a fault.  A buffer elsewhere (the heap, another thread's), or a
+ * frame on a stack the engine does not know (the program's own
+ * makecontext stacks, a thread made by clone(2), which gives no size),
+ * makes the call native. */
+static int stat_buf_safe(const struct agg_req *req, const void *buf)
+{
+    const struct agg_fiber *f = req->fiber;
+    const char *b = buf, *here = (const char *)req;
+    if (!f || !f->stack_lo || here < f->stack_lo || here >= f->stack_top)
+        return 0;
+    return b >= here && b + sizeof(struct stat) <= f->stack_top && b + sizeof(struct stat) > b;
+}
+
+/* The struct stat fstat would have written, from a statx of the same file
+ * (the kernel's cp_new_stat: devices in new_encode_dev's 32-bit form). */
+static void stat_from_statx(struct stat *st, const struct statx *x)
+{
+    ferry_memset(st, 0, sizeof(*st));
+    st->st_dev = (x->stx_dev_minor & 0xff) | ((unsigned long)x->stx_dev_major << 8) |
+                 ((unsigned long)(x->stx_dev_minor & ~0xffu) << 12);
+    st->st_rdev = (x->stx_rdev_minor & 0xff) | ((unsigned long)x->stx_rdev_major << 8) |
+                  ((unsigned long)(x->stx_rdev_minor & ~0xffu) << 12);
+    st->st_ino = x->stx_ino;
+    st->st_nlink = x->stx_nlink;
+    st->st_mode = x->stx_mode;
+    st->st_uid = x->stx_uid;
+    st->st_gid = x->stx_gid;
+    st->st_size = (long)x->stx_size;
+    st->st_blksize = x->stx_blksize;
+    st->st_blocks = (long)x->stx_blocks;
+    st->st_atim.tv_sec = x->stx_atime.tv_sec;
+    st->st_atim.tv_nsec = x->stx_atime.tv_nsec;
+    st->st_mtim.tv_sec = x->stx_mtime.tv_sec;
+    st->st_mtim.tv_nsec = x->stx_mtime.tv_nsec;
+    st->st_ctim.tv_sec = x->stx_ctime.tv_sec;
+    st->st_ctim.tv_nsec = x->stx_ctime.tv_nsec;
+}
 
 /* Decide (sqe NULL) or fill (sqe given).  `req` NULL: a raw batch, which has
  * no room for the structures some translations need. */
@@ -209,6 +253,21 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         rw(s, IORING_OP_STATX, a[0], (void *)a[1], (unsigned)a[3], (uint64_t)a[4]);
         s->statx_flags = (uint32_t)a[2];
         break;
+    case SYS_fstat:
+    case SYS_newfstatat: {
+        /* STATX into the request, a struct stat made of it after: only
+         * where that copy cannot fault (fstat would say EFAULT), and for
+         * the flags newfstatat takes (it says EINVAL to the rest) */
+        long at = a[0], flags = nr == SYS_fstat ? AT_EMPTY_PATH : a[3];
+        const char *path = nr == SYS_fstat ? "" : (const char *)a[1];
+        void *buf = (void *)(nr == SYS_fstat ? a[1] : a[2]);
+        if (!req || !stat_buf_safe(req, buf) ||
+            (flags & ~(long)(AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_EMPTY_PATH)))
+            return AGG_TR_NATIVE;
+        rw(s, IORING_OP_STATX, at, path, STATX_BASIC_STATS, (uint64_t)(uintptr_t)&req->stx);
+        s->statx_flags = (uint32_t)flags;
+        break;
+    }
     case SYS_fsync:
     case SYS_fdatasync:
         rw(s, IORING_OP_FSYNC, a[0], 0, 0, 0);
@@ -495,6 +554,53 @@ static void forget_fd(long fd)
         __atomic_store_n(&fd_state[fd], 0, __ATOMIC_RELAXED);
 }
 
+/* A descriptor a fiber's call just made: what the call itself says of it,
+ * so that learning it later (nonblocking()) asks the kernel less, or
+ * nothing: a socket's kind and blocking mode are its flags'. */
+static void new_fd(long nr, const long *a, long fd)
+{
+    if (fd < 0 || fd >= FD_MAX)
+        return;
+    unsigned char st;
+    switch (nr) {
+    case SYS_socket:
+        st = FD_KNOWN | FD_FLAGS | FD_SOCKET | ((a[1] & SOCK_NONBLOCK) ? FD_NONBLOCK : 0);
+        break;
+    case SYS_accept4:   /* an accepted socket does not inherit O_NONBLOCK */
+        st = FD_KNOWN | FD_FLAGS | FD_SOCKET | ((a[3] & SOCK_NONBLOCK) ? FD_NONBLOCK : 0);
+        break;
+    case SYS_accept:
+        st = FD_KNOWN | FD_FLAGS | FD_SOCKET;
+        break;
+    case SYS_open:
+        st = FD_FLAGS | ((a[1] & O_NONBLOCK) ? FD_NONBLOCK : 0);
+        break;
+    case SYS_openat:
+        st = FD_FLAGS | ((a[2] & O_NONBLOCK) ? FD_NONBLOCK : 0);
+        break;
+    default:            /* creat: O_WRONLY, blocking */
+        st = FD_FLAGS;
+        break;
+    }
+    __atomic_store_n(&fd_state[fd], st, __ATOMIC_RELAXED);
+}
+
+/* A fiber's own fstat of a descriptor whose kind is not known yet says it:
+ * a file with a device is no /proc file; one without is left to learn. */
+static void learn_from_stat(long fd, unsigned mode, unsigned dev_major)
+{
+    if (fd < 0 || fd >= FD_MAX)
+        return;
+    unsigned char st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
+    if ((st & FD_KNOWN) || !(st & FD_FLAGS))
+        return;
+    int reg = S_ISREG(mode), sock = S_ISSOCK(mode);
+    if (reg && dev_major == 0)
+        return;
+    __atomic_or_fetch(&fd_state[fd], FD_KNOWN | (reg ? FD_REGULAR : 0) | (sock ? FD_SOCKET : 0),
+                      __ATOMIC_RELAXED);
+}
+
 /* Calls of a fiber that make or change descriptors: run here, natively,
  * so that what the engine knows of the descriptors stays true. */
 static int fd_call(struct ferry_group *g, struct ferry_regs *r)
@@ -707,6 +813,102 @@ static int send_now(struct ferry_group *g, struct ferry_regs *r, uint64_t *done_
     return 1;
 }
 
+/* A regular file's read at the file position, in a fiber alone on its
+ * carrier: what the page cache holds now (RWF_NOWAIT), the rest as the
+ * blocking read it stands for (a regular file's read is never short but
+ * at its end).  1 when done here; 0 to route it (the data is not cached,
+ * or the file cannot be read without waiting). */
+static int read_file_now(struct ferry_group *g, struct ferry_regs *r)
+{
+    long fd = r->rdi;
+    struct kiovec v = {(const char *)r->rsi, (size_t)r->rdx};
+    long n = ferry_pass6(SYS_preadv2, fd, (long)&v, 1, -1, 0, RWF_NOWAIT);
+    agg_stat(g, AGG_ST(native), 1);
+    agg_stat(g, AGG_ST(crossings), 1);
+    if (n < 0)
+        return 0;   /* EAGAIN, EOPNOTSUPP; any other error the routed call tells */
+    while (n > 0 && n < r->rdx) {
+        long k = ferry_pass6(SYS_read, fd, r->rsi + n, r->rdx - n, 0, 0, 0);
+        agg_stat(g, AGG_ST(native), 1);
+        agg_stat(g, AGG_ST(crossings), 1);
+        if (k <= 0)
+            break;  /* the end, or an error after some bytes: those bytes */
+        n += k;
+    }
+    r->rax = n;
+    return 1;
+}
+
+/* The quiet path: no other fiber of the carrier is ready, so a call has no
+ * batch to join and a ring operation would only add two switches and a
+ * crossing of its own.  `all` (FERRY_QUIET_DIRECT): every call that cannot
+ * block is made here; else (a program's thread) only the send of send_now.
+ * 1 when the call was made here (result in r->rax), 0 to route it. */
+static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint64_t *done_at)
+{
+    if (send_now(g, r, done_at))
+        return 1;
+    if (!all)
+        return 0;
+    long nr = r->rax, fd = r->rdi;
+    unsigned char st = fd >= 0 && fd < FD_MAX ? __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) : 0;
+    switch (nr) {
+    case SYS_fstat:
+    case SYS_newfstatat:
+    case SYS_statx:
+        r->rax = native(g, r);
+        if (r->rax == 0 && (nr == SYS_fstat || (nr == SYS_newfstatat && (r->r10 & AT_EMPTY_PATH) &&
+                                                !*(const char *)r->rsi))) {
+            const struct stat *sb = (const struct stat *)(nr == SYS_fstat ? r->rsi : r->rdx);
+            learn_from_stat(fd, sb->st_mode, (unsigned)(sb->st_dev >> 8 & 0xfff));
+        }
+        return 1;
+    case SYS_close:
+        /* a socket's close may linger (SO_LINGER): it waits on the ring */
+        if (!(st & FD_FLAGS) || (st & FD_SOCKET))
+            return 0;
+        r->rax = native(g, r);
+        forget_fd(fd);
+        return 1;
+    case SYS_recvfrom:
+        if (r->r8 || (r->r10 & MSG_WAITALL))
+            return 0;
+        /* fall through */
+    case SYS_read:
+        if (!r->rdx || nonblocking(fd) || timeo(fd, FD_TIMEO_R))
+            return 0;   /* nonblocking: routed natively anyway */
+        st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
+        if (st & FD_SOCKET) {
+            long n = ferry_pass6(SYS_recvfrom, fd, r->rsi, r->rdx,
+                                 (nr == SYS_recvfrom ? r->r10 : 0) | MSG_DONTWAIT, 0, 0);
+            agg_stat(g, AGG_ST(native), 1);
+            agg_stat(g, AGG_ST(crossings), 1);
+            if (n == -EAGAIN)
+                return 0;
+            r->rax = n;
+            return 1;
+        }
+        if (nr == SYS_read && (st & FD_REGULAR) && !(st & FD_PROC))
+            return read_file_now(g, r);
+        return 0;
+    case SYS_writev:
+        if (r->rdx <= 0 || r->rdx > 1024 || !blocking_socket(fd)) {
+            return 0;
+        } else {
+            struct kmsghdr m = {0, 0, (struct kiovec *)r->rsi, (size_t)r->rdx, 0, 0, 0};
+            long n = ferry_pass6(SYS_sendmsg, fd, (long)&m, MSG_DONTWAIT, 0, 0, 0);
+            agg_stat(g, AGG_ST(native), 1);
+            agg_stat(g, AGG_ST(crossings), 1);
+            if (n == -EAGAIN)
+                return 0;
+            r->rax = write_rest(r, n, done_at);
+            return 1;
+        }
+    default:
+        return 0;
+    }
+}
+
 /* From ferry_slow: 1 if the engine ran the call (result in r->rax), 0 to
  * let the shim run it natively as usual. */
 int ferry_agg_route(struct ferry_regs *r)
@@ -748,7 +950,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         agg_stat(g, AGG_ST(crossings), 1);
         return 0;
     }
-    if (f->thread && !c->rq_head && send_now(g, r, done_at))
+    if (!c->rq_head && (f->thread || g->cfg.quiet == FERRY_QUIET_DIRECT) &&
+        quiet_now(g, r, g->cfg.quiet == FERRY_QUIET_DIRECT, done_at))
         return 1;
     f->busy = 1;
     if (nr == SYS_futex) {
@@ -821,11 +1024,16 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         res = native(g, r);
         *done_at = 0;
     }
+    if ((nr == SYS_fstat || nr == SYS_newfstatat) && tr == AGG_TR_RING && res == 0) {
+        stat_from_statx((struct stat *)(nr == SYS_fstat ? r->rsi : r->rdx), &req.stx);
+        if (nr == SYS_fstat || (req.args[3] & AT_EMPTY_PATH && !*(const char *)req.args[1]))
+            learn_from_stat(r->rdi, req.stx.stx_mode, req.stx.stx_dev_major);
+    }
     if (nr == SYS_close)
         forget_fd(r->rdi);
     else if (res >= 0 && (nr == SYS_socket || nr == SYS_accept || nr == SYS_accept4 ||
                           nr == SYS_open || nr == SYS_openat || nr == SYS_creat))
-        forget_fd(res);
+        new_fd(nr, req.args, res);
     if (complete && tr == AGG_TR_RING && !f->interrupted)
         res = write_rest(r, res, done_at);
     r->rax = res;

@@ -616,7 +616,8 @@ static void thread_entry(void *arg)
 }
 
 static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned long flags,
-                       unsigned long stack_top, int *ptid, int *ctid, unsigned long tls)
+                       unsigned long stack_lo, unsigned long stack_top, int *ptid, int *ctid,
+                       unsigned long tls)
 {
     if (__atomic_load_n(&next_vtid, __ATOMIC_RELAXED) >= MAX_THREADS)
         return -EAGAIN;  /* as when a process hits its thread limit */
@@ -653,6 +654,8 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     f->start = s;
     f->carrier = c;
     f->tcb = (void *)tls;
+    f->stack_lo = (char *)stack_lo;
+    f->stack_top = (char *)stack_top;
     f->ctx.fsbase = tls;
     f->joined = -1;
     f->sigmask = self->sigmask;  /* a new thread inherits its creator's mask */
@@ -691,7 +694,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
  * a thread the fiber world can host (then it runs as the kernel's). */
 static int clone_thread(struct agg_fiber *self, struct ferry_regs *r)
 {
-    unsigned long flags, stack_top, tls;
+    unsigned long flags, stack_lo = 0, stack_top, tls;
     int *ptid, *ctid;
     if (!r->frame)
         return 0;  /* caught by the catch-all: no trampoline to resume through */
@@ -700,6 +703,7 @@ static int clone_thread(struct agg_fiber *self, struct ferry_regs *r)
         if ((unsigned long)r->rsi < sizeof(a) || ferry_safe_read(&a, (void *)r->rdi, sizeof(a)) != sizeof(a))
             return 0;
         flags = a.flags;
+        stack_lo = a.stack;    /* clone(2) gives only the top */
         stack_top = a.stack + a.stack_size;
         ptid = (int *)a.parent_tid;
         ctid = (int *)a.child_tid;
@@ -716,7 +720,7 @@ static int clone_thread(struct agg_fiber *self, struct ferry_regs *r)
     const unsigned long need = CLONE_VM | CLONE_THREAD | CLONE_SIGHAND | CLONE_SETTLS;
     if ((flags & need) != need || !stack_top || !tls || (flags & (CLONE_VFORK | CLONE_PIDFD)))
         return 0;
-    r->rax = new_thread(self, r, flags, stack_top, ptid, ctid, tls);
+    r->rax = new_thread(self, r, flags, stack_lo, stack_top, ptid, ctid, tls);
     return 1;
 }
 

@@ -107,13 +107,38 @@ static struct ferry_blk *thread_block(void)
     return (struct ferry_blk *)b;
 }
 
+/* ferry.dll's own calls (loading Detours, writing a child's imports, patching
+ * a DLL that loads late) go through the same patched stubs as the program's.
+ * While ferry.dll works, the thread's slot points at `own`, which nobody
+ * reads: the trampolines stay as they are and the report holds only what the
+ * program called. */
+static uint64_t own[FERRY_NR_MAX + 8] __attribute__((aligned(64)));
+
+static uint64_t own_calls_begin(void)
+{
+    if (!tls_slot)      /* nothing patched: no call of ours is counted */
+        return 0;
+    uint64_t off = tls_slot, was;
+    __asm__ volatile("movq %%gs:(%1), %0" : "=r"(was) : "r"(off));
+    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"((uint64_t)own), "r"(off) : "memory");
+    return was;
+}
+
+static void own_calls_end(uint64_t was)
+{
+    if (!tls_slot)
+        return;
+    uint64_t off = tls_slot;
+    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"(was), "r"(off) : "memory");
+}
+
 /* The end of a timed call (the trampolines of patch.c call it with the
  * stub's status in hand; it makes no system call).  An NTSTATUS of error
  * severity (0xC...) counts as an error. */
 void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32_t index)
 {
     struct ferry_blk *b = thread_block();
-    if (!b || (void *)b == (void *)spare || index >= FERRY_NR_MAX)
+    if (!b || (void *)b == (void *)spare || (void *)b == (void *)own || index >= FERRY_NR_MAX)
         return;
     struct ferry_nr_stats *s = &b->nr[index];
     uint64_t dt = exit_tsc - enter_tsc;
@@ -391,9 +416,8 @@ static WCHAR *child_environment(const WCHAR *env, SIZE_T *chars)
     return out;
 }
 
-long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,
-                                         void *toa, uint32_t pflags, uint32_t tflags, void *params,
-                                         void *info, void *attrs)
+static long create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa, void *toa,
+                                uint32_t pflags, uint32_t tflags, void *params, void *info, void *attrs)
 {
     if (!update_with_dll && detours_path[0]) {
         HMODULE d = LoadLibraryW(detours_path);
@@ -430,6 +454,16 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
     return st;
 }
 
+long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, void *poa,
+                                         void *toa, uint32_t pflags, uint32_t tflags, void *params,
+                                         void *info, void *attrs)
+{
+    uint64_t was = own_calls_begin();    /* the call itself was counted on its way in */
+    long st = create_user_process(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
+    own_calls_end(was);
+    return st;
+}
+
 static void patch_module(int i)
 {
     struct ferry_stub *s = stubs + mods[i].first;
@@ -463,11 +497,8 @@ struct loaded_dll {
     ULONG size;
 };
 
-static void CALLBACK late_load(ULONG reason, const struct loaded_dll *d, void *context)
+static void take_late(const struct loaded_dll *d)
 {
-    (void)context;
-    if (reason != 1 /* LDR_DLL_NOTIFICATION_REASON_LOADED */ || !hdr || nmods == MAX_MODULES)
-        return;
     int first = nstubs, linked = 0;
     int n = ferry_find_stubs(d->base, stubs + first, FERRY_WIN_MAX_STUBS - first);
     if (n <= 0) {
@@ -482,6 +513,16 @@ static void CALLBACK late_load(ULONG reason, const struct loaded_dll *d, void *c
         return;
     publish(i);
     patch_module(i);
+}
+
+static void CALLBACK late_load(ULONG reason, const struct loaded_dll *d, void *context)
+{
+    (void)context;
+    if (reason != 1 /* LDR_DLL_NOTIFICATION_REASON_LOADED */ || !hdr || nmods == MAX_MODULES)
+        return;
+    uint64_t was = own_calls_begin();
+    take_late(d);
+    own_calls_end(was);
 }
 
 typedef LONG (NTAPI *register_fn)(ULONG, void (CALLBACK *)(ULONG, const struct loaded_dll *, void *),
@@ -503,11 +544,13 @@ typedef long (__stdcall *terminate_fn)(void *, long);
 
 long __stdcall ferry_terminate_process(void *process, long status)
 {
-    terminate_fn own = (terminate_fn)hooks.terminate_original;
+    terminate_fn original = (terminate_fn)hooks.terminate_original;
+    uint64_t was = own_calls_begin();
     DWORD pid = process && process != (void *)-1 ? GetProcessId(process) : 0;
+    own_calls_end(was);
     if (!pid || pid == GetCurrentProcessId())
-        return own(process, status);
-    long st = own(process, status);
+        return original(process, status);
+    long st = original(process, status);
     if (st >= 0) {
         uint32_t i = __atomic_fetch_add(&hdr->nwaits, 1, __ATOMIC_ACQ_REL);
         if (i < FERRY_MAX_WAITS) {
@@ -559,9 +602,11 @@ static void start(HINSTANCE self)
         return;
     tls_slot = TEB_TLS_SLOTS + 8 * tls_index;
     timed = mode == FERRY_MODE_TRACE;
+    uint64_t was = own_calls_begin();
     for (int i = 0; i < nmods; i++)
         patch_module(i);
     watch_loads();
+    own_calls_end(was);
 }
 
 static void finish(void)

@@ -7,6 +7,9 @@
  * PARENT is the process the run knows as the program's parent (`ferry run`,
  * or the Linux process that ran wine), given to ferry.dll in
  * FERRY_WIN_PARENT: this launcher is Ferry's machinery, not in the tree.
+ * FERRY_WIN_IMAGE, when set, is the file to start in PROGRAM's place (its
+ * image rewritten by `ferry instrument`, in the cache): the program's command
+ * line still names PROGRAM, as it would natively.
  * Detours is Microsoft's; its DLL comes from the `detoursdll` package at
  * set-up time, loaded here by path. */
 #include <windows.h>
@@ -67,6 +70,9 @@ int main(void)
         unquote(args[i]);
     SetEnvironmentVariableW(L"FERRY_WIN_PARENT", args[3]);
     WCHAR *program = args[4];
+    static WCHAR image[2048];
+    DWORD ni = GetEnvironmentVariableW(L"FERRY_WIN_IMAGE", image, 2048);
+    SetEnvironmentVariableW(L"FERRY_WIN_IMAGE", 0);
     HMODULE detours = LoadLibraryW(args[1]);
     create_with_dll create = detours ? (create_with_dll)(void (*)(void))
         GetProcAddress(detours, "DetourCreateProcessWithDllExW") : 0;
@@ -93,7 +99,7 @@ int main(void)
     PROCESS_INFORMATION pi;
     GetStartupInfoW(&si);
     si.cb = sizeof(si);
-    if (!create(program, cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0)) {
+    if (!create(ni && ni < 2048 ? image : program, cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0)) {
         say("ferry-launch: cannot start the program\n");
         return 2;
     }

@@ -1,6 +1,6 @@
 /* The same sequence of calls, natively or from fibers: every result and
  * errno must be the same.  Usage: agg_results native|fiber SUITE DIR
- * SUITE: files, sockets, pipes, timers, futex, order, failing. */
+ * SUITE: files, stat, sockets, pipes, timers, futex, order, failing. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -11,7 +11,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/file.h>
+#include <sys/sysmacros.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -328,11 +330,67 @@ static void futexes(void)
     say("shared_wake", syscall(SYS_futex, &word, FUTEX_WAKE, 1, 0, 0, 0));
 }
 
+/* Every field of a struct stat against the statx of the same file (what
+ * a fiber's fstat is made of), and the fields two runs share. */
+static void say_stat(const char *name, long r, const struct stat *st, const char *file, int flags)
+{
+    say(name, r);
+    if (r < 0)
+        return;
+    struct statx x;
+    if (statx(AT_FDCWD, file, flags, STATX_BASIC_STATS, &x) < 0) {
+        printf("%s statx failed errno=%d\n", name, errno);
+        return;
+    }
+    int same = st->st_ino == x.stx_ino && st->st_dev == makedev(x.stx_dev_major, x.stx_dev_minor) &&
+               st->st_rdev == makedev(x.stx_rdev_major, x.stx_rdev_minor) &&
+               st->st_mode == x.stx_mode && st->st_nlink == x.stx_nlink && st->st_uid == x.stx_uid &&
+               st->st_gid == x.stx_gid && st->st_size == (off_t)x.stx_size &&
+               st->st_blksize == (blksize_t)x.stx_blksize && st->st_blocks == (blkcnt_t)x.stx_blocks &&
+               st->st_mtim.tv_sec == x.stx_mtime.tv_sec && st->st_mtim.tv_nsec == x.stx_mtime.tv_nsec &&
+               st->st_ctim.tv_sec == x.stx_ctime.tv_sec && st->st_ctim.tv_nsec == x.stx_ctime.tv_nsec;
+    printf("%s mode=%o nlink=%lu size=%ld rdev=%lx blocks=%ld same_as_statx=%d\n", name,
+           (unsigned)st->st_mode, (unsigned long)st->st_nlink, (long)st->st_size,
+           (unsigned long)st->st_rdev, (long)st->st_blocks, same);
+}
+
+static void stats(void)
+{
+    struct stat st;
+    int fd = open(path("s"), O_RDWR | O_CREAT | O_TRUNC, 0640);
+    say("write", write(fd, "twelve bytes", 12));
+    say_stat("fstat_file", fstat(fd, &st), &st, path("s"), 0);
+    int d = open(dir, O_RDONLY | O_DIRECTORY);
+    say_stat("fstat_dir", fstat(d, &st), &st, dir, 0);
+    int null = open("/dev/null", O_RDONLY);
+    say_stat("fstat_devnull", fstat(null, &st), &st, "/dev/null", 0);
+    say("symlink", symlink("s", path("link")));
+    say_stat("fstatat_link", fstatat(d, "link", &st, 0), &st, path("link"), 0);
+    say_stat("fstatat_nofollow", fstatat(d, "link", &st, AT_SYMLINK_NOFOLLOW), &st, path("link"),
+             AT_SYMLINK_NOFOLLOW);
+    say_stat("fstatat_empty_path", fstatat(fd, "", &st, AT_EMPTY_PATH), &st, path("s"), 0);
+    say("fstatat_missing", fstatat(d, "nope", &st, 0));
+    say("fstatat_bad_flags", fstatat(d, "s", &st, 0x2000 /* AT_STATX_FORCE_SYNC: statx's only */));
+    say("fstat_badfd", fstat(-1, &st));
+    say("fstat_closed", fstat(1000, &st));
+    /* a buffer off the stack: the call runs natively, same answers */
+    struct stat *heap = malloc(sizeof *heap);
+    say_stat("fstat_heap", fstat(fd, heap), heap, path("s"), 0);
+    free(heap);
+    say("fstat_efault", syscall(SYS_fstat, fd, (void *)8));
+    say("fstatat_efault", syscall(SYS_newfstatat, d, "s", (void *)8, 0));
+    close(null);
+    close(d);
+    close(fd);
+}
+
 static void suite(void *arg)
 {
     const char *s = arg;
     if (!strcmp(s, "files"))
         files();
+    else if (!strcmp(s, "stat"))
+        stats();
     else if (!strcmp(s, "sockets"))
         sockets();
     else if (!strcmp(s, "pipes"))
