@@ -284,7 +284,7 @@ int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char *
             else if (word(&p, "ring"))
                 cfg->quiet = FERRY_QUIET_RING;
             else
-                return -AGG_EINVAL;
+                return -EINVAL;
         } else if (word(&p, "threads=")) {
             *why = "threads= is fibers or native";
             if (word(&p, "fibers"))
