@@ -11,7 +11,8 @@ import signal
 from pathlib import Path
 
 from . import aggdata, catchdata, procfile, runlock
-from .base.errors import FerryError
+from .base.errors import FerryError, InputError
+from .rewriter import elfkind
 
 NOT_ENABLED = {
     procfile.EXEC_REWRITTEN: "its rewritten image did not start the shim",
@@ -19,9 +20,18 @@ NOT_ENABLED = {
                          "(`ferry run` rewrites it after this run; the next run enables it)",
     procfile.EXEC_SETUID: "set-user-ID or set-group-ID program: never enabled",
     procfile.EXEC_STATIC: "statically linked program without a rewritten image",
+    procfile.EXEC_STATIC_PIE: "statically linked (static-pie) program without a rewritten image",
     procfile.EXEC_UNKNOWN: "not an ELF program the shim could read",
-    procfile.EXEC_FOREIGN: "a program the shim cannot be loaded into (32-bit, or a dynamic "
-                           "loader other than glibc's x86-64 ld.so, such as musl's)",
+    procfile.EXEC_FOREIGN: "an ELF program for another machine: the shim cannot be loaded into it",
+    procfile.EXEC_ELF32: f"{elfkind.KINDS['elf32']}: the shim cannot be loaded into it",
+    procfile.EXEC_LOADER: ("uses a dynamic loader other than glibc's x86-64 ld.so{loader}: the shim "
+                           "(built for glibc) cannot be loaded into it"),
+    procfile.EXEC_PACKED: elfkind.KINDS["packed"],
+    procfile.EXEC_UNREADABLE: ("the process could run the file but not read it, and it has no "
+                               "rewritten image: the exec hook could not tell what it is"),
+    procfile.EXEC_NO_ROOM: ("its environment or arguments did not fit the exec hook's tables (more "
+                            "than 1024 variables or 512 arguments, or memory it could not read), so "
+                            "the hook could not add the run's settings to them"),
     procfile.EXEC_WINDOWS: "wine, started on a Windows program with ferry.dll: the program and "
                            "its children are the Windows processes of this run",
 }
@@ -242,7 +252,18 @@ def _not_enabled_reason(f, exit_, creators):
         return creators.why_not(f.exec_uid)
     if exit_ and exit_.get("signal") and f.exec_kind in (procfile.EXEC_REWRITTEN, procfile.EXEC_PLAIN):
         return f"killed by {exit_['signal']} right after its exec, before the shim started in it"
-    return NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN])
+    reason = NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN])
+    return reason.format(loader=_loader_named(f.exec_path)) if f.exec_kind == procfile.EXEC_LOADER \
+        else reason
+
+
+def _loader_named(path):
+    """' (NAME)': the loader the program at `path` names, if it still does."""
+    try:
+        name = elfkind.classify(path).interpreter
+    except InputError:
+        return ""
+    return f" ({name})" if name else ""
 
 
 def _enabled_by(f):

@@ -191,6 +191,7 @@ MARKS = {
     "test_fibers.py::test_apache_worker": ("net",),
     "test_non_root.py": ("root",),
     "test_privilege_drop.py": ("root",),
+    "test_unenabled_reasons.py::test_a_program_the_process_may_run_but_not_read": ("root",),
     # more than a few seconds each, or many runs of large programs
     "test_fibers_never_hang.py": ("slow",),
     "test_bad_input.py": ("slow",),
