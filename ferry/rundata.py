@@ -16,8 +16,7 @@ from .rewriter import elfkind
 
 NOT_ENABLED = {
     procfile.EXEC_REWRITTEN: "its rewritten image did not start the shim",
-    procfile.EXEC_PLAIN: "ran a dynamic program that has no rewritten image yet "
-                         "(`ferry run` rewrites it after this run; the next run enables it)",
+    procfile.EXEC_PLAIN: "ran a dynamic program that has no rewritten image yet",
     procfile.EXEC_SETUID: "set-user-ID or set-group-ID program: never enabled",
     procfile.EXEC_STATIC: "statically linked program without a rewritten image",
     procfile.EXEC_STATIC_PIE: "statically linked (static-pie) program without a rewritten image",
@@ -35,6 +34,11 @@ NOT_ENABLED = {
     procfile.EXEC_WINDOWS: "wine, started on a Windows program with ferry.dll: the program and "
                            "its children are the Windows processes of this run",
 }
+# Kinds `ferry run` rewrites after the run (runner.learn), and where it says what it
+# could not rewrite
+LEARNABLE = (procfile.EXEC_PLAIN, procfile.EXEC_STATIC, procfile.EXEC_STATIC_PIE)
+LEARNED = "learned.json"
+LEARN_PROMISE = " (`ferry run` rewrites it after this run; the next run enables it)"
 PREINIT_NOTE = ("calls made before the shim initialized (the dynamic loader mapping the "
                 "program's libraries) are not seen and not counted")
 
@@ -118,6 +122,7 @@ def load_run(run_dir):
                 waited[pid] = status
 
     processes = _processes(files, info, images, waited, _Creators(run_dir), terminated)
+    _say_what_learning_did(processes, _learn_failures(run_dir))
     program = info.get("program") or {}
     if program.get("enabled") is False and not any(p["pid"] == info.get("pid") for p in processes):
         # The command itself ran without the shim: it wrote nothing, `ferry
@@ -255,6 +260,28 @@ def _not_enabled_reason(f, exit_, creators):
     reason = NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN])
     return reason.format(loader=_loader_named(f.exec_path)) if f.exec_kind == procfile.EXEC_LOADER \
         else reason
+
+
+def _learn_failures(run_dir):
+    """{program: why it could not be rewritten} after the run (learned.json), or {}."""
+    try:
+        failed = json.loads((Path(run_dir) / LEARNED).read_text()).get("failed")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return failed if isinstance(failed, dict) else {}
+
+
+def _say_what_learning_did(processes, failed):
+    """A process that ran without the shim for want of a rewritten image: whether the
+    next run enables it (`ferry run` rewrites it after the run) or why not."""
+    for p in processes:
+        if p["enabled"] or p.get("exec_kind") not in LEARNABLE or not p["exe"] or \
+                p["reason"] != NOT_ENABLED[p["exec_kind"]]:     # another cause said (a user switch, ...)
+            continue
+        if p["exe"] in failed:
+            p["reason"] += f"; rewriting it after the run failed: {failed[p['exe']]}"
+        elif p.get("exec_kind") == procfile.EXEC_PLAIN:
+            p["reason"] += LEARN_PROMISE
 
 
 def _loader_named(path):

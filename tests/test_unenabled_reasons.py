@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_ferry
-from test_static_bad_input import upx_header
+from test_static_bad_input import no_room, upx_header
 
 PYTHON = "/usr/bin/python3"
 # a parent that is enabled: it runs each program given, one after the other
@@ -130,3 +130,18 @@ def test_a_program_the_process_may_run_but_not_read(static_program):
         assert "could run the file but not read it" in reason
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_child_ferry_could_not_rewrite_after_the_run_says_why(static_program, tmp_path):
+    """`ferry run` rewrites after the run what ran without the shim for want of
+    an image; when that fails, the next run will not enable it either, and the
+    report says why instead of leaving it at 'no rewritten image'."""
+    path = tmp_path / "noroom"
+    path.write_bytes(no_room(static_program("static_c-glibc").read_bytes()))
+    path.chmod(0o755)
+    run_ferry("run", "-o", tmp_path / "run", "--", PYTHON, "-c", RUN_EACH, path)
+    reason = _unenabled(_model(tmp_path / "run"), path)
+    assert "statically linked program without a rewritten image; rewriting it after the run " \
+           "failed: its loadable segments reach 0x7fffffff0000" in reason
+    run_ferry("run", "--no-learn", "-o", tmp_path / "unlearned", "--", PYTHON, "-c", RUN_EACH, path)
+    assert "rewriting it after the run failed" not in _unenabled(_model(tmp_path / "unlearned"), path)
