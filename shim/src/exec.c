@@ -159,11 +159,11 @@ static int has_magic(const char *p, long n, const char *magic)
     return 0;
 }
 
-/* Program header `i` of the open file `fd`: from `head` (the file's first
- * `got` bytes) when it is there, else read.  0 or -1. */
+/* The program header at file offset `at` of the open file `fd`: from `head`
+ * (the file's first `got` bytes) when it is there, else read.  0 or -1. */
 static int read_phdr(long fd, const char *head, long got, uint64_t at, uint64_t ph[7])
 {
-    if (at + 56 <= (uint64_t)got) {
+    if (at < (uint64_t)got && (uint64_t)got - at >= 56) {
         ferry_memcpy(ph, head + at, 56);
         return 0;
     }
@@ -452,6 +452,34 @@ static void exec_image(const char *image, char *const *argv, char *const *envp)
         ferry_internal[SYS_execve]++;
 }
 
+/* Run what the cache holds (`c`, `image`) for the file `name`: exec its
+ * rewritten image with `xargv` (returns only if that exec failed), or, for a
+ * program whose own file runs with its cached libraries first, put that
+ * environment in *use_env and return 1.  0 otherwise; *unserved is set when
+ * the run's settings did not fit beside the program's environment (or
+ * `xargv` could not be made), so that the report says so. */
+static int use_cached(enum cached c, const char *image, const char *name, char *const *xargv,
+                      char *const *envp, char **env, struct env_extra *x, char *const **use_env,
+                      int *unserved)
+{
+    char **built;
+    if (c == CACHED_IMAGE) {
+        if (xargv && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
+            ferry_store_exec_begin(name, FERRY_EXEC_REWRITTEN);
+            exec_image(image, xargv, built);
+        } else {
+            *unserved = 1;
+        }
+    } else if (c == CACHED_LIBDIR) {
+        if ((built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
+            *use_env = built;
+            return 1;
+        }
+        *unserved = 1;
+    }
+    return 0;
+}
+
 long ferry_exec(const struct ferry_regs *r)
 {
     int at = r->rax == SYS_execveat;
@@ -503,49 +531,24 @@ long ferry_exec(const struct ferry_regs *r)
     }
     if (target[0]) {
         enum cached c = cached_image(target, image, sizeof(image), &st);
-        if (c == CACHED_IMAGE) {
-            if ((built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
-                ferry_store_exec_begin(path, FERRY_EXEC_REWRITTEN);
-                exec_image(image, argv, built);  /* returns only on failure */
-            } else {
-                unserved = 1;
-            }
-        }
         /* The program's own file, its cached libraries first: what it sees
          * of itself (/proc/self/exe, AT_EXECFN, $ORIGIN) stays its own. */
-        if (c == CACHED_LIBDIR) {
-            if ((built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
-                use_env = built;
-                kind = FERRY_EXEC_REWRITTEN;
-                goto pass;
-            }
-            unserved = 1;
+        if (use_cached(c, image, path, argv, envp, env, x, &use_env, &unserved)) {
+            kind = FERRY_EXEC_REWRITTEN;
+            goto pass;
         }
         if (ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             struct stat ist;
-            char **sargv;
             c = cached_image(interp, image, sizeof(image), &ist);
-            if (c == CACHED_IMAGE) {
-                if ((sargv = script_argv(interp, arg, path, argv, args, MAX_ARGS)) &&
-                    (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
-                    ferry_store_exec_begin(interp, FERRY_EXEC_REWRITTEN);
-                    exec_image(image, sargv, built);
-                } else {
-                    unserved = 1;
-                }
-            }
-            if (c == CACHED_LIBDIR) {
-                if ((built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
-                    /* The kernel runs the script as it would: only the
-                     * interpreter's libraries change. */
-                    use_env = built;
-                    kind = FERRY_EXEC_REWRITTEN;
-                    goto pass;
-                }
-                unserved = 1;
+            char **sargv = c == CACHED_IMAGE ? script_argv(interp, arg, path, argv, args, MAX_ARGS) : 0;
+            /* With its cached libraries, the kernel runs the script as it
+             * would: only the interpreter's libraries change. */
+            if (use_cached(c, image, interp, sargv, envp, env, x, &use_env, &unserved)) {
+                kind = FERRY_EXEC_REWRITTEN;
+                goto pass;
             }
             /* `interp` lives in `head`, which classify() reads into. */
             size_t ilen = ferry_strlen(interp);
