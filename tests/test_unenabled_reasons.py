@@ -145,3 +145,11 @@ def test_a_child_ferry_could_not_rewrite_after_the_run_says_why(static_program, 
            "failed: its loadable segments reach 0x7fffffff0000" in reason
     run_ferry("run", "--no-learn", "-o", tmp_path / "unlearned", "--", PYTHON, "-c", RUN_EACH, path)
     assert "rewriting it after the run failed" not in _unenabled(_model(tmp_path / "unlearned"), path)
+
+
+def test_ferry_run_says_at_once_that_its_command_ran_without_the_shim(static_program, tmp_path):
+    path = static_program("static_c-musl")
+    r = run_ferry("run", "-v", "-o", tmp_path / "run", "--", path, "child", "x",
+                  env=dict(os.environ, COLUMNS="300"))
+    assert r.stdout == "child: [x]\n"
+    assert f"ferry: {path} ran without the shim: statically linked" in r.stderr
