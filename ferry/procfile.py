@@ -56,6 +56,12 @@ EXEC_STATIC = constant("FERRY_EXEC_STATIC")
 EXEC_UNKNOWN = constant("FERRY_EXEC_UNKNOWN")
 EXEC_FOREIGN = constant("FERRY_EXEC_FOREIGN")
 EXEC_WINDOWS = constant("FERRY_EXEC_WINDOWS")  # wine on a Windows program, with ferry.dll
+EXEC_STATIC_PIE = constant("FERRY_EXEC_STATIC_PIE")
+EXEC_ELF32 = constant("FERRY_EXEC_ELF32")
+EXEC_LOADER = constant("FERRY_EXEC_LOADER")
+EXEC_PACKED = constant("FERRY_EXEC_PACKED")
+EXEC_UNREADABLE = constant("FERRY_EXEC_UNREADABLE")
+EXEC_NO_ROOM = constant("FERRY_EXEC_NO_ROOM")
 MODES = {v: k.lower() for k, v in constants("FERRY_MODE_").items()}
 # Modes whose blocks hold errors and times: trace (the traced calls) and aggregate (the calls
 # that reach the shim's slow path, the engine's among them; docs/aggregate.md).

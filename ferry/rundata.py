@@ -11,20 +11,34 @@ import signal
 from pathlib import Path
 
 from . import aggdata, catchdata, procfile, runlock
-from .base.errors import FerryError
+from .base.errors import FerryError, InputError
+from .rewriter import elfkind
 
 NOT_ENABLED = {
     procfile.EXEC_REWRITTEN: "its rewritten image did not start the shim",
-    procfile.EXEC_PLAIN: "ran a dynamic program that has no rewritten image yet "
-                         "(`ferry run` rewrites it after this run; the next run enables it)",
+    procfile.EXEC_PLAIN: "ran a dynamic program that has no rewritten image yet",
     procfile.EXEC_SETUID: "set-user-ID or set-group-ID program: never enabled",
     procfile.EXEC_STATIC: "statically linked program without a rewritten image",
+    procfile.EXEC_STATIC_PIE: "statically linked (static-pie) program without a rewritten image",
     procfile.EXEC_UNKNOWN: "not an ELF program the shim could read",
-    procfile.EXEC_FOREIGN: "a program the shim cannot be loaded into (32-bit, or a dynamic "
-                           "loader other than glibc's x86-64 ld.so, such as musl's)",
+    procfile.EXEC_FOREIGN: "an ELF program for another machine: the shim cannot be loaded into it",
+    procfile.EXEC_ELF32: f"{elfkind.KINDS['elf32']}: the shim cannot be loaded into it",
+    procfile.EXEC_LOADER: ("uses a dynamic loader other than glibc's x86-64 ld.so{loader}: the shim "
+                           "(built for glibc) cannot be loaded into it"),
+    procfile.EXEC_PACKED: elfkind.KINDS["packed"],
+    procfile.EXEC_UNREADABLE: ("the process could run the file but not read it, and it has no "
+                               "rewritten image: the exec hook could not tell what it is"),
+    procfile.EXEC_NO_ROOM: ("its environment or arguments did not fit the exec hook's tables (more "
+                            "than 1024 variables or 512 arguments, or memory it could not read), so "
+                            "the hook could not add the run's settings to them"),
     procfile.EXEC_WINDOWS: "wine, started on a Windows program with ferry.dll: the program and "
                            "its children are the Windows processes of this run",
 }
+# Kinds `ferry run` rewrites after the run (runner.learn), and where it says what it
+# could not rewrite
+LEARNABLE = (procfile.EXEC_PLAIN, procfile.EXEC_STATIC, procfile.EXEC_STATIC_PIE)
+LEARNED = "learned.json"
+LEARN_PROMISE = " (`ferry run` rewrites it after this run; the next run enables it)"
 PREINIT_NOTE = ("calls made before the shim initialized (the dynamic loader mapping the "
                 "program's libraries) are not seen and not counted")
 
@@ -130,6 +144,7 @@ def _model(run_dir, proc_dir, info, owner):
                 waited[pid] = status
 
     processes = _processes(files, info, images, waited, _Creators(proc_dir, owner), terminated)
+    _say_what_learning_did(processes, _learn_failures(run_dir))
     program = info.get("program") or {}
     if program.get("enabled") is False and not any(p["pid"] == info.get("pid") and not p.get("windows")
                                                    for p in processes):
@@ -265,7 +280,40 @@ def _not_enabled_reason(f, exit_, creators):
         return creators.why_not(f.exec_uid)
     if exit_ and exit_.get("signal") and f.exec_kind in (procfile.EXEC_REWRITTEN, procfile.EXEC_PLAIN):
         return f"killed by {exit_['signal']} right after its exec, before the shim started in it"
-    return NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN])
+    reason = NOT_ENABLED.get(f.exec_kind, NOT_ENABLED[procfile.EXEC_UNKNOWN])
+    return reason.format(loader=_loader_named(f.exec_path)) if f.exec_kind == procfile.EXEC_LOADER \
+        else reason
+
+
+def _learn_failures(run_dir):
+    """{program: why it could not be rewritten} after the run (learned.json), or {}."""
+    try:
+        failed = json.loads((Path(run_dir) / LEARNED).read_text()).get("failed")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return failed if isinstance(failed, dict) else {}
+
+
+def _say_what_learning_did(processes, failed):
+    """A process that ran without the shim for want of a rewritten image: whether the
+    next run enables it (`ferry run` rewrites it after the run) or why not."""
+    for p in processes:
+        if p["enabled"] or p.get("exec_kind") not in LEARNABLE or not p["exe"] or \
+                p["reason"] != NOT_ENABLED[p["exec_kind"]]:     # another cause said (a user switch, ...)
+            continue
+        if p["exe"] in failed:
+            p["reason"] += f"; rewriting it after the run failed: {failed[p['exe']]}"
+        elif p.get("exec_kind") == procfile.EXEC_PLAIN:
+            p["reason"] += LEARN_PROMISE
+
+
+def _loader_named(path):
+    """' (NAME)': the loader the program at `path` names, if it still does."""
+    try:
+        name = elfkind.classify(path).interpreter
+    except InputError:
+        return ""
+    return f" ({name})" if name else ""
 
 
 def _enabled_by(f):

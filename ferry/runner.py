@@ -128,18 +128,19 @@ def _is_cached_image(path):
 
 
 def learn(out_dir):
-    """Rewrite the dynamic programs that ran without the shim in this run, so
-    that the next run enables them (FX!32 translated in the background after a
-    first, emulated run), and plan the libraries whose calls the catch-all
-    caught.  Returns the files rewritten or planned."""
-    from .procfile import EXEC_PLAIN
+    """Rewrite the programs that ran without the shim in this run for want of
+    a rewritten image, so that the next run enables them (FX!32 translated in
+    the background after a first, emulated run), and plan the libraries whose
+    calls the catch-all caught.  Returns the files rewritten or planned; what
+    could not be rewritten, and why, goes into the run (learned.json: its
+    report then says why the next run will not enable it either)."""
     from .rewriter.instrument import instrument
-    from .rundata import load_run
+    from .rundata import LEARNABLE, LEARNED, load_run
     try:
         model = load_run(out_dir)
     except FerryError:
         return []
-    done = []
+    done, failed = [], {}
     # Libraries whose calls only the catch-all saw: a plan makes the next
     # run patch them when they load.
     for path in catchdata.modules_to_plan(model.get("catch_all") or {"sites": []}):
@@ -151,13 +152,16 @@ def learn(out_dir):
         except FerryError:
             continue
     for p in model["processes"]:
-        if p["enabled"] or p.get("exec_kind") != EXEC_PLAIN or not p["exe"] or p["exe"] in done:
+        if p["enabled"] or p.get("exec_kind") not in LEARNABLE or not p["exe"] or \
+                p["exe"] in done or p["exe"] in failed:
             continue
         try:
             instrument(p["exe"])
             done.append(p["exe"])
-        except FerryError:
-            continue
+        except FerryError as e:
+            failed[p["exe"]] = e.problem
+    if failed:
+        write_json(Path(out_dir) / LEARNED, {"format": "ferry-learned", "version": 1, "failed": failed})
     return done
 
 

@@ -93,6 +93,8 @@ def classify(path):
         kind = elfkind.classify(path)
     except InputError as e:
         return OTHER, e.problem
+    if kind.unusable:   # packed, or headers no kernel or rewriter can follow
+        raise InputError(path, kind.reason)
     if kind.name in ("static", "static-pie"):
         return STATIC, kind.reason
     if kind.name in ("elf32", "musl"):

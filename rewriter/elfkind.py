@@ -1,7 +1,7 @@
 """What kind of program a file is, from its ELF and program headers alone.
 
 `classify` answers before anything heavy is imported (no LIEF, capstone or
-keystone) and reads a few hundred bytes: `ferry run` asks it whether a
+keystone) and reads a KiB or two: `ferry run` asks it whether a
 command can be rewritten at all, so that a program the shim cannot serve
 (static, 32-bit, musl) starts at once, with the reason.  `header_problem` is
 the check of the raw header that comes before LIEF is trusted with a file.
@@ -31,10 +31,27 @@ KINDS = {
     "static-pie": STATIC_REASON.replace("statically linked", "statically linked (static-pie)"),
     "elf32": "not a 64-bit ELF file (only x86-64 is supported)",
     "musl": "uses musl's dynamic loader ({interp}); the shim is built for glibc",
+    "packed": ("packed with UPX (a self-extracting program: its code exists only once it "
+               "has unpacked itself); unpack it first (upx -d)"),
+    "bad": "",        # reason: what is wrong with its program headers
     "foreign": "",    # reason: the header check's own words
     "not-elf": "",    # idem
 }
-REFUSED = frozenset({"static", "static-pie", "elf32", "musl"})
+REFUSED = frozenset({"static", "static-pie", "elf32", "musl", "packed", "bad"})
+# Files nothing can be done with: `ferry run` refuses them too instead of
+# running them without the shim.
+UNUSABLE = frozenset({"packed", "bad"})
+
+# Where the rewriter puts what it adds (trampolines, control block, the shim
+# in a static program): above the whole image (rewriter/room.py).  Fixed
+# segments must stay clear of where the kernel puts the stack and mmap area
+# (up to 1 TiB below the top of user space, with randomization), and a
+# generous bound of what is added must fit below that.
+ADDED_ROOM = 64 << 20
+FIXED_CEILING = 0x7E00_0000_0000
+# UPX's l_info follows the program headers of a packed ELF file (a checksum,
+# then this magic: in the first KiB); a packed file has no section headers.
+UPX_MAGIC = b"UPX!"
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,11 @@ class Kind:
     def refused(self):
         """Whether the rewriter refuses such a file whatever is in it."""
         return self.name in REFUSED
+
+    @property
+    def unusable(self):
+        """Whether Ferry can do nothing with it at all (not even run it without the shim)."""
+        return self.name in UNUSABLE
 
 
 PE_FILE = ("a Windows PE file: `ferry instrument` rewrites ELF files; `ferry run` runs it "
@@ -151,11 +173,22 @@ def _classify(fd, size):
     phdrs = [_PHDR.unpack_from(table, i * _PHDR.size) for i in range(e_phnum)]
     interp = next((p for p in phdrs if p[0] == PT_INTERP), None)
     dynamic = next((p for p in phdrs if p[0] == PT_DYNAMIC), None)
+    # What no kind of program survives comes first: it stays true whatever
+    # the rewriter learns to do with static ones.
+    e_shnum, = struct.unpack_from("<H", head, 60)
+    if not e_shnum and UPX_MAGIC in os.pread(fd, 1024, 0):
+        return _kind("packed")
+    problem = _interp_problem(fd, interp, size) or _room_problem(phdrs)
+    if problem:
+        return Kind("bad", problem)
     if interp is not None:
         name = _read(fd, min(interp[5], 4096), interp[2], size).split(b"\0", 1)[0]
         name = name.decode("utf-8", "replace")
         if os.path.basename(name).startswith("ld-musl-"):
             return _kind("musl", name)
+        if not os.path.exists(name):
+            return Kind("bad", f"its program interpreter {name} does not exist (the kernel cannot "
+                               "start it)", name)
         return _kind("dynamic", name)
     if dynamic is None:
         e_entry, = struct.unpack_from("<Q", head, 24)
@@ -163,6 +196,33 @@ def _classify(fd, size):
             return Kind("not-elf", "corrupt shared object: no dynamic segment")
         return _kind("static")
     return _kind("static-pie" if e_type == ET_DYN and _is_pie(fd, dynamic, size) else "shared-object")
+
+
+def _interp_problem(fd, interp, size):
+    """Why the PT_INTERP entry names no loader the kernel could start, or None."""
+    if interp is None:
+        return None
+    _, _, offset, _, _, filesz, _, _ = interp
+    if offset >= size or offset + filesz > size:
+        return "corrupt program header: its program interpreter (PT_INTERP) lies past the end of the file"
+    raw = os.pread(fd, min(filesz, 4096), offset)
+    name = raw.split(b"\0", 1)[0]
+    if not name or b"\0" not in raw:
+        return "corrupt program header: its program interpreter (PT_INTERP) is not a file name"
+    return None
+
+
+def _room_problem(phdrs):
+    """Why the loadable segments leave no room above them for what the
+    rewriter adds, or None."""
+    loads = [p for p in phdrs if p[0] == PT_LOAD]
+    if not loads:
+        return "corrupt ELF file: no loadable segment"
+    end = max(vaddr + memsz for _, _, _, vaddr, _, _, memsz, _ in loads)
+    if end + ADDED_ROOM > FIXED_CEILING:
+        return (f"its loadable segments reach {end:#x}, which leaves no room above them for the "
+                "shim's segments")
+    return None
 
 
 def _read(fd, n, offset, size):

@@ -170,6 +170,57 @@ def test_programs():
         raise AssertionError(f"make -C tests/programs failed:\n{r.stdout}\n{r.stderr}")
     return PROGRAMS
 
+STATIC_SRC = ROOT / "tests" / "programs" / "static"
+# static test program -> the target of tests/programs/static/Makefile that builds it
+STATIC_TARGETS = {"go_http": "go", "go_runtime": "go", "static_c-musl": "musl",
+                  "static_c-glibc": "glibc", "static_c-glibc-pie": "glibc"}
+
+
+def go_command():
+    """Go's `go`: the one on PATH, else Debian's golang-go (not on PATH by default)."""
+    for path in (shutil.which("go"), "/usr/lib/go/bin/go", "/usr/local/go/bin/go"):
+        if path and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _missing_toolchain(target):
+    """Why `target` cannot be built here (what CI installs: tools/sysdeps.sh), or None."""
+    if target == "go":
+        return None if go_command() else "no Go toolchain (apt-get install golang-go)"
+    if target == "musl":
+        return None if shutil.which("musl-gcc") else "no musl-gcc (apt-get install musl-tools)"
+    libc_a = subprocess.run(["gcc", "-print-file-name=libc.a"], capture_output=True, text=True)
+    if not os.path.isabs(libc_a.stdout.strip()):
+        return "no static glibc (libc.a; apt-get install libc6-dev)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def static_program():
+    """static_program(name) -> the path of a static test program of
+    tests/programs/static (a key of STATIC_TARGETS), built on first use; the
+    test is skipped, with the reason, when its toolchain is missing."""
+    built = {}
+
+    def _get(name):
+        target = STATIC_TARGETS[name]
+        if target not in built:
+            missing = _missing_toolchain(target)
+            if missing is None:
+                r = subprocess.run(["make", "-s", "-C", str(STATIC_SRC), target,
+                                    f"GO={go_command() or 'go'}"],
+                                   capture_output=True, text=True, timeout=600)
+                if r.returncode != 0:
+                    raise AssertionError(f"make -C {STATIC_SRC} {target} failed:\n{r.stdout}\n{r.stderr}")
+            built[target] = missing
+        if built[target]:
+            pytest.skip(built[target])
+        return STATIC_SRC / "build" / name
+
+    return _get
+
+
 # Every built-in profile: a behaviour that must not depend on the profile is
 # checked under each.
 ALL_PROFILES = ["trace", "count", "off", "aggregate", "fibers"]
@@ -181,11 +232,13 @@ MARKS = {
     "test_gui_charts.py": ("gui",),
     "test_gui_pe.py": ("gui",),
     "test_net_server.py": ("net",),
+    "test_static_native.py::test_go_http": ("net",),
     "test_attach.py::test_attached_http_server": ("net",),
     "test_fibers.py::test_net_server": ("net",),
     "test_fibers.py::test_apache_worker": ("net",),
     "test_non_root.py": ("root",),
     "test_privilege_drop.py": ("root",),
+    "test_unenabled_reasons.py::test_a_program_the_process_may_run_but_not_read": ("root",),
     # more than a few seconds each, or many runs of large programs
     "test_fibers_never_hang.py": ("slow",),
     "test_bad_input.py": ("slow",),

@@ -19,6 +19,9 @@ command -v wrk >/dev/null 2>&1 || need="$need wrk"
 # musl-gcc: the tests build a musl program to check that Ferry says why it
 # cannot serve it
 command -v musl-gcc >/dev/null 2>&1 || need="$need musl-tools"
+# static test programs (tests/programs/static): Go's own toolchain (Debian's
+# golang-go puts it in /usr/lib/go/bin)
+command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || need="$need golang-go"
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need="$need python3-venv"
 # ferry gui (PySide6): the system libraries Qt's xcb and offscreen platforms load,
 # a font, and Xvfb for the GUI tests.
@@ -43,6 +46,12 @@ winneed=""
 command -v wine >/dev/null 2>&1 || winneed="$winneed wine wine64"
 command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || winneed="$winneed gcc-mingw-w64-x86-64"
 command -v gendef >/dev/null 2>&1 || winneed="$winneed mingw-w64-tools"
+# UPX packs a Go program for the bad-input test; not every Debian release has it
+# (bookworm does not), and the test says so when it is missing
+if ! command -v upx >/dev/null 2>&1 && ! command -v upx-ucl >/dev/null 2>&1 &&
+        apt-cache show upx-ucl >/dev/null 2>&1; then
+    need="$need upx-ucl"
+fi
 [ -z "$need$winneed" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     echo "installing:$need$winneed"

@@ -64,9 +64,14 @@ def command(profile_name, out_dir, learn, verbose, command):
     signal that killed it, becomes ferry's."""
     from ..runner import exit_like
     info, returncode = run_with_progress(list(command), profile_name, out_dir)
-    note = (info.get("program") or {}).get("note")
-    if note and (verbose or err_console.is_terminal):
-        err_console.print(f"ferry: {note}")
+    program = info.get("program") or {}
+    if verbose or err_console.is_terminal:
+        if program.get("note"):
+            err_console.print(f"ferry: {program['note']}")
+        if program.get("enabled") is False:
+            # else the run looks empty: say it at once, not only in `ferry report`
+            err_console.print(f"ferry: {program.get('original')} ran without the shim: "
+                              f"{program.get('reason') or 'reason unknown'}; nothing of it was recorded")
     if learn:
         learn_after(out_dir, verbose)
     exit_like(returncode)

@@ -67,12 +67,13 @@ def _summary(model):
     profile = info.get("profile") or {}
     if profile.get("name"):
         facts.append(("profile", escape(str(profile["name"]))))
-    out = ["<dl>"] + [f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts] + ["</dl>"]
+    # what ran without the shim first, as in the text report
+    out = [f'<p class="warn">{escape(text)}</p>' for text in process_notes(model)]
+    out += ["<dl>"] + [f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts] + ["</dl>"]
     pre = model.get("preinit") or {}
     if pre.get("calls"):
         out.append(f'<p class="warn">{pre["calls"]} calls made before the shim started are '
                    "not in the tables.</p>")
-    out += [f'<p class="warn">{escape(text)}</p>' for text in process_notes(model)]
     unused = aggregation.unused_note(model)
     if unused:
         out.append(f'<p class="warn">{escape(unused)}</p>')

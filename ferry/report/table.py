@@ -63,6 +63,10 @@ def summary(model):
                           style="yellow"))
     elif info.get("state") == "running":
         lines.append(Text("the run is still going on: these are the counts so far", style="yellow"))
+    # Processes that ran without the shim come first: a run that looks empty
+    # or small must say at once what it did not see.
+    for text in process_notes(model):
+        lines.append(Text(text, style="yellow"))
     program = info.get("program") or {}
     if program.get("note"):
         lines.append(Text(f"note: {program['note']}", style="yellow"))
@@ -73,8 +77,6 @@ def summary(model):
     if pre.get("calls"):
         lines.append(Text(f"{pre['calls']} calls made before the shim started are not in "
                           "the tables", style="yellow"))
-    for text in process_notes(model):
-        lines.append(Text(text, style="yellow"))
     unused = aggregation.unused_note(model)
     if unused:
         lines.append(Text(unused, style="yellow"))
@@ -109,6 +111,15 @@ def shim_calls_text(model):
     return (f"the shim's own calls, not in the tables: {sum(shim.values())} ({named}{more}): "
             "calls the shim makes itself, not the program (creating the process file, "
             "calibrating the clock, patching code)")
+
+
+def nothing_recorded_text(model):
+    """Why the tables are empty: no process ran with the shim, or those that did made no call."""
+    procs = model["processes"]
+    if procs and not any(p.get("enabled") is not False for p in procs):
+        return ("no system calls recorded: no process of this run ran with the shim "
+                "(the reasons are above)")
+    return "no system calls recorded"
 
 
 def process_notes(model):
@@ -299,7 +310,7 @@ def render(model, by="syscall", key="time"):
                    else Text("no thread data: the run model was written before threads were "
                              "listed"))
     elif not model["syscalls"] and not model["sites"]:
-        out.append(Text("no system calls recorded"))
+        out.append(Text(nothing_recorded_text(model)))
     elif by == "site":
         out.append(site_table(model, key) if model["sites"] or rec["times"]
                    else Text(f"sites {rec['why']}: profile trace records them"))

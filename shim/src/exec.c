@@ -12,6 +12,7 @@
  * below the parent's red zone, and must leave the parent's memory alone.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -149,6 +150,60 @@ static int glibc_loader(const char *interp)
     return ferry_memeq(base, "ld-linux-x86-64.so.2", 21);
 }
 
+/* Whether `magic` (4 bytes) is somewhere in the `n` bytes at `p`. */
+static int has_magic(const char *p, long n, const char *magic)
+{
+    for (long i = 0; i + 4 <= n; i++)
+        if (ferry_memeq(p + i, magic, 4))
+            return 1;
+    return 0;
+}
+
+/* The program header at file offset `at` of the open file `fd`: from `head`
+ * (the file's first `got` bytes) when it is there, else read.  0 or -1. */
+static int read_phdr(long fd, const char *head, long got, uint64_t at, uint64_t ph[7])
+{
+    if (at < (uint64_t)got && (uint64_t)got - at >= 56) {
+        ferry_memcpy(ph, head + at, 56);
+        return 0;
+    }
+    return ferry_raw4(SYS_pread64, fd, ph, 56, at) == 56 ? 0 : -1;
+}
+
+/* What kind of ELF program the open file `fd` is (its first `got` bytes in
+ * `head`), told apart as finely as the report needs (rewriter/elfkind.py
+ * says the same of a command `ferry run` is given). */
+static uint32_t classify_elf(long fd, const char *head, long got)
+{
+    if (head[4] == 1)
+        return FERRY_EXEC_ELF32;
+    /* 64-bit x86 only: another machine's program cannot load this shim. */
+    if (head[4] != 2 || *(const uint16_t *)(head + 18) != 62 /* EM_X86_64 */)
+        return FERRY_EXEC_FOREIGN;
+    uint64_t phoff = *(const uint64_t *)(head + 32);
+    uint16_t type = *(const uint16_t *)(head + 16);
+    uint16_t phnum = *(const uint16_t *)(head + 56), shnum = *(const uint16_t *)(head + 60);
+    int dynamic = 0;
+    for (uint16_t i = 0; i < phnum && i < 64; i++) {
+        uint64_t ph[7];
+        if (read_phdr(fd, head, got, phoff + (uint64_t)i * 56, ph))
+            break;
+        if ((uint32_t)ph[0] == 2 /* PT_DYNAMIC */)
+            dynamic = 1;
+        if ((uint32_t)ph[0] == 3 /* PT_INTERP */) {
+            char interp[256];
+            uint64_t len = ph[4] < sizeof(interp) - 1 ? ph[4] : sizeof(interp) - 1;
+            long r = ferry_raw4(SYS_pread64, fd, interp, len, ph[1]);
+            interp[r > 0 ? r : 0] = 0;
+            return glibc_loader(interp) ? FERRY_EXEC_PLAIN : FERRY_EXEC_LOADER;
+        }
+    }
+    /* UPX leaves no section headers and its l_info right after the program headers. */
+    if (!shnum && has_magic(head, got, "UPX!"))
+        return FERRY_EXEC_PACKED;
+    return type == 3 /* ET_DYN */ && dynamic ? FERRY_EXEC_STATIC_PIE : FERRY_EXEC_STATIC;
+}
+
 /* What the kernel will run for `path`, judged from its first bytes. */
 static uint32_t classify(const char *path, const struct stat *st, char *head, size_t cap, long *got)
 {
@@ -157,32 +212,11 @@ static uint32_t classify(const char *path, const struct stat *st, char *head, si
         return FERRY_EXEC_SETUID;
     long fd = ferry_raw4(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
-        return FERRY_EXEC_UNKNOWN;
+        return fd == -EACCES ? FERRY_EXEC_UNREADABLE : FERRY_EXEC_UNKNOWN;
     *got = ferry_raw3(SYS_read, fd, head, cap);
     uint32_t kind = FERRY_EXEC_UNKNOWN;
-    if (*got >= 64 && ferry_memeq(head, "\177ELF", 4)) {
-        /* 64-bit x86 only: a 32-bit or other program cannot load this shim. */
-        if (head[4] != 2 || *(uint16_t *)(head + 18) != 62 /* EM_X86_64 */) {
-            ferry_raw1(SYS_close, fd);
-            return FERRY_EXEC_FOREIGN;
-        }
-        uint64_t phoff = *(uint64_t *)(head + 32);
-        uint16_t phnum = *(uint16_t *)(head + 56);
-        kind = FERRY_EXEC_STATIC;
-        for (uint16_t i = 0; i < phnum && i < 64; i++) {
-            uint64_t ph[7];
-            if (ferry_raw4(SYS_pread64, fd, ph, sizeof(ph), phoff + (uint64_t)i * 56) != sizeof(ph))
-                break;
-            if ((uint32_t)ph[0] == 3 /* PT_INTERP */) {
-                char interp[256];
-                uint64_t len = ph[4] < sizeof(interp) - 1 ? ph[4] : sizeof(interp) - 1;
-                long r = ferry_raw4(SYS_pread64, fd, interp, len, ph[1]);
-                interp[r > 0 ? r : 0] = 0;
-                kind = glibc_loader(interp) ? FERRY_EXEC_PLAIN : FERRY_EXEC_FOREIGN;
-                break;
-            }
-        }
-    }
+    if (*got >= 64 && ferry_memeq(head, "\177ELF", 4))
+        kind = classify_elf(fd, head, *got);
     ferry_raw1(SYS_close, fd);
     return kind;
 }
@@ -418,6 +452,34 @@ static void exec_image(const char *image, char *const *argv, char *const *envp)
         ferry_internal[SYS_execve]++;
 }
 
+/* Run what the cache holds (`c`, `image`) for the file `name`: exec its
+ * rewritten image with `xargv` (returns only if that exec failed), or, for a
+ * program whose own file runs with its cached libraries first, put that
+ * environment in *use_env and return 1.  0 otherwise; *unserved is set when
+ * the run's settings did not fit beside the program's environment (or
+ * `xargv` could not be made), so that the report says so. */
+static int use_cached(enum cached c, const char *image, const char *name, char *const *xargv,
+                      char *const *envp, char **env, struct env_extra *x, char *const **use_env,
+                      int *unserved)
+{
+    char **built;
+    if (c == CACHED_IMAGE) {
+        if (xargv && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
+            ferry_store_exec_begin(name, FERRY_EXEC_REWRITTEN);
+            exec_image(image, xargv, built);
+        } else {
+            *unserved = 1;
+        }
+    } else if (c == CACHED_LIBDIR) {
+        if ((built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
+            *use_env = built;
+            return 1;
+        }
+        *unserved = 1;
+    }
+    return 0;
+}
+
 long ferry_exec(const struct ferry_regs *r)
 {
     int at = r->rax == SYS_execveat;
@@ -456,6 +518,9 @@ long ferry_exec(const struct ferry_regs *r)
     char *const *use_env = envp;
     char **built;
     uint32_t kind = FERRY_EXEC_UNKNOWN;
+    /* Ferry's settings did not fit beside the program's environment (or it
+     * could not be read): the program runs without the shim, and says why. */
+    int unserved = 0;
     char prog[2 * PATH_MAX_WINE], **wargv;
     const char *wine;
     if (target[0] &&
@@ -466,14 +531,9 @@ long ferry_exec(const struct ferry_regs *r)
     }
     if (target[0]) {
         enum cached c = cached_image(target, image, sizeof(image), &st);
-        if (c == CACHED_IMAGE && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
-            ferry_store_exec_begin(path, FERRY_EXEC_REWRITTEN);
-            exec_image(image, argv, built);  /* returns only on failure */
-        }
         /* The program's own file, its cached libraries first: what it sees
          * of itself (/proc/self/exe, AT_EXECFN, $ORIGIN) stays its own. */
-        if (c == CACHED_LIBDIR && (built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
-            use_env = built;
+        if (use_cached(c, image, path, argv, envp, env, x, &use_env, &unserved)) {
             kind = FERRY_EXEC_REWRITTEN;
             goto pass;
         }
@@ -482,18 +542,11 @@ long ferry_exec(const struct ferry_regs *r)
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             struct stat ist;
-            char **sargv;
             c = cached_image(interp, image, sizeof(image), &ist);
-            if (c == CACHED_IMAGE && (sargv = script_argv(interp, arg, path, argv, args, MAX_ARGS)) &&
-                (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
-                ferry_store_exec_begin(interp, FERRY_EXEC_REWRITTEN);
-                exec_image(image, sargv, built);
-            }
-            if (c == CACHED_LIBDIR &&
-                (built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
-                /* The kernel runs the script as it would: only the
-                 * interpreter's libraries change. */
-                use_env = built;
+            char **sargv = c == CACHED_IMAGE ? script_argv(interp, arg, path, argv, args, MAX_ARGS) : 0;
+            /* With its cached libraries, the kernel runs the script as it
+             * would: only the interpreter's libraries change. */
+            if (use_cached(c, image, interp, sargv, envp, env, x, &use_env, &unserved)) {
                 kind = FERRY_EXEC_REWRITTEN;
                 goto pass;
             }
@@ -510,9 +563,14 @@ long ferry_exec(const struct ferry_regs *r)
     }
     /* No rewritten image: preload the shim, which patches the program's
      * libraries in memory from their cached plans. */
-    if (kind == FERRY_EXEC_PLAIN && shim_path[0] &&
-        (built = build_env(envp, env, MAX_ENV, ENV_PRELOAD, 0, x)))
-        use_env = built;
+    if (kind == FERRY_EXEC_PLAIN && shim_path[0]) {
+        if ((built = build_env(envp, env, MAX_ENV, ENV_PRELOAD, 0, x)))
+            use_env = built;
+        else
+            unserved = 1;
+    }
+    if (unserved && use_env == envp && kind != FERRY_EXEC_SETUID)
+        kind = FERRY_EXEC_NO_ROOM;
 pass:
     ferry_store_exec_begin(path, kind);
     if (at)

@@ -53,9 +53,16 @@ enum ferry_exec_kind {
     FERRY_EXEC_PLAIN = 2,       /* a dynamic program not rewritten yet */
     FERRY_EXEC_SETUID = 3,      /* set-user/group-ID: never enabled */
     FERRY_EXEC_STATIC = 4,      /* statically linked, no rewritten image */
-    FERRY_EXEC_UNKNOWN = 5,     /* not readable, or not an ELF program */
-    FERRY_EXEC_FOREIGN = 6,     /* an ELF program this shim cannot serve (32-bit, musl, ...) */
+    FERRY_EXEC_UNKNOWN = 5,     /* not an ELF program (nor a script whose interpreter is one) */
+    FERRY_EXEC_FOREIGN = 6,     /* an ELF program for another machine */
     FERRY_EXEC_WINDOWS = 7,     /* wine on a Windows program, started with ferry.dll (exec_wine.c) */
+    FERRY_EXEC_STATIC_PIE = 8,  /* static-pie, no rewritten image */
+    FERRY_EXEC_ELF32 = 9,       /* a 32-bit program */
+    FERRY_EXEC_LOADER = 10,     /* dynamic, with a loader other than glibc's x86-64 ld.so (musl's) */
+    FERRY_EXEC_PACKED = 11,     /* packed with UPX: its code exists only once it unpacked itself */
+    FERRY_EXEC_UNREADABLE = 12, /* the process may run the file but not read it */
+    FERRY_EXEC_NO_ROOM = 13,    /* the environment or arguments did not fit the hook's tables,
+                                   so it could not add the run's settings */
 };
 
 /* Where a process's start goes (bench/spawn.py reads them): the TSC when
