@@ -11,14 +11,13 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY
+from conftest import ferry
 
 PT_LOAD, PT_INTERP, PT_GNU_STACK = 1, 3, 0x6474E551
 
 
 def _ferry(*args, cwd):
-    return subprocess.run(FERRY + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+    return ferry(*args, timeout=120, cwd=cwd)
 
 
 def _phdrs(data):
@@ -66,10 +65,10 @@ def _cache_files(cache):
     return sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
 
 
-def _assert_refused(tmp_path, path, words, ferry_cache):
+def _assert_refused(tmp_path, path, words, places):
     work = tmp_path / "work"
     work.mkdir()
-    before = _cache_files(ferry_cache)
+    before = _cache_files(places["FERRY_CACHE"])
     r = _ferry("instrument", path, "-o", work / "out", cwd=work)
     assert (r.returncode, r.stdout) == (2, ""), r.stderr
     assert r.stderr.splitlines() == [f"ferry: {path}: {r.stderr.split(': ', 2)[2].strip()}"]
@@ -79,24 +78,25 @@ def _assert_refused(tmp_path, path, words, ferry_cache):
     assert r.stderr.splitlines() == [f"ferry: {path}: {r.stderr.split(': ', 2)[2].strip()}"]
     assert words in r.stderr
     assert list(work.iterdir()) == []           # no output, no run directory, no temporary file
-    assert _cache_files(ferry_cache) == before
+    assert _cache_files(places["FERRY_CACHE"]) == before
 
 
 @pytest.mark.parametrize("case", sorted(MAKERS))
 @pytest.mark.parametrize("program", ["static_c-glibc", "static_c-glibc-pie", "static_c-musl"])
-def test_bad_static_file_is_refused_in_one_line(static_program, tmp_path, ferry_cache, case, program):
+def test_bad_static_file_is_refused_in_one_line(static_program, tmp_path, ferry_places, case,
+                                                program):
     make, words = MAKERS[case]
     path = tmp_path / f"{program}-{case}"
     path.write_bytes(make(static_program(program).read_bytes()))
     path.chmod(0o755)
-    _assert_refused(tmp_path, path, words, ferry_cache)
+    _assert_refused(tmp_path, path, words, ferry_places)
 
 
 def _upx():
     return shutil.which("upx") or shutil.which("upx-ucl")
 
 
-def test_go_program_packed_with_upx_is_refused(static_program, tmp_path, ferry_cache):
+def test_go_program_packed_with_upx_is_refused(static_program, tmp_path, ferry_places):
     upx = _upx()
     if not upx:
         pytest.skip("no UPX (apt-get install upx-ucl; Debian 12 does not have it)")
@@ -105,7 +105,7 @@ def test_go_program_packed_with_upx_is_refused(static_program, tmp_path, ferry_c
                    capture_output=True, timeout=300)
     natively = subprocess.run([str(path), "child", "x"], capture_output=True, text=True, timeout=60)
     assert natively.stdout == 'child ["x"]'    # still the program, packed
-    _assert_refused(tmp_path, path, "packed with UPX", ferry_cache)
+    _assert_refused(tmp_path, path, "packed with UPX", ferry_places)
 
 
 def upx_header(data):
@@ -122,8 +122,8 @@ def upx_header(data):
     return bytes(out)
 
 
-def test_upx_header_is_recognized_without_upx(static_program, tmp_path, ferry_cache):
+def test_upx_header_is_recognized_without_upx(static_program, tmp_path, ferry_places):
     path = tmp_path / "go_runtime.upx-header"
     path.write_bytes(upx_header(static_program("go_runtime").read_bytes()))
     path.chmod(0o755)
-    _assert_refused(tmp_path, path, "packed with UPX", ferry_cache)
+    _assert_refused(tmp_path, path, "packed with UPX", ferry_places)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_ferry
+from conftest import ferry, ferry_env
 from test_static_bad_input import no_room, upx_header
 
 PYTHON = "/usr/bin/python3"
@@ -45,7 +45,7 @@ def kinds(static_program, tmp_path_factory):
 
 
 def _model(run_dir):
-    return json.loads(run_ferry("report", "--json", run_dir).stdout)
+    return json.loads(ferry("report", "--json", run_dir, check=True).stdout)
 
 
 def _unenabled(model, path):
@@ -61,9 +61,9 @@ def test_command_and_child_give_the_same_true_reason(kinds, tmp_path, kind):
     if kind not in kinds:
         pytest.skip("musl-gcc is not installed (apt-get install musl-tools)")
     path, words = kinds[kind]
-    run_ferry("run", "-o", tmp_path / "top", "--", path, check=False)
+    ferry("run", "-o", tmp_path / "top", "--", path)
     top = _unenabled(_model(tmp_path / "top"), path)
-    run_ferry("run", "-o", tmp_path / "child", "--", PYTHON, "-c", RUN_EACH, path, check=False)
+    ferry("run", "-o", tmp_path / "child", "--", PYTHON, "-c", RUN_EACH, path)
     child = _unenabled(_model(tmp_path / "child"), path)
     assert words in top and words in child, (top, child)
 
@@ -72,7 +72,7 @@ def test_packed_child_is_named(static_program, tmp_path):
     packed = tmp_path / "packed"
     packed.write_bytes(upx_header(static_program("go_runtime").read_bytes()))
     packed.chmod(0o755)
-    run_ferry("run", "-o", tmp_path / "run", "--", PYTHON, "-c", RUN_EACH, packed, check=False)
+    ferry("run", "-o", tmp_path / "run", "--", PYTHON, "-c", RUN_EACH, packed)
     assert "packed with UPX" in _unenabled(_model(tmp_path / "run"), packed)
 
 
@@ -84,31 +84,31 @@ def test_an_environment_too_large_for_the_hook_is_the_reason(tmp_path):
     code = ("import subprocess\n"
             "subprocess.run(['/usr/bin/true'], env={f'V{i}': 'x' for i in range(1100)}, check=True)")
     for attempt in ("first", "second"):     # the first run rewrites what ran without the shim
-        run_ferry("run", "-o", tmp_path / attempt, "--", PYTHON, "-c", code)
+        ferry("run", "-o", tmp_path / attempt, "--", PYTHON, "-c", code, check=True)
     reason = _unenabled(_model(tmp_path / "second"), "/usr/bin/true")
     assert "environment" in reason and "rewritten image" not in reason
 
 
 def _text_report(run_dir):
-    return run_ferry("report", run_dir, env=dict(os.environ, COLUMNS="300")).stdout.splitlines()
+    return ferry("report", run_dir, env=ferry_env(COLUMNS="300"), check=True).stdout.splitlines()
 
 
 def test_report_says_first_what_ran_without_the_shim(static_program, tmp_path):
     path = static_program("static_c-glibc")
-    run_ferry("run", "-o", tmp_path / "mixed", "--", PYTHON, "-c", RUN_EACH, path)
+    ferry("run", "-o", tmp_path / "mixed", "--", PYTHON, "-c", RUN_EACH, path, check=True)
     lines = _text_report(tmp_path / "mixed")
     at = next(i for i, line in enumerate(lines) if line.startswith("exit 0 after"))
     assert "ran without the shim: statically linked" in lines[at + 1], lines[:at + 3]
     assert f"({path.name} " in lines[at + 1]
     html = tmp_path / "mixed.html"
-    run_ferry("report", "--html", tmp_path / "mixed", "-o", html)
+    ferry("report", "--html", tmp_path / "mixed", "-o", html, check=True)
     page = html.read_text()
     assert page.index("ran without the shim") < page.index("<dl>")
 
 
 def test_a_run_where_nothing_ran_with_the_shim_says_why_it_is_empty(static_program, tmp_path):
     path = static_program("static_c-musl")
-    run_ferry("run", "-o", tmp_path / "run", "--", path)
+    ferry("run", "-o", tmp_path / "run", "--", path, check=True)
     lines = _text_report(tmp_path / "run")
     assert lines[-1] == ("no system calls recorded: no process of this run ran with the shim "
                          "(the reasons are above)")
@@ -125,7 +125,7 @@ def test_a_program_the_process_may_run_but_not_read(static_program):
         path = top / "execonly"
         shutil.copy(static_program("static_c-glibc"), path)
         path.chmod(stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        run_ferry("run", "-o", top / "run", "--", "runuser", "-u", "nobody", "--", path, "child", "x")
+        ferry("run", "-o", top / "run", "--", "runuser", "-u", "nobody", "--", path, "child", "x", check=True)
         reason = _unenabled(_model(top / "run"), path)
         assert "could run the file but not read it" in reason
     finally:
@@ -139,17 +139,17 @@ def test_a_child_ferry_could_not_rewrite_after_the_run_says_why(static_program, 
     path = tmp_path / "noroom"
     path.write_bytes(no_room(static_program("static_c-glibc").read_bytes()))
     path.chmod(0o755)
-    run_ferry("run", "-o", tmp_path / "run", "--", PYTHON, "-c", RUN_EACH, path)
+    ferry("run", "-o", tmp_path / "run", "--", PYTHON, "-c", RUN_EACH, path, check=True)
     reason = _unenabled(_model(tmp_path / "run"), path)
     assert "statically linked program without a rewritten image; rewriting it after the run " \
            "failed: its loadable segments reach 0x7fffffff0000" in reason
-    run_ferry("run", "--no-learn", "-o", tmp_path / "unlearned", "--", PYTHON, "-c", RUN_EACH, path)
+    ferry("run", "--no-learn", "-o", tmp_path / "unlearned", "--", PYTHON, "-c", RUN_EACH, path, check=True)
     assert "rewriting it after the run failed" not in _unenabled(_model(tmp_path / "unlearned"), path)
 
 
 def test_ferry_run_says_at_once_that_its_command_ran_without_the_shim(static_program, tmp_path):
     path = static_program("static_c-musl")
-    r = run_ferry("run", "-v", "-o", tmp_path / "run", "--", path, "child", "x",
-                  env=dict(os.environ, COLUMNS="300"))
+    r = ferry("run", "-v", "-o", tmp_path / "run", "--", path, "child", "x",
+                  env=ferry_env(COLUMNS="300"), check=True)
     assert r.stdout == "child: [x]\n"
     assert f"ferry: {path} ran without the shim: statically linked" in r.stderr
