@@ -196,6 +196,9 @@ struct agg_carrier {
     int tick_lock;                /* tick_armed and the timer's setting */
     /* hot counters, added to the group's (shared, atomic) once per wait */
     uint64_t acc_switches, acc_aggregated, acc_crossings, acc_completed[FERRY_MAX_POOLS];
+    /* calls per ring entry lately (a moving average, 1/16ths): the quiet
+     * path is taken while batches stay near one call (agg_route.c) */
+    unsigned batch_avg16;
 };
 
 struct agg_counters {

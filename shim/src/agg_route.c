@@ -839,6 +839,12 @@ static int read_file_now(struct ferry_group *g, struct ferry_regs *r)
     return 1;
 }
 
+/* The quiet path holds while the carrier's ring entries carry fewer than
+ * two calls on average: at one connection there is nothing to batch with,
+ * while under load a run queue that empties for a moment does not mean the
+ * next calls would go alone (they would cost a crossing each). */
+#define QUIET_BATCH16 (2 * 16)
+
 /* The quiet path: no other fiber of the carrier is ready, so a call has no
  * batch to join and a ring operation would only add two switches and a
  * crossing of its own.  `all` (FERRY_QUIET_DIRECT): every call that cannot
@@ -951,7 +957,7 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         return 0;
     }
     if (!c->rq_head && (f->thread || g->cfg.quiet == FERRY_QUIET_DIRECT) &&
-        quiet_now(g, r, g->cfg.quiet == FERRY_QUIET_DIRECT, done_at))
+        quiet_now(g, r, g->cfg.quiet == FERRY_QUIET_DIRECT && c->batch_avg16 < QUIET_BATCH16, done_at))
         return 1;
     f->busy = 1;
     if (nr == SYS_futex) {

@@ -199,6 +199,8 @@ static void note_enter(struct agg_carrier *c, unsigned pool)
     agg_stat_pool(g, pool, AGG_PST(enters), 1);
     agg_stat(g, AGG_ST(crossings), 1);
     c->acc_crossings++;
+    /* the last eight entries weigh most: a load that grows shows in a few */
+    c->batch_avg16 = c->batch_avg16 - c->batch_avg16 / 8 + submitted * 2;
     if (submitted) {
         agg_stat_pool(g, pool, AGG_PST(submitted), submitted);
         agg_stat_batch(g, pool, submitted);
