@@ -43,8 +43,12 @@
 /* One more call in this thread's block; a thread without a block yet goes
  * to `none` (rcx is free: `syscall` clobbers it anyway). */
 .macro COUNT_CALL slot, none
-    mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
+#ifdef FERRY_STATIC
+    mov rcx, qword ptr gs:[0]
+#else
+    mov rcx, qword ptr [rip + ferry_thr@GOTTPOFF]
     mov rcx, qword ptr fs:[rcx]
+#endif
     test rcx, rcx
     jz \none
     add qword ptr [rcx + FERRY_BLK_CALLS + \slot], 1
