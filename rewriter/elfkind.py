@@ -20,21 +20,22 @@ DT_NULL, DT_FLAGS_1 = 0, 0x6FFFFFFB
 DF_1_PIE = 0x08000000
 _PHDR = struct.Struct("<IIQQQQQQ")
 
-STATIC_REASON = ("statically linked: it cannot load the shim by itself "
-                 "(static programs are not supported yet)")
+STATIC_REASON = "statically linked: it carries the shim only once rewritten"
+# rewritten with the shim inside them (static_instrument.py)
+STATIC_KINDS = frozenset({"static", "static-pie"})
 
 # name -> why Ferry cannot rewrite such a file ("" if it can try)
 KINDS = {
     "dynamic": "",
     "shared-object": "",
-    "static": STATIC_REASON,
-    "static-pie": STATIC_REASON.replace("statically linked", "statically linked (static-pie)"),
+    "static": "",
+    "static-pie": "",
     "elf32": "not a 64-bit ELF file (only x86-64 is supported)",
     "musl": "uses musl's dynamic loader ({interp}); the shim is built for glibc",
     "foreign": "",    # reason: the header check's own words
     "not-elf": "",    # idem
 }
-REFUSED = frozenset({"static", "static-pie", "elf32", "musl"})
+REFUSED = frozenset({"elf32", "musl"})
 
 
 @dataclass(frozen=True)

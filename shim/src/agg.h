@@ -255,8 +255,13 @@ void agg_fd_guard_after_fork(void);
 void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);
 void ferry_agg_fiber_entry(void);
 extern int ferry_agg_fsgsbase;
+#ifdef FERRY_STATIC
+/* the static build has no engine (static_noagg.c): no thread is a fiber */
+#define agg_self ((struct agg_fiber *)0)
+#else
 extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
 extern __thread struct agg_carrier *agg_carrier __attribute__((tls_model("initial-exec")));
+#endif
 int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg);
 /* A context whose first switch runs fn(arg) on the stack below `top`. */
 void agg_ctx_start(struct agg_ctx *ctx, void *top, void (*fn)(void *), void *arg);

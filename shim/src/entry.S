@@ -211,7 +211,11 @@ ferry_slow_entry:
  * calling thread and, for clone and vfork, in the child too, on whatever
  * stack the child got: rax holds the result, r11 the flags the kernel
  * returned; ferry_post(result) only updates the shim's own bookkeeping. */
+#ifdef FERRY_STATIC
+    PRESERVING_CALL ferry_post_entry, ferry_static_post, 1  /* gives a new thread its block first */
+#else
     PRESERVING_CALL ferry_post_entry, ferry_post, 1
+#endif
 
 /* ld.so's _dl_debug_state (the debugger's breakpoint, called whenever the
  * list of modules changes) jumps here: rescan, then return to its caller. */

@@ -287,7 +287,7 @@ __attribute__((visibility("default"))) int ferry_detach(void)
     return 0;
 }
 
-__attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
+void ferry_start(int argc, char **argv, char **envp)
 {
     (void)argc;
     uint64_t t_ctor = ferry_rdtsc();
@@ -331,6 +331,15 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     active = 1;
     ferry_store_span(FERRY_SPAN_READY, ferry_rdtsc());
 }
+
+#ifndef FERRY_STATIC
+/* ld.so runs it, once the program's libraries are loaded; a static program's
+ * start stub calls ferry_start itself (static_init.c). */
+__attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
+{
+    ferry_start(argc, argv, envp);
+}
+#endif
 
 static long do_syscall(const struct ferry_regs *r)
 {
