@@ -65,6 +65,28 @@ int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data
 /* No loader ever changes a static program's modules: nothing to hook. */
 struct r_debug _r_debug;
 
+/* ferry_start takes Ferry's settings out of the environment array, which
+ * then ends earlier; a static program's start code finds the auxiliary
+ * vector right after that array's end (ld.so has already read it for a
+ * dynamic one), so it moves down to follow. */
+static void follow_environment(char **envp, char **auxv)
+{
+    char **end = envp;
+    while (*end)
+        end++;
+    if (end + 1 == auxv)
+        return;
+    long *from = (long *)auxv, *to = (long *)(end + 1);
+    /* downwards, overlapping: each pair is read before anything writes it */
+    for (size_t i = 0;; i += 2) {
+        long type = from[i], value = from[i + 1];
+        to[i] = type;
+        to[i + 1] = value;
+        if (type == AT_NULL)
+            break;
+    }
+}
+
 void ferry_static_init(long *sp)
 {
     int argc = (int)sp[0];
@@ -84,4 +106,5 @@ void ferry_static_init(long *sp)
     if (ferry_static_thread_main() != 0)
         return;  /* no per-thread state: the program runs as if without the shim */
     ferry_start(argc, argv, envp);
+    follow_environment(envp, e + 1);
 }
