@@ -111,6 +111,17 @@ ferry_slow_entry:
     .cfi_rel_offset rbx, 0
     mov rbx, rsp
     .cfi_def_cfa_register rbx
+#ifdef FERRY_STATIC
+    /* The C path runs on the thread's shim stack: a goroutine's has a few
+     * hundred bytes to spare.  Counted first, switched after, so that a
+     * signal between the two finds the count up; a call from a handler
+     * that interrupted the C path stays on the stack it is on. */
+    add qword ptr gs:[FERRY_THREAD_DEPTH], 1
+    cmp qword ptr gs:[FERRY_THREAD_DEPTH], 1
+    jne 1f
+    mov rsp, qword ptr gs:[FERRY_THREAD_STACK_TOP]
+1:
+#endif
     and rsp, -16
     sub rsp, FERRY_REGS_SIZE
     mov qword ptr [rsp + FERRY_REGS_RAX], rax
@@ -136,13 +147,17 @@ ferry_slow_entry:
     mov r10, qword ptr [rsp + FERRY_REGS_R10]
     mov r8, qword ptr [rsp + FERRY_REGS_R8]
     mov r9, qword ptr [rsp + FERRY_REGS_R9]
-    test eax, eax
+    mov r11d, eax             /* `syscall` clobbers r11: free to carry the answer */
     mov rax, qword ptr [rsp + FERRY_REGS_RAX]
     mov rsp, rbx
     .cfi_def_cfa_register rsp
+#ifdef FERRY_STATIC
+    sub qword ptr gs:[FERRY_THREAD_DEPTH], 1  /* off the shim stack first */
+#endif
     pop rbx
     .cfi_adjust_cfa_offset -8
     .cfi_restore rbx
+    test r11d, r11d
     jz .Ldone
     add qword ptr [rsp + 8], FERRY_TRAMP_RAW_DELTA
 .Ldone:

@@ -20,10 +20,13 @@
 #include "util.h"
 
 #define ARCH_SET_GS 0x1001
-#define BLOCK_SIZE (64 * 1024)
+#define BLOCK_SIZE (128 * 1024)  /* the exec hook's C path needs ~40 KiB */
 #define ESRCH 3
 
 static struct ferry_thread *blocks;
+/* For a thread that could not get a block (no memory): its C path stays on
+ * its own stack (depth never 0), as a dynamic program's does. */
+static struct ferry_thread orphan = {.self = &orphan, .depth = 1};
 
 static void own(struct ferry_thread *t, int pid, int tid)
 {
@@ -73,9 +76,7 @@ static struct ferry_thread *block_for(int pid, int tid)
 static int install(int pid, int tid)
 {
     struct ferry_thread *t = block_for(pid, tid);
-    if (!t)
-        return -12;
-    return (int)ferry_raw2(SYS_arch_prctl, ARCH_SET_GS, t);
+    return (int)ferry_raw2(SYS_arch_prctl, ARCH_SET_GS, t ? t : &orphan);
 }
 
 int ferry_static_thread_main(void)
@@ -96,16 +97,20 @@ static int needs_block(struct ferry_thread *t, int pid, int tid)
 
 void ferry_static_post(long result)
 {
+    struct ferry_thread *t = FERRY_THR;
     if (result == 0) {
-        struct ferry_thread *t = FERRY_THR;
         int pid = (int)ferry_raw0(SYS_getpid), tid = (int)ferry_raw0(SYS_gettid);
         if (needs_block(t, pid, tid)) {
             if (install(pid, tid) != 0)
-                return;  /* counted in its parent's block; nothing else to do */
+                return;  /* its calls count in its parent's block; nothing else to do */
         } else if (!(t->pending_flags & CLONE_VM) && pid != t->pid) {
             t->pid = pid;  /* a fork child: its copy is its own */
             t->tid = tid;
         }
+    } else if (t->pending_flags & CLONE_VFORK) {
+        /* the vfork child ran on this block's stack and exec'd or exited
+         * from within the C path, which it never left */
+        t->depth = 0;
     }
     ferry_post(result);
 }

@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "layout.h"
 #include "slots.h"
 
 struct ferry_blk;
@@ -20,6 +21,10 @@ struct ferry_blk;
 struct ferry_thread {
     struct ferry_blk *blk;          /* first: entry.S's COUNT_CALL */
     struct ferry_thread *self;      /* the block's address (gs-relative reads give offsets) */
+    /* static build: the shim's own stack for this thread, and how many
+     * calls of the thread are in the shim's C path (static_thread.c) */
+    char *stack_top;
+    unsigned long depth;
     /* store.c: the vfork child's counters and record */
     struct ferry_blk *spare;
     struct ferry_blk *vfork_saved;
@@ -42,13 +47,13 @@ struct ferry_thread {
 #ifdef FERRY_STATIC
     int32_t pid, tid;               /* whose block this is (a clone child inherits %gs) */
     struct ferry_thread *next;      /* every block made, for reuse once its thread is gone */
-    char *stack_top;                /* the shim's own stack for this thread (static_entry.S) */
-    unsigned long on_stack;         /* nonzero while the C path runs on it */
 #endif
 };
 
+_Static_assert(__builtin_offsetof(struct ferry_thread, stack_top) == FERRY_THREAD_STACK_TOP, "");
+_Static_assert(__builtin_offsetof(struct ferry_thread, depth) == FERRY_THREAD_DEPTH, "");
+
 #ifdef FERRY_STATIC
-#define FERRY_THREAD_SELF 8         /* offsetof(struct ferry_thread, self), for asm */
 static inline struct ferry_thread *ferry_thread(void)
 {
     return *(struct ferry_thread *__seg_gs *)__builtin_offsetof(struct ferry_thread, self);
