@@ -84,30 +84,63 @@ def test_aggregation_is_refused_for_static_programs(tmp_path, program):
 def _calls_after_shim_start(lines, run_dir, root_pid):
     """strace's counts per syscall over the program's processes and threads,
     from the moment each process's shim opened the file of its record; a
-    thread made once the shim was up counts whole.  Two passes: a new
-    thread's first calls can come before the line that names it."""
+    thread made once its process's shim was up counts whole.  In passes: a
+    new thread's or vfork child's first calls come before the line that
+    names it (its parent's clone resumes later)."""
     marker = re.compile(rf'openat\(AT_FDCWD, "{re.escape(str(run_dir))}/proc/(?:u)?\d+-\d+\.ferry"')
-    parsed = [(int(m.group(1)), m.group(3), m.group(2), line)
-              for m, line in ((LINE.match(line), line) for line in lines) if m]
-    pids, start, threading = {root_pid}, {}, {}
-    for i, (pid, name, resumed, line) in enumerate(parsed):
+    # a call strace split in two ("<unfinished ...>", "<... x resumed>") is
+    # one line, where it started, with its result
+    parsed, open_calls = [], {}
+    for line in lines:
+        m = LINE.match(line)
+        if not m:
+            continue
+        pid = int(m.group(1))
+        if m.group(2):
+            if pid in open_calls:
+                at = open_calls.pop(pid)
+                p, name, _, first = parsed[at]
+                parsed[at] = (p, name, None, first.replace("<unfinished ...>", "") + line.split(">", 1)[1])
+            continue
+        if line.endswith("<unfinished ...>"):
+            open_calls[pid] = len(parsed)
+        parsed.append((pid, m.group(3), None, line))
+    def opens_record(name, line):
+        return marker.search(line) and not re.search(r"= -\d+ E\w+", line)
+
+    # a process's calls count from its record's opening to its next image
+    # (whose loader runs before that image's shim); a thread's from its
+    # creation, if its creator's counted then
+    # A call a signal interrupted and the kernel restarted is one call of
+    # the program's (the shim sees it once: the same `syscall` instruction
+    # runs again), two lines of strace's: the restart_syscall after an
+    # ERESTART_RESTARTBLOCK, or the same call again after an ERESTARTSYS /
+    # ERESTARTNOINTR / ERESTARTNOHAND.
+    pids, live, started, counts = {root_pid}, set(), set(), collections.Counter()
+    again = {}  # pid -> the call it will make again
+    for pid, name, _resumed, line in parsed:
         if pid not in pids:
             continue
-        if pid not in start and name and marker.search(line) and not re.search(r"= -\d+ E\w+", line):
-            start[pid] = i
-        if (name or resumed) in ("clone", "clone3", "fork", "vfork"):
-            if name:
-                threading[pid] = "CLONE_THREAD" in line
+        if name == "restart_syscall" or again.get(pid) == name:
+            again.pop(pid, None)
+            continue
+        if re.search(r"= \? ERESTART(SYS|NOINTR|NOHAND)", line):
+            again[pid] = name
+        if pid in live:
+            counts[name] += 1
+        elif opens_record(name, line):
+            live.add(pid)
+            started.add(pid)
+        if name in ("clone", "clone3", "fork", "vfork"):
             child = re.search(r"= (\d+)$", line) or re.search(r"= (\d+) ", line)
             if child:
                 pids.add(int(child.group(1)))
-                if threading.get(pid) and pid in start:
-                    start[int(child.group(1))] = -1
-    counts = collections.Counter()
-    for i, (pid, name, _resumed, _line) in enumerate(parsed):
-        if name and pid in start and i > start[pid]:
-            counts[name] += 1
-    return counts, set(start)
+                # a vfork child counts into a block its parent made for it
+                if ("CLONE_THREAD" in line or "CLONE_VFORK" in line or name == "vfork") and pid in live:
+                    live.add(int(child.group(1)))
+        if name == "execve" and line.endswith("= 0"):
+            live.discard(pid)
+    return counts, started
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
@@ -179,3 +212,42 @@ def test_exec_hook_runs_a_static_child_rewritten(tmp_path, program):
     child = [p for p in procs if p.get("program") == "static_mix" or
              os.path.basename(p.get("exe") or "") == "static_mix"]
     assert child and child[0]["calls"] > 0, procs
+
+
+GO = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+
+
+@pytest.fixture(scope="module")
+def go_program(tmp_path_factory):
+    if GO is None:
+        pytest.skip("go is not installed")
+    tmp = tmp_path_factory.mktemp("go")
+    out = tmp / "static_go"
+    env = dict(os.environ, CGO_ENABLED="0", GOCACHE=str(tmp / "cache"), GOPATH=str(tmp / "path"),
+               GOFLAGS="-mod=mod", GO111MODULE="off")
+    subprocess.run([GO, "build", "-o", str(out), str(ROOT / "tests/programs/static_go.go")],
+                   check=True, capture_output=True, env=env, timeout=300)
+    return out
+
+
+def _masked(stderr):
+    """A Go panic's stderr with its addresses and goroutine ids left out."""
+    return re.sub(rb"0x[0-9a-f]+|goroutine \d+", b"N", stderr)
+
+
+@pytest.mark.parametrize("profile", ["trace", "count", "off"])
+@pytest.mark.parametrize("args", [[], ["panic"]], ids=["plain", "panic"])
+def test_go_static_program_behaves_as_natively(tmp_path, go_program, profile, args):
+    argv = [str(go_program), *args]
+    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv, profile)
+    assert (ferry.stdout, _masked(ferry.stderr), ferry.returncode) == \
+        (native.stdout, _masked(native.stderr), native.returncode)
+    counted = {s["name"]: s["calls"] for s in load_run(tmp_path / "run")["syscalls"]}
+    if profile != "off":
+        assert counted["getppid"] == 64 * 2000
+        assert counted.get("sigaltstack", 0) > 0  # every Go thread sets its own
+
+
+def test_go_fibers_refused(tmp_path, go_program):
+    r = _under_ferry(tmp_path / "run", [str(go_program)], profile="fibers")
+    assert r.returncode == 2 and len(r.stderr.decode().strip().splitlines()) == 1

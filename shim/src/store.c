@@ -320,6 +320,7 @@ void ferry_store_after_fork(void)
     FERRY_THR->blk = 0;
     FERRY_THR->spare = 0;
     FERRY_THR->in_vfork_child = 0;
+    FERRY_THR->internal = 0;
     ferry_internal = 0;
     struct ferry_proc_header *parent = ferry_hdr;
     if (open_backing() != 0) {
@@ -391,9 +392,10 @@ void ferry_blk_enter_vfork_child(void)
     FERRY_THR->blk = FERRY_THR->spare;
     FERRY_THR->in_vfork_child = 1;
     FERRY_THR->vfork_file = 0;
-    /* the child's own calls are not the parent's (zeroed above) */
-    ferry_internal = spare_internal();
-    ferry_internal[SYS_madvise]++;
+    /* the child's own calls are not the parent's (zeroed above); the
+     * parent's other threads run on, and tally theirs as before */
+    FERRY_THR->internal = spare_internal();
+    FERRY_THR->internal[SYS_madvise]++;
 }
 
 void ferry_blk_leave_vfork_child(void)
@@ -402,7 +404,7 @@ void ferry_blk_leave_vfork_child(void)
         return;
     FERRY_THR->blk = FERRY_THR->vfork_saved;
     FERRY_THR->in_vfork_child = 0;
-    ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
+    FERRY_THR->internal = 0;
 }
 
 static int all_zero(const char *p, size_t n)
@@ -518,7 +520,7 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE);
     /* The tally goes last, with the two calls that write it and close the
      * file already in it; they are made untallied. */
-    uint64_t *own = ferry_internal;
+    uint64_t *own = ferry_tally();
     if (own) {
         own[SYS_pwrite64]++;
         own[SYS_close]++;

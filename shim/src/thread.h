@@ -32,6 +32,7 @@ struct ferry_thread {
     uint32_t vfork_file;
     struct ferry_slot vfork_slot;
     uint64_t vfork_hook_tsc;        /* when a vfork child's exec hook began */
+    uint64_t *internal;             /* a vfork child's tally of the shim's own calls (raw.h) */
     /* shim.c: the clone-like call handed to the trampoline, for ferry_post
      * (a vfork child shares these with its parent: the parent clears them) */
     long pending_nr;
