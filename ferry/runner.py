@@ -128,11 +128,11 @@ def _is_cached_image(path):
 
 
 def learn(out_dir):
-    """Rewrite the dynamic programs that ran without the shim in this run, so
+    """Rewrite the programs that ran without the shim in this run, so
     that the next run enables them (FX!32 translated in the background after a
     first, emulated run), and plan the libraries whose calls the catch-all
     caught.  Returns the files rewritten or planned."""
-    from .procfile import EXEC_PLAIN
+    from .procfile import EXEC_PLAIN, EXEC_STATIC
     from .rewriter.instrument import instrument
     from .rundata import load_run
     try:
@@ -151,7 +151,9 @@ def learn(out_dir):
         except FerryError:
             continue
     for p in model["processes"]:
-        if p["enabled"] or p.get("exec_kind") != EXEC_PLAIN or not p["exe"] or p["exe"] in done:
+        # static ones carry the shim once rewritten (rewriter/static_embed.py)
+        if p["enabled"] or p.get("exec_kind") not in (EXEC_PLAIN, EXEC_STATIC) or not p["exe"] \
+                or p["exe"] in done:
             continue
         try:
             instrument(p["exe"])

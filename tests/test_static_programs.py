@@ -251,3 +251,23 @@ def test_go_static_program_behaves_as_natively(tmp_path, go_program, profile, ar
 def test_go_fibers_refused(tmp_path, go_program):
     r = _under_ferry(tmp_path / "run", [str(go_program)], profile="fibers")
     assert r.returncode == 2 and len(r.stderr.decode().strip().splitlines()) == 1
+
+
+def test_static_child_learned_after_the_run(tmp_path, program):
+    """A static program exec'd during a run without a cached image runs
+    without the shim, says so, and is rewritten after the run: the next run
+    enables it."""
+    fresh = tmp_path / "fresh_static"
+    shutil.copy2(program, fresh)
+    argv = ["sh", "-c", f"{fresh} threads 1"]
+    native = _native(argv)
+
+    def child(run):
+        assert (run.stdout, run.returncode) == (native.stdout, native.returncode)
+        procs = load_run(tmp_path / "run")["processes"]
+        return [p for p in procs if p["exe"] and p["exe"].endswith("fresh_static")][-1]
+
+    first = child(_under_ferry(tmp_path / "run", argv))
+    assert not first["enabled"]
+    second = child(_under_ferry(tmp_path / "run", argv))
+    assert second["enabled"] and second["calls"] > 0
