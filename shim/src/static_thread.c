@@ -25,8 +25,9 @@
 
 static struct ferry_thread *blocks;
 /* For a thread that could not get a block (no memory): its C path stays on
- * its own stack (depth never 0), as a dynamic program's does. */
-static struct ferry_thread orphan = {.self = &orphan, .depth = 1};
+ * its own stack, as a dynamic program's does: the depth never comes back
+ * to 0 (its updates from several threads may be lost, but not 2^62 of them) */
+static struct ferry_thread orphan = {.self = &orphan, .depth = 1UL << 62};
 
 static void own(struct ferry_thread *t, int pid, int tid)
 {
