@@ -45,7 +45,7 @@ def _under_ferry(run_dir, argv, profile="trace"):
                           capture_output=True, timeout=120)
 
 
-@pytest.mark.parametrize("args", [["threads", "6"], ["fork"], ["signal"], ["crash"]],
+@pytest.mark.parametrize("args", [["threads", "6"], ["fork"], ["signal"], ["crash"], ["smallstack"]],
                          ids=lambda a: a[0])
 def test_static_program_behaves_as_natively_and_is_counted(tmp_path, program, args):
     argv = [str(program), *args]

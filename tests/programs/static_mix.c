@@ -5,8 +5,10 @@
  *   static_mix fork        a child that execs `/bin/echo child`, waited for
  *   static_mix signal      a SIGUSR1 handler run by raise(), SA_RESTART
  *   static_mix crash       SIGSEGV (natively: killed by the signal)
- *   static_mix loop N      N getppid() calls (bench/overhead.py) */
+ *   static_mix loop N      N getppid() calls (bench/overhead.py)
+ *   static_mix smallstack  a thread on the smallest stack execs /bin/echo */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -88,6 +90,26 @@ static int signals(void)
     return 0;
 }
 
+static void *exec_on_small_stack(void *arg)
+{
+    (void)arg;
+    execl("/bin/echo", "echo", "exec from a small stack", (char *)0);
+    return 0;
+}
+
+/* The shim's C path (the exec hook's above all) must not run on it. */
+static int smallstack(void)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, PTHREAD_STACK_MIN);
+    if (pthread_create(&t, &attr, exec_on_small_stack, 0))
+        return 1;
+    pthread_join(t, 0);
+    return 3;  /* not reached: the exec replaced the process */
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "threads";
@@ -98,6 +120,8 @@ int main(int argc, char **argv)
         return forkexec();
     if (!strcmp(what, "signal"))
         return signals();
+    if (!strcmp(what, "smallstack"))
+        return smallstack();
     if (!strcmp(what, "crash")) {
         printf("before crash\n");
         fflush(stdout);
