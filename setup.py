@@ -1,5 +1,6 @@
-"""Packaging hook: the wheel carries libferry.so, built from shim/ by its Makefile,
-and ferry/base/_layouts.py, the shared formats generated from the shim's headers.
+"""Packaging hook: the wheel carries libferry.so and libferry-static.so, built
+from shim/ by its Makefile, and ferry/base/_layouts.py, the shared formats
+generated from the shim's headers.
 
 Everything else about the package is declared in setup.cfg.  The shim is built
 in setuptools' temporary directory, so a `pip install .` never touches the
@@ -34,6 +35,8 @@ class BuildPyWithShim(build_py):
         dest = Path(self.build_lib) / PACKAGED
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(temp / "libferry.so", dest)
+        # the shim static programs carry inside them (rewriter/static_embed.py)
+        shutil.copy2(temp / "libferry-static.so", dest.with_name("libferry-static.so"))
 
 
 class NativeDistribution(Distribution):

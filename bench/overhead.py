@@ -18,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
 PROGRAM = ROOT / "bench" / "build" / "overhead"
+STATIC_PROGRAM = ROOT / "bench" / "build" / "overhead-static"
+GO_PROGRAM = ROOT / "tests" / "programs" / "static_go.go"   # its `loop N` mode
 N, ROUNDS = 1_000_000, 7
 
 
@@ -25,6 +27,37 @@ def ns_per_call(cmd, n=N, env=None):
     out = subprocess.run([*map(str, cmd), str(n), "5"], capture_output=True, text=True, check=True,
                          env=env).stdout
     return float(out)
+
+
+def _go():
+    return shutil.which("go") or next((g for g in ["/usr/local/go/bin/go"] if os.access(g, os.X_OK)), None)
+
+
+def static_added(tmp, env):
+    """Static programs carry the shim inside them: the getppid loop of a
+    `gcc -static` build and of a static Go program (syscall.Getppid(), when
+    Go is installed), each native and rewritten, alternately.  Returns
+    {name: (native_ns, rewritten_ns)}."""
+    programs = {"static": [STATIC_PROGRAM]}
+    go = _go()
+    if go:
+        built = Path(tmp) / "go_getppid"
+        go_env = dict(os.environ, CGO_ENABLED="0", GO111MODULE="off", GOCACHE=os.path.join(tmp, "gocache"))
+        subprocess.run([go, "build", "-o", str(built), str(GO_PROGRAM)], check=True, capture_output=True,
+                       env=go_env)
+        programs["go_static"] = [built, "loop"]
+    results = {}
+    for name, (prog, *args) in programs.items():
+        out = Path(tmp) / f"{name}-out"
+        subprocess.run([FERRY, "instrument", "-q", str(prog), "-o", str(out)], check=True,
+                       capture_output=True, env=env)
+        rewritten = out / Path(prog).name
+        native_runs, rewritten_runs = [], []
+        for _ in range(ROUNDS):
+            native_runs.append(ns_per_call([prog, *args]))
+            rewritten_runs.append(ns_per_call([rewritten, *args]))
+        results[name] = (statistics.median(native_runs), statistics.median(rewritten_runs))
+    return results
 
 
 def main():
@@ -47,6 +80,7 @@ def main():
             native_runs.append(ns_per_call([PROGRAM]))
             rewritten_runs.append(ns_per_call([rewritten]))
             caught_runs.append(ns_per_call([rewritten], env=catch_env))
+        static = static_added(tmp, env)
         strace_ns = None
         if shutil.which("strace"):
             strace_ns = ns_per_call(["strace", "-c", "-f", "-o", os.devnull, PROGRAM], n=20_000)
@@ -69,6 +103,9 @@ def main():
               f"catch_all_ratio={caught / native:.3f}")
     if strace_ns:
         result += f" strace_ratio={strace_ns / native:.1f}"
+    for name, (nat, rw) in static.items():
+        print(f"{name:>10}: native {nat:.1f} ns/call, rewritten {rw:.1f} ns/call, added {rw - nat:.1f}")
+        result += f" {name}_added_ns={rw - nat:.1f}"
     print(result)
 
 

@@ -234,6 +234,10 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     if launch.how == "wine" and profile.mode == "aggregate":
         from .injector.pe_launch import program_env
         program_env({}, profile, out_dir)     # refuses, before the run directory exists
+    if profile.mode == "aggregate" and (launch.manifest or {}).get("static"):
+        # the shim inside a static program has no engine (shim/src/static_noagg.c)
+        raise FerryError(launch.original, "statically linked: aggregation profiles are not "
+                                          "available for static programs (trace, count and off are)")
     out_dir = open_run_dir(out_dir, launch.manifest, profile)
     lock = runlock.hold(out_dir)
     env = _program_env(launch, profile, out_dir)

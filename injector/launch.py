@@ -9,8 +9,10 @@ argv and $0, its own environment.
 - one whose executable had to be rewritten runs that rewritten image (RUN);
 - one the rewriter cannot handle runs from its own file with the shim
   preloaded, which patches its libraries in memory from their plans (PRELOAD);
-- what the shim cannot serve (static without an image, 32-bit, musl,
-  setuid) runs exactly as natively, and the run says why it was not enabled.
+- a static program runs its rewritten image, which carries the shim (RUN);
+- what the shim cannot serve (a static program that could not be rewritten,
+  32-bit, musl, setuid) runs exactly as natively, and the run says why it
+  was not enabled.
 
 A #! script runs as the kernel would run it; a file that is neither ELF nor
 #! is run by /bin/sh, as execvp does.
@@ -95,8 +97,8 @@ def classify(path):
         return OTHER, e.problem
     if kind.unusable:   # packed, or headers no kernel or rewriter can follow
         raise InputError(path, kind.reason)
-    if kind.name in ("static", "static-pie"):
-        return STATIC, kind.reason
+    if kind.name in elfkind.STATIC_KINDS:
+        return STATIC, elfkind.STATIC_REASON
     if kind.name in ("elf32", "musl"):
         return FOREIGN, f"{kind.reason}: the shim cannot be loaded into it"
     if kind.name != "dynamic":
@@ -167,6 +169,12 @@ def prepare(argv, progress=None, depth=0):
         inner = prepare(["/bin/sh", given] + list(argv[1:]), progress, depth + 1)
         inner.original = original
         return inner
+    if kind == STATIC:
+        # the rewritten image carries the shim (rewriter/static_embed.py)
+        how, result, problem = _instrumented(original, progress)
+        if result is None:
+            return Launch(list(argv), given, original, reason=f"{detail}: {problem}")
+        return Launch(list(argv), str(result.entry), original, result.manifest, RUN)
     if kind != DYNAMIC:
         return Launch(list(argv), given, original, reason=detail)
     how, result, problem = _instrumented(original, progress)

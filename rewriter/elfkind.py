@@ -3,7 +3,7 @@
 `classify` answers before anything heavy is imported (no LIEF, capstone or
 keystone) and reads a KiB or two: `ferry run` asks it whether a
 command can be rewritten at all, so that a program the shim cannot serve
-(static, 32-bit, musl) starts at once, with the reason.  `header_problem` is
+(32-bit, musl, packed) starts at once, with the reason.  `header_problem` is
 the check of the raw header that comes before LIEF is trusted with a file.
 """
 import os
@@ -20,15 +20,16 @@ DT_NULL, DT_FLAGS_1 = 0, 0x6FFFFFFB
 DF_1_PIE = 0x08000000
 _PHDR = struct.Struct("<IIQQQQQQ")
 
-STATIC_REASON = ("statically linked: it cannot load the shim by itself "
-                 "(static programs are not supported yet)")
+STATIC_REASON = "statically linked: it carries the shim only once rewritten"
+# rewritten with the shim inside them (static_instrument.py)
+STATIC_KINDS = frozenset({"static", "static-pie"})
 
 # name -> why Ferry cannot rewrite such a file ("" if it can try)
 KINDS = {
     "dynamic": "",
     "shared-object": "",
-    "static": STATIC_REASON,
-    "static-pie": STATIC_REASON.replace("statically linked", "statically linked (static-pie)"),
+    "static": "",
+    "static-pie": "",
     "elf32": "not a 64-bit ELF file (only x86-64 is supported)",
     "musl": "uses musl's dynamic loader ({interp}); the shim is built for glibc",
     "packed": ("packed with UPX (a self-extracting program: its code exists only once it "
@@ -37,7 +38,7 @@ KINDS = {
     "foreign": "",    # reason: the header check's own words
     "not-elf": "",    # idem
 }
-REFUSED = frozenset({"static", "static-pie", "elf32", "musl", "packed", "bad"})
+REFUSED = frozenset({"elf32", "musl", "packed", "bad"})
 # Files nothing can be done with: `ferry run` refuses them too instead of
 # running them without the shim.
 UNUSABLE = frozenset({"packed", "bad"})

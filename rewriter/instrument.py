@@ -171,7 +171,7 @@ def own_file_unchanged(m):
     system calls are all in libc).  It then keeps what it sees of itself:
     /proc/self/exe, AT_EXECFN, $ORIGIN."""
     root = m["modules"][0] if m.get("modules") else {}
-    return m.get("kind") == "executable" and not root.get("sites_patched")
+    return m.get("kind") == "executable" and not m.get("static") and not root.get("sites_patched")
 
 
 def exec_target(out_dir, m):
@@ -217,6 +217,9 @@ def _instrument(path, out_dir, progress):
     kind = elfkind.classify(path)
     if kind.refused:
         raise InputError(path, kind.reason)
+    if kind.name in elfkind.STATIC_KINDS:
+        from . import static_instrument
+        return static_instrument.instrument(path, out_dir, progress, started)
     shim = shimlib.path()
     shim_sha = cache.sha256_file(shim)
     if out_dir is None:

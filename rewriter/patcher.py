@@ -180,8 +180,10 @@ def _add_segments(image, tramp_size, ctl_size):
     raise FerryError(image.path, "no room to add segments without moving the image")
 
 
-def rewrite(image, sites, cmap, out_path, changes):
-    """Write `image` with its patched `sites` to `out_path` (atomically)."""
+def rewrite(image, sites, cmap, out_path, changes, embed=None):
+    """Write `image` with its patched `sites` to `out_path` (atomically).
+    `changes`: to its dynamic section (None: a static program has none);
+    `embed(binary)`: last, with every other segment added (static_embed)."""
     patched = [s for s in sites if s.patched]
     offsets, tramp_size = _layout_trampolines(patched)
     ctl = _control_block(sites, patched)
@@ -211,7 +213,10 @@ def rewrite(image, sites, cmap, out_path, changes):
         binary.patch_address(site.window[0], list(patch))
         windows.append((site.window[0], patch))
 
-    _apply_dynamic(binary, changes)
+    if changes is not None:
+        _apply_dynamic(binary, changes)
+    if embed is not None:
+        embed(binary)
     atomic.write_with(out_path, lambda tmp: _write_isolated(binary, tmp, image.path),
                       os.stat(image.path).st_mode & 0o777)
     return plan.encode(tramp_base, bytes(code), ctl_base, ctl, module_refs, windows)

@@ -57,8 +57,9 @@ def test_wheel_carries_the_shim(wheel):
     assert not wheel.name.endswith("-none-any.whl"), "a wheel holding native code must name its platform"
     with zipfile.ZipFile(wheel) as z:
         shim = z.read(SHIM_IN_WHEEL)
+        static = z.read(SHIM_IN_WHEEL.replace("libferry.so", "libferry-static.so"))  # for static programs
         layouts = z.read("ferry/base/_layouts.py").decode()
-    assert shim[:4] == b"\x7fELF"
+    assert shim[:4] == static[:4] == b"\x7fELF"
     # the shared formats, generated from the headers the shim was built from
     assert layouts == (ROOT / "base" / "_layouts.py").read_text()
     assert int.from_bytes(shim[16:18], "little") == 3  # ET_DYN: a shared object

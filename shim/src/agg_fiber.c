@@ -78,7 +78,7 @@ static void *new_tcb(struct agg_fiber *f, void *tcb)
             w[i] = w[i] - old + nw;
     /* the shim's own per-thread state: the fiber counts into its carrier's
      * block and knows itself */
-    *FERRY_TLS_IN(nw, ferry_tls_block) = ferry_tls_block;
+    FERRY_TLS_IN(nw, ferry_thr)->blk = FERRY_THR->blk;
     *FERRY_TLS_IN(nw, agg_carrier) = agg_carrier;
     *FERRY_TLS_IN(nw, agg_self) = f;
     if (f && agg_carrier)
@@ -209,7 +209,7 @@ char *agg_thread_block(size_t stack, size_t *size, unsigned long *tp, char **sta
         ferry_raw2(SYS_munmap, map, *size);
         return 0;
     }
-    *FERRY_TLS_IN(tcb, ferry_tls_block) = 0;  /* it counts into a block of its own, if ever */
+    FERRY_TLS_IN(tcb, ferry_thr)->blk = 0;  /* it counts into a block of its own, if ever */
     *tp = tcb;
     *stack_top = (char *)(tls_low & ~(uintptr_t)63);
     return map;

@@ -48,14 +48,6 @@
 int ferry_catchall_on;
 static int detached;
 
-static __thread volatile unsigned char selector __attribute__((tls_model("initial-exec")));
-/* The byte the kernel reads for this thread: its own `selector`, except for
- * fibers, which share their carrier's kernel thread and so its byte. */
-static __thread volatile unsigned char *selector_at __attribute__((tls_model("initial-exec")));
-static __thread unsigned char armed __attribute__((tls_model("initial-exec")));
-/* Whether the program believes SIGSYS is blocked in this thread. */
-static __thread unsigned char sigsys_blocked __attribute__((tls_model("initial-exec")));
-
 /* The program's own SIGSYS disposition (it never reaches the kernel), and
  * the signals whose handler masks the program asked to include SIGSYS. */
 static struct ferry_ksigaction program_sigsys;
@@ -70,14 +62,14 @@ void ferry_catchall_thread(void)
 {
     if (!ferry_catchall_on || detached)
         return;
-    if (!selector_at)
-        selector_at = &selector;
-    *selector_at = SELECTOR_BLOCK;
+    if (!FERRY_THR->selector_at)
+        FERRY_THR->selector_at = &FERRY_THR->selector;
+    *FERRY_THR->selector_at = SELECTOR_BLOCK;
     unsigned long start = (unsigned long)__ehdr_start;
     long r = ferry_raw6(SYS_prctl, PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, start,
-                        (unsigned long)__etext - start, (long)selector_at, 0);
-    armed = r == 0;
-    if (armed && ferry_hdr) {
+                        (unsigned long)__etext - start, (long)FERRY_THR->selector_at, 0);
+    FERRY_THR->armed = r == 0;
+    if (FERRY_THR->armed && ferry_hdr) {
         /* a fork child's file is new: say again that it is caught */
         struct ferry_catch_area *a = (struct ferry_catch_area *)ferry_hdr->catchall;
         if (!a->enabled) {
@@ -89,44 +81,46 @@ void ferry_catchall_thread(void)
 
 void ferry_catchall_fork_child(void)
 {
-    selector_at = &selector;  /* what it shared with a carrier stayed in the parent */
+    FERRY_THR->selector_at = &FERRY_THR->selector;  /* what it shared with a carrier stayed in the parent */
     ferry_catchall_thread();
 }
 
+#ifndef FERRY_STATIC
 void ferry_catchall_adopt(unsigned long tp, unsigned long carrier_tp)
 {
     if (!ferry_catchall_on)
         return;
-    volatile unsigned char *at = *FERRY_TLS_IN(carrier_tp, selector_at);
-    *FERRY_TLS_IN(tp, selector_at) = at ? at : FERRY_TLS_IN(carrier_tp, selector);
-    *FERRY_TLS_IN(tp, armed) = *FERRY_TLS_IN(carrier_tp, armed);
+    struct ferry_thread *t = FERRY_TLS_IN(tp, ferry_thr), *carrier = FERRY_TLS_IN(carrier_tp, ferry_thr);
+    t->selector_at = carrier->selector_at ? carrier->selector_at : &carrier->selector;
+    t->armed = carrier->armed;
 }
+#endif
 
 void ferry_catchall_check(void)
 {
-    if (!armed)
+    if (!FERRY_THR->armed)
         ferry_catchall_thread();
     else
-        *selector_at = SELECTOR_BLOCK;
+        *FERRY_THR->selector_at = SELECTOR_BLOCK;
 }
 
 void ferry_catchall_allow(void)
 {
-    if (ferry_catchall_on && selector_at)
-        *selector_at = SELECTOR_ALLOW;
+    if (ferry_catchall_on && FERRY_THR->selector_at)
+        *FERRY_THR->selector_at = SELECTOR_ALLOW;
 }
 
 void ferry_catchall_block(void)
 {
-    if (ferry_catchall_on && !detached && selector_at)
-        *selector_at = SELECTOR_BLOCK;
+    if (ferry_catchall_on && !detached && FERRY_THR->selector_at)
+        *FERRY_THR->selector_at = SELECTOR_BLOCK;
 }
 
 void ferry_catchall_detach(void)
 {
     detached = 1;
-    if (selector_at)
-        *selector_at = SELECTOR_ALLOW;
+    if (FERRY_THR->selector_at)
+        *FERRY_THR->selector_at = SELECTOR_ALLOW;
 }
 
 /* ---- recording sites ---------------------------------------------------- */
@@ -289,18 +283,18 @@ static long sigprocmask_call(struct ferry_regs *r)
                            KSIGSET, 0, 0);
     if (ret != 0)
         return ret;
-    if (r->rdx && sigsys_blocked) {
+    if (r->rdx && FERRY_THR->sigsys_blocked) {
         uint64_t *old = (uint64_t *)r->rdx;  /* the kernel just wrote it */
         *old |= SIGSYS_BIT;
     }
     if (r->rsi) {
         int in = (set & SIGSYS_BIT) != 0;
         if (r->rdi == SIG_BLOCK)
-            sigsys_blocked |= in;
+            FERRY_THR->sigsys_blocked |= in;
         else if (r->rdi == SIG_UNBLOCK)
-            sigsys_blocked &= !in;
+            FERRY_THR->sigsys_blocked &= !in;
         else
-            sigsys_blocked = in;
+            FERRY_THR->sigsys_blocked = in;
     }
     return 0;
 }
@@ -439,7 +433,7 @@ static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
         return -EINVAL;
     if (r->rsi && ferry_safe_read(&set, (void *)r->rsi, KSIGSET) != KSIGSET)
         return -EFAULT;
-    uint64_t old = *cur | (sigsys_blocked ? SIGSYS_BIT : 0);
+    uint64_t old = *cur | (FERRY_THR->sigsys_blocked ? SIGSYS_BIT : 0);
     uint64_t next = old;
     if (r->rsi) {
         if (r->rdi == SIG_BLOCK)
@@ -452,7 +446,7 @@ static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
             return -EINVAL;
     }
     next &= ~((1UL << (SIGKILL - 1)) | (1UL << (SIGSTOP - 1)));
-    sigsys_blocked = (next & SIGSYS_BIT) != 0;
+    FERRY_THR->sigsys_blocked = (next & SIGSYS_BIT) != 0;
     *cur = next & ~SIGSYS_BIT;
     if (r->rdx && ferry_safe_write((void *)r->rdx, &old, KSIGSET))
         return -EFAULT;
@@ -470,7 +464,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
     uint64_t next = (uint64_t)g[REG_RIP];
     long nr = g[REG_RAX];
     if (detached) {
-        *selector_at = SELECTOR_ALLOW;
+        *FERRY_THR->selector_at = SELECTOR_ALLOW;
         g[REG_RIP] = (greg_t)(next - 2);  /* run it again, bare */
         return;
     }
@@ -495,7 +489,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
          * blocks again on its next slow call, the child when it first comes
          * through the shim. */
         ferry_blk_count(nr);
-        *selector_at = SELECTOR_ALLOW;
+        *FERRY_THR->selector_at = SELECTOR_ALLOW;
         g[REG_RIP] = (greg_t)(next - 2);
         return;
     case SYS_rt_sigprocmask:
@@ -528,7 +522,7 @@ void ferry_catchall_start(char **envp)
         return;
     ferry_catchall_on = 1;
     ferry_catchall_thread();
-    if (!armed) {
+    if (!FERRY_THR->armed) {
         /* no dispatch in this kernel: leave SIGSYS as it was */
         ferry_raw4(SYS_rt_sigaction, SIGSYS, &program_sigsys, 0, KSIGSET);
         ferry_catchall_on = 0;

@@ -30,8 +30,13 @@ int agg_threads_deliver(long nr, long result);
 /* What agg_threads_deliver will say, without raising anything. */
 int agg_threads_will_restart(long nr, long result);
 
-/* The calls of a fiber: non-null while one runs on this thread. */
+/* The calls of a fiber: non-null while one runs on this thread.  The static
+ * build (FERRY_STATIC) has no engine (static_noagg.c): no thread is a fiber. */
+#ifdef FERRY_STATIC
+#define agg_self ((struct agg_fiber *)0)
+#else
 extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
+#endif
 /* A fiber's call: 1 if the engine ran it (result in r->rax; *done: when it
  * saw the call complete, 0: it ran at once), 0 to let the core run it. */
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);

@@ -43,8 +43,12 @@
 /* One more call in this thread's block; a thread without a block yet goes
  * to `none` (rcx is free: `syscall` clobbers it anyway). */
 .macro COUNT_CALL slot, none
-    mov rcx, qword ptr [rip + ferry_tls_block@GOTTPOFF]
+#ifdef FERRY_STATIC
+    mov rcx, qword ptr gs:[0]
+#else
+    mov rcx, qword ptr [rip + ferry_thr@GOTTPOFF]
     mov rcx, qword ptr fs:[rcx]
+#endif
     test rcx, rcx
     jz \none
     add qword ptr [rcx + FERRY_BLK_CALLS + \slot], 1
@@ -107,6 +111,17 @@ ferry_slow_entry:
     .cfi_rel_offset rbx, 0
     mov rbx, rsp
     .cfi_def_cfa_register rbx
+#ifdef FERRY_STATIC
+    /* The C path runs on the thread's shim stack: a goroutine's has a few
+     * hundred bytes to spare.  Counted first, switched after, so that a
+     * signal between the two finds the count up; a call from a handler
+     * that interrupted the C path stays on the stack it is on. */
+    add qword ptr gs:[FERRY_THREAD_DEPTH], 1
+    cmp qword ptr gs:[FERRY_THREAD_DEPTH], 1
+    jne 1f
+    mov rsp, qword ptr gs:[FERRY_THREAD_STACK_TOP]
+1:
+#endif
     and rsp, -16
     sub rsp, FERRY_REGS_SIZE
     mov qword ptr [rsp + FERRY_REGS_RAX], rax
@@ -132,13 +147,17 @@ ferry_slow_entry:
     mov r10, qword ptr [rsp + FERRY_REGS_R10]
     mov r8, qword ptr [rsp + FERRY_REGS_R8]
     mov r9, qword ptr [rsp + FERRY_REGS_R9]
-    test eax, eax
+    mov r11d, eax             /* `syscall` clobbers r11: free to carry the answer */
     mov rax, qword ptr [rsp + FERRY_REGS_RAX]
     mov rsp, rbx
     .cfi_def_cfa_register rsp
+#ifdef FERRY_STATIC
+    sub qword ptr gs:[FERRY_THREAD_DEPTH], 1  /* off the shim stack first */
+#endif
     pop rbx
     .cfi_adjust_cfa_offset -8
     .cfi_restore rbx
+    test r11d, r11d
     jz .Ldone
     add qword ptr [rsp + 8], FERRY_TRAMP_RAW_DELTA
 .Ldone:
@@ -207,7 +226,11 @@ ferry_slow_entry:
  * calling thread and, for clone and vfork, in the child too, on whatever
  * stack the child got: rax holds the result, r11 the flags the kernel
  * returned; ferry_post(result) only updates the shim's own bookkeeping. */
+#ifdef FERRY_STATIC
+    PRESERVING_CALL ferry_post_entry, ferry_static_post, 1  /* gives a new thread its block first */
+#else
     PRESERVING_CALL ferry_post_entry, ferry_post, 1
+#endif
 
 /* ld.so's _dl_debug_state (the debugger's breakpoint, called whenever the
  * list of modules changes) jumps here: rescan, then return to its caller. */

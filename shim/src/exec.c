@@ -448,8 +448,9 @@ static int parse_shebang(char *head, long got, char **interp, char **arg)
 static void exec_image(const char *image, char *const *argv, char *const *envp)
 {
     ferry_pass6(SYS_execve, (long)image, (long)argv, (long)envp, 0, 0, 0);
-    if (ferry_internal)
-        ferry_internal[SYS_execve]++;
+    uint64_t *own = ferry_tally();
+    if (own)
+        own[SYS_execve]++;
 }
 
 /* Run what the cache holds (`c`, `image`) for the file `name`: exec its

@@ -9,6 +9,11 @@
  * in rewriter/layout.py. */
 #define FERRY_TRAMP_RAW_DELTA 10
 
+/* struct ferry_thread (thread.h): the static build's entry reads them
+ * through %gs. */
+#define FERRY_THREAD_STACK_TOP 16
+#define FERRY_THREAD_DEPTH 24
+
 /* struct ferry_blk: the counters of one thread. */
 #define FERRY_BLK_CALLS 64
 

@@ -9,6 +9,8 @@
 #include <linux/errno.h>  /* the kernel's E* values: what a raw call returns, negated */
 #include <stdint.h>
 
+#include "thread.h"
+
 /* The shim's own calls are tallied (in the process file once it exists), so
  * that a tracer's view of a process can be matched call for call against
  * what the shim counted: strace's count = the program's + the shim's own. */
@@ -36,9 +38,20 @@ struct ferry_ksigaction {
     uint64_t mask;
 };
 
-static inline long ferry_raw6(long nr, long a, long b, long c, long d, long e, long f)
+/* Where the calling thread's own calls are tallied: a vfork child's apart
+ * (its parent's other threads go on tallying theirs, in the process file);
+ * NULL before the process file exists. */
+static inline uint64_t *ferry_tally(void)
 {
     uint64_t *t = ferry_internal;
+    if (t && FERRY_THR->internal)
+        t = FERRY_THR->internal;
+    return t;
+}
+
+static inline long ferry_raw6(long nr, long a, long b, long c, long d, long e, long f)
+{
+    uint64_t *t = ferry_tally();
     if (t && (unsigned long)nr < 512)
         t[nr]++;
     return ferry_pass6(nr, a, b, c, d, e, f);

@@ -42,10 +42,6 @@ static const struct ferry_vector vector_off = {.entry = (void *)ferry_entry_noco
                                                .post = (void *)ferry_post_entry};
 static const struct ferry_vector *vector = &vector_count;
 
-/* The clone-like call this thread handed to its trampoline, for ferry_post.
- * A vfork child shares these with its parent: the parent clears them. */
-static __thread long pending_nr __attribute__((tls_model("initial-exec")));
-static __thread unsigned long pending_flags __attribute__((tls_model("initial-exec")));
 
 static struct ferry_ctl *modules[MAX_MODULES];
 static unsigned nmodules;
@@ -284,7 +280,7 @@ __attribute__((visibility("default"))) int ferry_detach(void)
     return 0;
 }
 
-__attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
+void ferry_start(int argc, char **argv, char **envp)
 {
     (void)argc;
     uint64_t t_ctor = ferry_rdtsc();
@@ -329,6 +325,15 @@ __attribute__((constructor)) static void ferry_init(int argc, char **argv, char 
     ferry_store_span(FERRY_SPAN_READY, ferry_rdtsc());
 }
 
+#ifndef FERRY_STATIC
+/* ld.so runs it, once the program's libraries are loaded; a static program's
+ * start stub calls ferry_start itself (static_init.c). */
+__attribute__((constructor)) static void ferry_init(int argc, char **argv, char **envp)
+{
+    ferry_start(argc, argv, envp);
+}
+#endif
+
 static long do_syscall(const struct ferry_regs *r)
 {
     return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
@@ -344,8 +349,8 @@ static unsigned long clone3_flags(const struct ferry_regs *r)
 
 static long hand_to_trampoline(long nr, unsigned long flags)
 {
-    pending_nr = nr;
-    pending_flags = flags;
+    FERRY_THR->pending_nr = nr;
+    FERRY_THR->pending_flags = flags;
     ferry_catchall_allow();
     if (flags & CLONE_VFORK)
         ferry_blk_spare_prepare();
@@ -364,8 +369,8 @@ static void after_fork(void)
 
 void ferry_post(long result)
 {
-    long nr = pending_nr;
-    unsigned long flags = pending_flags;
+    long nr = FERRY_THR->pending_nr;
+    unsigned long flags = FERRY_THR->pending_flags;
     if (!nr) {
         /* a new thread, with TLS of its own */
         if (result == 0)
@@ -375,7 +380,7 @@ void ferry_post(long result)
     if (result == 0) {
         if (!(flags & CLONE_VM)) {
             after_fork();
-            pending_nr = 0;
+            FERRY_THR->pending_nr = 0;
         } else {
             if (flags & CLONE_VFORK) {
                 ferry_blk_enter_vfork_child();
@@ -390,7 +395,7 @@ void ferry_post(long result)
         ferry_blk_leave_vfork_child();
         agg_vfork_parent();
     }
-    pending_nr = 0;
+    FERRY_THR->pending_nr = 0;
 }
 
 static uint32_t site_of(const struct ferry_regs *r)
@@ -400,8 +405,6 @@ static uint32_t site_of(const struct ferry_regs *r)
 }
 
 static long slow_call(struct ferry_regs *r);
-/* The call slow_call runs is one a signal cut short, run again. */
-static __thread int restarted __attribute__((tls_model("initial-exec")));
 
 /* With the program's threads as fibers, signals sent to a fiber are raised
  * here, once the shim is done with the call: a handler that never returns
@@ -415,11 +418,11 @@ long ferry_slow(struct ferry_regs *r)
     struct ferry_regs call = *r;
     for (;;) {
         long ret = slow_call(r);
-        restarted = 0;
+        FERRY_THR->restarted = 0;
         if (ret != FERRY_DONE || !agg_threads_deliver(call.rax, r->rax))
             return ret;
         *r = call;
-        restarted = 1;  /* the same call still: counted once, as the kernel's restart */
+        FERRY_THR->restarted = 1;  /* the same call still: counted once, as the kernel's restart */
     }
 }
 
@@ -444,13 +447,13 @@ static int recorded(long nr)
 
 static void record(const struct ferry_regs *r, long nr, uint64_t t0, uint64_t t1)
 {
-    ferry_trace_record(ferry_tls_block, nr, r->rax, t0, t1 ? t1 : ferry_rdtsc(), site_of(r));
+    ferry_trace_record(FERRY_THR->blk, nr, r->rax, t0, t1 ? t1 : ferry_rdtsc(), site_of(r));
 }
 
 static long slow_call(struct ferry_regs *r)
 {
     long nr = r->rax;
-    if (mode != FERRY_MODE_OFF && !restarted)
+    if (mode != FERRY_MODE_OFF && !FERRY_THR->restarted)
         ferry_blk_count(nr);
     if (ferry_catchall_on)
         ferry_catchall_check();

@@ -33,6 +33,9 @@ void ferry_post_entry(void);
 void ferry_dl_hook(void);
 void ferry_on_dl_change(void);
 
+/* Set the shim up for this process image, from its start's argc, argv, envp. */
+void ferry_start(int argc, char **argv, char **envp);
+
 /* Enable every rewritten module loaded now; returns how many were new. */
 int ferry_modules_enable(void);
 

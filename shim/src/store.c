@@ -12,17 +12,12 @@
 #include "tscrate.h"
 #include "util.h"
 
-__thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
-static __thread struct ferry_blk *tls_spare __attribute__((tls_model("initial-exec")));
-static __thread struct ferry_blk *tls_vfork_saved __attribute__((tls_model("initial-exec")));
-static __thread int tls_in_vfork_child __attribute__((tls_model("initial-exec")));
+#ifndef FERRY_STATIC
+__thread struct ferry_thread ferry_thr __attribute__((tls_model("initial-exec")));
+#endif
 /* Where a vfork child has written its record (0 before its first): every
  * failed exec of a PATH search rewrites that one record. */
 enum { VFORK_SLOT = 1, VFORK_OWN = 2 };
-static __thread uint32_t tls_vfork_file __attribute__((tls_model("initial-exec")));
-static __thread struct ferry_slot tls_vfork_slot __attribute__((tls_model("initial-exec")));
-/* When a vfork child's exec hook began: its file is written from a copy. */
-static __thread uint64_t tls_vfork_hook_tsc __attribute__((tls_model("initial-exec")));
 
 struct ferry_proc_header *ferry_hdr;
 uint64_t *ferry_internal;
@@ -249,9 +244,9 @@ int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, cha
 
 void ferry_store_span(int which, uint64_t tsc)
 {
-    if (tls_in_vfork_child) {
+    if (FERRY_THR->in_vfork_child) {
         if (which == FERRY_SPAN_EXEC_HOOK)
-            tls_vfork_hook_tsc = tsc;
+            FERRY_THR->vfork_hook_tsc = tsc;
         return;
     }
     if (ferry_hdr && which >= 0 && which < 8)
@@ -283,13 +278,13 @@ static struct ferry_blk *claim(void)
 
 struct ferry_blk *ferry_blk_get(void)
 {
-    struct ferry_blk *b = ferry_tls_block;
+    struct ferry_blk *b = FERRY_THR->blk;
     if (b || !ferry_hdr)
         return b;
     b = claim();
     if (b) {
         b->tid = (int32_t)ferry_raw0(SYS_gettid);
-        ferry_tls_block = b;
+        FERRY_THR->blk = b;
     }
     return b;
 }
@@ -309,10 +304,10 @@ void ferry_blk_retire(void)
 {
     /* The block keeps its figures (it is part of the file); another thread
      * may take it over and add to them.  Only the owner changes. */
-    struct ferry_blk *b = ferry_tls_block;
+    struct ferry_blk *b = FERRY_THR->blk;
     if (!b)
         return;
-    ferry_tls_block = 0;
+    FERRY_THR->blk = 0;
     __atomic_store_n(&b->in_use, 0, __ATOMIC_RELEASE);
 }
 
@@ -322,9 +317,10 @@ void ferry_store_after_fork(void)
      * alone, and start a file of our own. */
     for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++)
         st.blocks[i] = 0;
-    ferry_tls_block = 0;
-    tls_spare = 0;
-    tls_in_vfork_child = 0;
+    FERRY_THR->blk = 0;
+    FERRY_THR->spare = 0;
+    FERRY_THR->in_vfork_child = 0;
+    FERRY_THR->internal = 0;
     ferry_internal = 0;
     struct ferry_proc_header *parent = ferry_hdr;
     if (open_backing() != 0) {
@@ -355,7 +351,7 @@ void ferry_store_after_fork(void)
  * spare block, so that its file can say them like any process's. */
 static uint64_t *spare_internal(void)
 {
-    return (uint64_t *)((char *)tls_spare + st.block_size);
+    return (uint64_t *)((char *)FERRY_THR->spare + st.block_size);
 }
 
 /* Memory above the spare for a vfork child's exec hook.  posix_spawn gives
@@ -366,48 +362,49 @@ static uint64_t *spare_internal(void)
 
 void *ferry_vfork_scratch(void)
 {
-    if (!tls_in_vfork_child)
+    if (!FERRY_THR->in_vfork_child)
         return 0;
     return (char *)spare_internal() + sizeof(ferry_hdr->internal);
 }
 
 int ferry_blk_spare_prepare(void)
 {
-    if (!tls_spare)
-        tls_spare = map(st.block_size + sizeof(ferry_hdr->internal) + SPARE_SCRATCH, -1, 0);
-    return tls_spare ? 0 : -ENOMEM;
+    if (!FERRY_THR->spare)
+        FERRY_THR->spare = map(st.block_size + sizeof(ferry_hdr->internal) + SPARE_SCRATCH, -1, 0);
+    return FERRY_THR->spare ? 0 : -ENOMEM;
 }
 
-int ferry_in_vfork_child(void) { return tls_in_vfork_child; }
+int ferry_in_vfork_child(void) { return FERRY_THR->in_vfork_child; }
 
 void ferry_blk_enter_vfork_child(void)
 {
-    if (tls_in_vfork_child || !tls_spare)
+    if (FERRY_THR->in_vfork_child || !FERRY_THR->spare)
         return;  /* nested, or no spare: count with the parent, as before */
     /* Zero again what the last vfork child of this thread wrote, by giving
      * the pages back (anonymous memory: they read as zeros): clearing
      * 266 KiB by hand took longer than the rest of the child's work.  The
      * call is the child's first own call, tallied below. */
-    ferry_pass6(SYS_madvise, (long)tls_spare, st.block_size + sizeof(ferry_hdr->internal),
+    ferry_pass6(SYS_madvise, (long)FERRY_THR->spare, st.block_size + sizeof(ferry_hdr->internal),
                 MADV_DONTNEED, 0, 0, 0);
-    tls_spare->in_use = 1;
-    tls_spare->tid = (int32_t)ferry_raw0(SYS_gettid);
-    tls_vfork_saved = ferry_tls_block;
-    ferry_tls_block = tls_spare;
-    tls_in_vfork_child = 1;
-    tls_vfork_file = 0;
-    /* the child's own calls are not the parent's (zeroed above) */
-    ferry_internal = spare_internal();
-    ferry_internal[SYS_madvise]++;
+    FERRY_THR->spare->in_use = 1;
+    FERRY_THR->spare->tid = (int32_t)ferry_raw0(SYS_gettid);
+    FERRY_THR->vfork_saved = FERRY_THR->blk;
+    FERRY_THR->blk = FERRY_THR->spare;
+    FERRY_THR->in_vfork_child = 1;
+    FERRY_THR->vfork_file = 0;
+    /* the child's own calls are not the parent's (zeroed above); the
+     * parent's other threads run on, and tally theirs as before */
+    FERRY_THR->internal = spare_internal();
+    FERRY_THR->internal[SYS_madvise]++;
 }
 
 void ferry_blk_leave_vfork_child(void)
 {
-    if (!tls_in_vfork_child)
+    if (!FERRY_THR->in_vfork_child)
         return;
-    ferry_tls_block = tls_vfork_saved;
-    tls_in_vfork_child = 0;
-    ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
+    FERRY_THR->blk = FERRY_THR->vfork_saved;
+    FERRY_THR->in_vfork_child = 0;
+    FERRY_THR->internal = 0;
 }
 
 static int all_zero(const char *p, size_t n)
@@ -454,29 +451,29 @@ static int vfork_child_record(uint64_t *base, uint32_t *seq)
 {
     uint64_t stride = block_offset(FERRY_MAX_BLOCKS);
     int fd;
-    if (tls_vfork_file == VFORK_SLOT)
-        fd = ferry_slot_reopen(st.dir, &tls_vfork_slot, 0, 1, 0);
-    else if (tls_vfork_file == VFORK_OWN) {
+    if (FERRY_THR->vfork_file == VFORK_SLOT)
+        fd = ferry_slot_reopen(st.dir, &FERRY_THR->vfork_slot, 0, 1, 0);
+    else if (FERRY_THR->vfork_file == VFORK_OWN) {
         char path[2300];
-        fd = file_name(path, sizeof(path), st.dir, (int)ferry_raw0(SYS_getpid), tls_vfork_slot.index)
+        fd = file_name(path, sizeof(path), st.dir, (int)ferry_raw0(SYS_getpid), FERRY_THR->vfork_slot.index)
                  ? -ENAMETOOLONG
                  : (int)ferry_raw4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
     } else {
-        fd = ferry_slot_open(st.dir, stride, &tls_vfork_slot, 0);
+        fd = ferry_slot_open(st.dir, stride, &FERRY_THR->vfork_slot, 0);
         if (fd >= 0)
-            tls_vfork_file = VFORK_SLOT;
+            FERRY_THR->vfork_file = VFORK_SLOT;
         else {
-            tls_vfork_slot.off = 0;
-            fd = create_file(st.dir, (int)ferry_raw0(SYS_getpid), &tls_vfork_slot.index);
+            FERRY_THR->vfork_slot.off = 0;
+            fd = create_file(st.dir, (int)ferry_raw0(SYS_getpid), &FERRY_THR->vfork_slot.index);
             if (fd >= 0) {
-                tls_vfork_file = VFORK_OWN;
+                FERRY_THR->vfork_file = VFORK_OWN;
                 /* the whole of its one block, sparse */
                 ferry_raw2(SYS_ftruncate, fd, block_offset(1));
             }
         }
     }
-    *base = tls_vfork_slot.off;
-    *seq = tls_vfork_slot.index;
+    *base = FERRY_THR->vfork_slot.off;
+    *seq = FERRY_THR->vfork_slot.index;
     return fd;
 }
 
@@ -507,7 +504,7 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     uint64_t times[3] = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
     ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), AT(end_real_ns));
     ferry_raw4(SYS_pwrite64, fd, &kind, 4, AT(exec_kind));
-    ferry_raw4(SYS_pwrite64, fd, &tls_vfork_hook_tsc, 8, AT(start_spans[FERRY_SPAN_EXEC_HOOK]));
+    ferry_raw4(SYS_pwrite64, fd, &FERRY_THR->vfork_hook_tsc, 8, AT(start_spans[FERRY_SPAN_EXEC_HOOK]));
     /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it). */
     uint32_t uids[2] = {(uint32_t)ferry_raw0(SYS_geteuid), 0};
     uids[1] = uids[0];
@@ -521,10 +518,10 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
         path[n] = 0;
         ferry_raw4(SYS_pwrite64, fd, path, n + 1, AT(exec_path));
     }
-    pwrite_used(fd, ferry_tls_block, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE);
+    pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE);
     /* The tally goes last, with the two calls that write it and close the
      * file already in it; they are made untallied. */
-    uint64_t *own = ferry_internal;
+    uint64_t *own = ferry_tally();
     if (own) {
         own[SYS_pwrite64]++;
         own[SYS_close]++;
@@ -555,7 +552,7 @@ void ferry_store_detached(void)
 
 void ferry_store_exit(int status)
 {
-    if (tls_in_vfork_child) {
+    if (FERRY_THR->in_vfork_child) {
         vfork_child_write(FERRY_STATE_EXITED, status, 0, 0);
         return;
     }
@@ -567,7 +564,7 @@ void ferry_store_exit(int status)
 
 void ferry_store_exec_begin(const char *path, uint32_t kind)
 {
-    if (tls_in_vfork_child) {
+    if (FERRY_THR->in_vfork_child) {
         /* Written now: if the exec succeeds nothing of us is left after it.
          * If it fails, the child goes on and its exit rewrites the file. */
         vfork_child_write(FERRY_STATE_EXEC, 0, path, kind);
@@ -587,13 +584,13 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
 
 void ferry_store_exec_failed(void)
 {
-    if (!tls_in_vfork_child && ferry_hdr)
+    if (!FERRY_THR->in_vfork_child && ferry_hdr)
         __atomic_store_n(&ferry_hdr->state, FERRY_STATE_RUNNING, __ATOMIC_RELEASE);
 }
 
 void ferry_store_wait(int pid, int status)
 {
-    if (!ferry_hdr || tls_in_vfork_child)
+    if (!ferry_hdr || FERRY_THR->in_vfork_child)
         return;
     uint32_t i = __atomic_fetch_add(&ferry_hdr->nwaits, 1, __ATOMIC_ACQ_REL);
     if (i >= FERRY_MAX_WAITS)
@@ -605,10 +602,10 @@ void ferry_store_wait(int pid, int status)
 
 void ferry_blk_sum(uint64_t *calls, uint64_t *invalid)
 {
-    if (tls_in_vfork_child) {
+    if (FERRY_THR->in_vfork_child) {
         for (int i = 0; i < FERRY_NR_MAX; i++)
-            calls[i] = ferry_tls_block->calls[i];
-        *invalid = ferry_tls_block->invalid;
+            calls[i] = FERRY_THR->blk->calls[i];
+        *invalid = FERRY_THR->blk->invalid;
         return;
     }
     ferry_memset(calls, 0, FERRY_NR_MAX * sizeof(uint64_t));

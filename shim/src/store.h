@@ -7,9 +7,9 @@
 #include <stdint.h>
 
 #include "procfile.h"
+#include "thread.h"
 
 extern struct ferry_proc_header *ferry_hdr;
-extern __thread struct ferry_blk *ferry_tls_block __attribute__((tls_model("initial-exec")));
 
 /* Set up the store of this process image (called once, from the constructor). */
 /* `tsc_rate`: FERRY_TSC as handed down ("<ticks>:<ns>"), or NULL. */

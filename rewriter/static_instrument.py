@@ -1,0 +1,70 @@
+"""`ferry instrument` of a static program (kind static or static-pie): one
+module, rewritten with the shim inside it (static_embed), so the program
+directory's executable is one self-contained file:
+
+    DIR/<program>       the rewritten executable, the shim in it
+    DIR/manifest.json   its sites
+
+It needs nothing beside it: copied anywhere, it runs.
+"""
+import shutil
+import time
+from pathlib import Path
+
+from . import cache, manifest, static_embed
+from . import instrument as common
+from ..base.errors import InputError
+
+
+def instrument(path, out_dir, progress, started):
+    shim = static_embed.path()
+    shim_sha = cache.sha256_file(shim)
+    in_cache = out_dir is None
+    from . import elfload, patcher
+    from .modules import Module
+    image = elfload.load(path)
+    if elfload.ferry_control_block(image):
+        raise common.AlreadyRewritten(path)
+    if not image.is_executable:
+        raise InputError(path, "a static file that is not a program")
+    out_dir = common.output_dir(out_dir, image.sha256)
+    cached = common._current_manifest(out_dir, shim_sha, [image.sha256])
+    if cached is not None:
+        return common._served(path, out_dir, cached, in_cache, started, progress)
+
+    blob = static_embed.load(shim)
+    root_name = Path(path).name
+    mod = Module(root_name, Path(path), "executable")
+    progress("start", None, total=1)
+    progress("analyze", mod.name)
+    cmap, sites = common.analyze_module(image, progress, mod.name)
+    tmp = common.staging_dir(out_dir)
+    try:
+        progress("rewrite", mod.name)
+        patcher.rewrite(image, sites, cmap, tmp / root_name, None,
+                        embed=lambda binary: static_embed.embed(binary, blob, path))
+        record = common.module_record(image, mod, sites, cmap, root_name)
+        progress("advance", mod.name)
+        m = {
+            "format": "ferry-manifest",
+            "version": 1,
+            "ferry": common.FERRY_VERSION,
+            "layout": common.layout.FORMAT,
+            "input": str(path),
+            "kind": "executable",
+            "static": True,
+            "entry": root_name,
+            "rewritten": root_name,
+            "shim": {"file": None, "embedded": static_embed.NAME, "sha256": shim_sha},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "modules": [record],
+        }
+        manifest.write_json(tmp / "manifest.json", m)
+        common._move_into_place(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress("done", mod.name)
+    entry = out_dir / root_name
+    if in_cache:
+        cache.register_exec(path, entry)
+    return common.Result(out_dir, entry, m, False, time.monotonic() - started)

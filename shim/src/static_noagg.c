@@ -1,0 +1,31 @@
+/* The static build (FERRY_STATIC) has no aggregation engine: its io_uring
+ * code (liburing) and its fibers depend on a TLS block and a thread pointer
+ * of glibc's, which a static program does not give the shim.  `ferry run`
+ * refuses aggregation profiles for static programs; should FERRY_MODE say
+ * aggregate anyway, ferry_agg_configure's error makes the shim count. */
+#include "engine.h"
+#include "raw.h"
+
+int agg_threads_on;
+
+int ferry_agg_configure(char **envp)
+{
+    (void)envp;
+    return -EOPNOTSUPP;
+}
+
+int agg_fd_guard(struct ferry_regs *r) { (void)r; return 0; }
+void agg_fd_guard_after_fork(void) {}
+void agg_exit_flush(void) {}
+int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done) { (void)r; (void)done; return 0; }
+int agg_threads_start(void) { return -EOPNOTSUPP; }
+void agg_threads_after_fork(void) {}
+void agg_threads_watch(void) {}
+int ferry_agg_thread_call(struct ferry_regs *r) { (void)r; return 0; }
+int agg_threads_deliver(long nr, long result) { (void)nr; (void)result; return 0; }
+int agg_threads_will_restart(long nr, long result) { (void)nr; (void)result; return 0; }
+void agg_vfork_child(void) {}
+void agg_vfork_parent(void) {}
+int agg_signal_call(struct ferry_regs *r) { (void)r; return 0; }
+void agg_signal_before_exec(void) {}
+void agg_signal_exec_failed(void) {}

@@ -1,0 +1,72 @@
+/* The shim's per-thread state, in one place, reached through FERRY_THR.
+ *
+ * A dynamic program's threads get it from ld.so as initial-exec TLS, next
+ * to the program's own.  A static program has no ld.so to give the shim a
+ * TLS block, and its thread pointer may be anything (Go's, musl's), so the
+ * static build (FERRY_STATIC, static_*.c) keeps each thread's block in
+ * memory of its own and points the %gs base at it: x86-64 Linux user code
+ * does not use %gs.  The block's first word is the thread's counters, which
+ * entry.S reads on the fast path (fs:[tpoff] or gs:[0]).
+ */
+#ifndef FERRY_THREAD_H
+#define FERRY_THREAD_H
+
+#include <stdint.h>
+
+#include "layout.h"
+#include "slots.h"
+
+struct ferry_blk;
+
+struct ferry_thread {
+    struct ferry_blk *blk;          /* first: entry.S's COUNT_CALL */
+    struct ferry_thread *self;      /* the block's address (gs-relative reads give offsets) */
+    /* static build: the shim's own stack for this thread, and how many
+     * calls of the thread are in the shim's C path (static_thread.c) */
+    char *stack_top;
+    unsigned long depth;
+    /* store.c: the vfork child's counters and record */
+    struct ferry_blk *spare;
+    struct ferry_blk *vfork_saved;
+    int in_vfork_child;
+    uint32_t vfork_file;
+    struct ferry_slot vfork_slot;
+    uint64_t vfork_hook_tsc;        /* when a vfork child's exec hook began */
+    uint64_t *internal;             /* a vfork child's tally of the shim's own calls (raw.h) */
+    /* shim.c: the clone-like call handed to the trampoline, for ferry_post
+     * (a vfork child shares these with its parent: the parent clears them) */
+    long pending_nr;
+    unsigned long pending_flags;
+    int restarted;                  /* the call is one a signal cut short, run again */
+    /* catchall.c */
+    volatile unsigned char selector;
+    unsigned char armed;
+    unsigned char sigsys_blocked;   /* whether the program believes SIGSYS is blocked */
+    /* the byte the kernel reads for this thread: its own `selector`, except
+     * for fibers, which share their carrier's kernel thread and so its byte */
+    volatile unsigned char *selector_at;
+#ifdef FERRY_STATIC
+    int32_t pid, tid;               /* whose block this is (a clone child inherits %gs) */
+    struct ferry_thread *next;      /* every block made, for reuse once its thread is gone */
+#endif
+};
+
+_Static_assert(__builtin_offsetof(struct ferry_thread, stack_top) == FERRY_THREAD_STACK_TOP, "");
+_Static_assert(__builtin_offsetof(struct ferry_thread, depth) == FERRY_THREAD_DEPTH, "");
+
+#ifdef FERRY_STATIC
+static inline struct ferry_thread *ferry_thread(void)
+{
+    return *(struct ferry_thread *__seg_gs *)__builtin_offsetof(struct ferry_thread, self);
+}
+#else
+extern __thread struct ferry_thread ferry_thr __attribute__((tls_model("initial-exec")));
+static inline struct ferry_thread *ferry_thread(void)
+{
+    return &ferry_thr;
+}
+#endif
+
+#define FERRY_THR (ferry_thread())
+
+#endif

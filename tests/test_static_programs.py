@@ -1,0 +1,276 @@
+"""Static programs carry the shim inside them (issue 13): built here, at test
+time, with each toolchain there is (gcc -static, gcc -static-pie, musl-gcc),
+they behave under `ferry run` exactly as natively (output, stderr, exit
+status, byte for byte), their calls are counted as strace counts them, and
+the rewritten file is one file that runs anywhere, recording nothing when
+started outside `ferry run`."""
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import FERRY, ROOT, run_ferry
+from ferry.rundata import load_run
+from test_run_matches_strace import LINE
+
+SOURCE = ROOT / "tests" / "programs" / "static_mix.c"
+TOOLCHAINS = {
+    "gcc-static": ["gcc", "-static"],
+    "gcc-static-pie": ["gcc", "-static-pie"],
+    "musl": ["musl-gcc", "-static"],
+}
+
+
+@pytest.fixture(scope="module", params=sorted(TOOLCHAINS))
+def program(request, tmp_path_factory):
+    cc = TOOLCHAINS[request.param]
+    if shutil.which(cc[0]) is None:
+        pytest.skip(f"{cc[0]} is not installed")
+    out = tmp_path_factory.mktemp(request.param) / "static_mix"
+    subprocess.run([*cc, "-O2", "-pthread", "-o", str(out), str(SOURCE)], check=True,
+                   capture_output=True, timeout=120)
+    return out
+
+
+def _native(argv):
+    return subprocess.run(argv, capture_output=True, timeout=60)
+
+
+def _under_ferry(run_dir, argv, profile="trace"):
+    return subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--", *argv],
+                          capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize("args", [["threads", "6"], ["fork"], ["signal"], ["crash"], ["smallstack"]],
+                         ids=lambda a: a[0])
+def test_static_program_behaves_as_natively_and_is_counted(tmp_path, program, args):
+    argv = [str(program), *args]
+    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv)
+    assert (ferry.stdout, ferry.stderr, ferry.returncode) == \
+        (native.stdout, native.stderr, native.returncode)
+    model = load_run(tmp_path / "run")
+    root = model["processes"][0]
+    assert root["calls"] > 0, root
+    counted = {s["name"]: s["calls"] for s in model["syscalls"]}
+    if args[0] == "threads":
+        # every thread's clone and its exit, through the shim
+        assert counted.get("clone", 0) + counted.get("clone3", 0) == 6
+        assert counted.get("exit", 0) == 6
+    if args[0] == "crash":
+        assert "exit_group" not in counted
+
+
+@pytest.mark.parametrize("profile", ["count", "off"])
+def test_static_program_under_other_profiles(tmp_path, program, profile):
+    argv = [str(program), "threads", "3"]
+    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv, profile)
+    assert (ferry.stdout, ferry.returncode) == (native.stdout, native.returncode)
+    calls = load_run(tmp_path / "run")["processes"][0]["calls"]
+    assert (calls > 0) == (profile == "count")
+
+
+def test_aggregation_is_refused_for_static_programs(tmp_path, program):
+    r = _under_ferry(tmp_path / "run", [str(program), "signal"], profile="fibers")
+    assert r.returncode == 2 and r.stdout == b""
+    lines = r.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "static" in lines[0] and "aggregation" in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def _calls_after_shim_start(lines, run_dir, root_pid):
+    """strace's counts per syscall over the program's processes and threads,
+    from the moment each process's shim opened the file of its record; a
+    thread made once its process's shim was up counts whole.  In passes: a
+    new thread's or vfork child's first calls come before the line that
+    names it (its parent's clone resumes later)."""
+    marker = re.compile(rf'openat\(AT_FDCWD, "{re.escape(str(run_dir))}/proc/(?:u)?\d+-\d+\.ferry"')
+    # a call strace split in two ("<unfinished ...>", "<... x resumed>") is
+    # one line, where it started, with its result
+    parsed, open_calls = [], {}
+    for line in lines:
+        m = LINE.match(line)
+        if not m:
+            continue
+        pid = int(m.group(1))
+        if m.group(2):
+            if pid in open_calls:
+                at = open_calls.pop(pid)
+                p, name, _, first = parsed[at]
+                parsed[at] = (p, name, None, first.replace("<unfinished ...>", "") + line.split(">", 1)[1])
+            continue
+        if line.endswith("<unfinished ...>"):
+            open_calls[pid] = len(parsed)
+        parsed.append((pid, m.group(3), None, line))
+    def opens_record(name, line):
+        return marker.search(line) and not re.search(r"= -\d+ E\w+", line)
+
+    # a process's calls count from its record's opening to its next image
+    # (whose loader runs before that image's shim); a thread's from its
+    # creation, if its creator's counted then
+    # A call a signal interrupted and the kernel restarted is one call of
+    # the program's (the shim sees it once: the same `syscall` instruction
+    # runs again), two lines of strace's: the restart_syscall after an
+    # ERESTART_RESTARTBLOCK, or the same call again after an ERESTARTSYS /
+    # ERESTARTNOINTR / ERESTARTNOHAND.
+    pids, live, started, counts = {root_pid}, set(), set(), collections.Counter()
+    again = {}  # pid -> the call it will make again
+    for pid, name, _resumed, line in parsed:
+        if pid not in pids:
+            continue
+        if name == "restart_syscall" or again.get(pid) == name:
+            again.pop(pid, None)
+            continue
+        if re.search(r"= \? ERESTART(SYS|NOINTR|NOHAND)", line):
+            again[pid] = name
+        if pid in live:
+            counts[name] += 1
+        elif opens_record(name, line):
+            live.add(pid)
+            started.add(pid)
+        if name in ("clone", "clone3", "fork", "vfork"):
+            child = re.search(r"= (\d+)$", line) or re.search(r"= (\d+) ", line)
+            if child:
+                pids.add(int(child.group(1)))
+                # a vfork child counts into a block its parent made for it
+                if ("CLONE_THREAD" in line or "CLONE_VFORK" in line or name == "vfork") and pid in live:
+                    live.add(int(child.group(1)))
+        if name == "execve" and line.endswith("= 0"):
+            live.discard(pid)
+    return counts, started
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_static_counts_equal_strace(tmp_path, program):
+    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
+    subprocess.run(["strace", "-f", "-qq", "-o", str(log), *FERRY, "run", "-o", str(run_dir), "--",
+                    str(program), "threads", "4"], check=True, capture_output=True, timeout=300)
+    model = load_run(run_dir)
+    root = json.loads((run_dir / "info.json").read_text())["pid"]
+    seen, started = _calls_after_shim_start(log.read_text().splitlines(), run_dir, root)
+    assert root in started, "the shim never started in the program"
+    counted = collections.Counter({s["name"]: s["calls"] for s in model["syscalls"]})
+    shim_own = collections.Counter(model["shim_calls"])
+    assert counted["exit_group"] == 1 and counted["clone3"] + counted["clone"] == 4
+    assert seen == counted + shim_own, {
+        name: (seen[name], counted[name], shim_own[name])
+        for name in set(seen) | set(counted) | set(shim_own)
+        if seen[name] != counted[name] + shim_own[name]}
+
+
+def test_rewritten_static_file_is_self_contained(tmp_path, program):
+    out = tmp_path / "out"
+    run_ferry("instrument", "-q", program, "-o", out)
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["static"] and sorted(p.name for p in out.iterdir()) == ["manifest.json", "static_mix"]
+    headers = subprocess.run(["readelf", "-ld", str(out / "static_mix")], capture_output=True,
+                             text=True, check=True).stdout
+    assert "INTERP" not in headers and "NEEDED" not in headers
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    copy = elsewhere / "prog"
+    shutil.copy2(out / "static_mix", copy)
+    shutil.rmtree(out)
+    for args in (["threads", "5"], ["fork"], ["signal"], ["crash"]):
+        native = subprocess.run(["env", "-i", str(program), *args], capture_output=True, timeout=60)
+        moved = subprocess.run(["env", "-i", str(copy), *args], capture_output=True, timeout=60,
+                               cwd=elsewhere)
+        assert (moved.stdout, moved.stderr, moved.returncode) == \
+            (native.stdout, native.stderr, native.returncode), args
+    assert sorted(os.listdir(elsewhere)) == ["prog"]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_outside_ferry_run_it_records_nothing(tmp_path, program):
+    """Started by hand, with none of Ferry's settings: no file is created or
+    written, and the program's own calls are what they are natively."""
+    out = tmp_path / "out"
+    run_ferry("instrument", "-q", program, "-o", out)
+    log = tmp_path / "strace.log"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")}
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat,open,creat,mkdir,mkdirat",
+                        "-o", str(log), str(out / "static_mix"), "threads", "2"],
+                       capture_output=True, env=env, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0 and r.stdout == _native([str(program), "threads", "2"]).stdout
+    writes = [line for line in log.read_text().splitlines()
+              if "O_CREAT" in line or "O_WRONLY" in line or "O_RDWR" in line or "mkdir" in line]
+    assert writes == []
+    assert not (tmp_path / "home").exists()
+
+
+def test_exec_hook_runs_a_static_child_rewritten(tmp_path, program):
+    """A static program started by a dynamic one (sh) runs its image from the
+    cache: the child is in the run, with its calls."""
+    run_ferry("instrument", "-q", program)
+    argv = ["sh", "-c", f"{program} threads 2; echo done"]
+    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv)
+    assert (ferry.stdout, ferry.returncode) == (native.stdout, native.returncode)
+    procs = load_run(tmp_path / "run")["processes"]
+    child = [p for p in procs if p.get("program") == "static_mix" or
+             os.path.basename(p.get("exe") or "") == "static_mix"]
+    assert child and child[0]["calls"] > 0, procs
+
+
+GO = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+
+
+@pytest.fixture(scope="module")
+def go_program(tmp_path_factory):
+    if GO is None:
+        pytest.skip("go is not installed")
+    tmp = tmp_path_factory.mktemp("go")
+    out = tmp / "static_go"
+    env = dict(os.environ, CGO_ENABLED="0", GOCACHE=str(tmp / "cache"), GOPATH=str(tmp / "path"),
+               GOFLAGS="-mod=mod", GO111MODULE="off")
+    subprocess.run([GO, "build", "-o", str(out), str(ROOT / "tests/programs/static_go.go")],
+                   check=True, capture_output=True, env=env, timeout=300)
+    return out
+
+
+def _masked(stderr):
+    """A Go panic's stderr with its addresses and goroutine ids left out."""
+    return re.sub(rb"0x[0-9a-f]+|goroutine \d+", b"N", stderr)
+
+
+@pytest.mark.parametrize("profile", ["trace", "count", "off"])
+@pytest.mark.parametrize("args", [[], ["panic"]], ids=["plain", "panic"])
+def test_go_static_program_behaves_as_natively(tmp_path, go_program, profile, args):
+    argv = [str(go_program), *args]
+    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv, profile)
+    assert (ferry.stdout, _masked(ferry.stderr), ferry.returncode) == \
+        (native.stdout, _masked(native.stderr), native.returncode)
+    counted = {s["name"]: s["calls"] for s in load_run(tmp_path / "run")["syscalls"]}
+    if profile != "off":
+        assert counted["getppid"] == 64 * 2000
+        assert counted.get("sigaltstack", 0) > 0  # every Go thread sets its own
+
+
+def test_go_fibers_refused(tmp_path, go_program):
+    r = _under_ferry(tmp_path / "run", [str(go_program)], profile="fibers")
+    assert r.returncode == 2 and len(r.stderr.decode().strip().splitlines()) == 1
+
+
+def test_static_child_learned_after_the_run(tmp_path, program):
+    """A static program exec'd during a run without a cached image runs
+    without the shim, says so, and is rewritten after the run: the next run
+    enables it."""
+    fresh = tmp_path / "fresh_static"
+    shutil.copy2(program, fresh)
+    argv = ["sh", "-c", f"{fresh} threads 1"]
+    native = _native(argv)
+
+    def child(run):
+        assert (run.stdout, run.returncode) == (native.stdout, native.returncode)
+        procs = load_run(tmp_path / "run")["processes"]
+        # the image run is named as the file it was made from (maybe the
+        # same bytes under the program's name, rewritten by another test)
+        names = {fresh.name, program.name}
+        return [p for p in procs if p["exe"] and os.path.basename(p["exe"]) in names][-1]
+
+    first = child(_under_ferry(tmp_path / "run", argv))
+    assert not first["enabled"]
+    second = child(_under_ferry(tmp_path / "run", argv))
+    assert second["enabled"] and second["calls"] > 0
