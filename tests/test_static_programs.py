@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, ROOT, run_ferry
+from conftest import FERRY, ROOT, ferry
 from ferry.rundata import load_run
 from test_run_matches_strace import LINE
 
@@ -41,16 +41,15 @@ def _native(argv):
 
 
 def _under_ferry(run_dir, argv, profile="trace"):
-    return subprocess.run([*FERRY, "run", "-p", profile, "-o", str(run_dir), "--", *argv],
-                          capture_output=True, timeout=120)
+    return ferry("run", "-p", profile, "-o", run_dir, "--", *argv, text=False, timeout=120)
 
 
 @pytest.mark.parametrize("args", [["threads", "6"], ["fork"], ["signal"], ["crash"], ["smallstack"]],
                          ids=lambda a: a[0])
 def test_static_program_behaves_as_natively_and_is_counted(tmp_path, program, args):
     argv = [str(program), *args]
-    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv)
-    assert (ferry.stdout, ferry.stderr, ferry.returncode) == \
+    native, under = _native(argv), _under_ferry(tmp_path / "run", argv)
+    assert (under.stdout, under.stderr, under.returncode) == \
         (native.stdout, native.stderr, native.returncode)
     model = load_run(tmp_path / "run")
     root = model["processes"][0]
@@ -67,8 +66,8 @@ def test_static_program_behaves_as_natively_and_is_counted(tmp_path, program, ar
 @pytest.mark.parametrize("profile", ["count", "off"])
 def test_static_program_under_other_profiles(tmp_path, program, profile):
     argv = [str(program), "threads", "3"]
-    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv, profile)
-    assert (ferry.stdout, ferry.returncode) == (native.stdout, native.returncode)
+    native, under = _native(argv), _under_ferry(tmp_path / "run", argv, profile)
+    assert (under.stdout, under.returncode) == (native.stdout, native.returncode)
     calls = load_run(tmp_path / "run")["processes"][0]["calls"]
     assert (calls > 0) == (profile == "count")
 
@@ -163,7 +162,7 @@ def test_static_counts_equal_strace(tmp_path, program):
 
 def test_rewritten_static_file_is_self_contained(tmp_path, program):
     out = tmp_path / "out"
-    run_ferry("instrument", "-q", program, "-o", out)
+    ferry("instrument", "-q", program, "-o", out, check=True)
     m = json.loads((out / "manifest.json").read_text())
     assert m["static"] and sorted(p.name for p in out.iterdir()) == ["manifest.json", "static_mix"]
     headers = subprocess.run(["readelf", "-ld", str(out / "static_mix")], capture_output=True,
@@ -188,7 +187,7 @@ def test_outside_ferry_run_it_records_nothing(tmp_path, program):
     """Started by hand, with none of Ferry's settings: no file is created or
     written, and the program's own calls are what they are natively."""
     out = tmp_path / "out"
-    run_ferry("instrument", "-q", program, "-o", out)
+    ferry("instrument", "-q", program, "-o", out, check=True)
     log = tmp_path / "strace.log"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")}
     r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat,open,creat,mkdir,mkdirat",
@@ -204,10 +203,10 @@ def test_outside_ferry_run_it_records_nothing(tmp_path, program):
 def test_exec_hook_runs_a_static_child_rewritten(tmp_path, program):
     """A static program started by a dynamic one (sh) runs its image from the
     cache: the child is in the run, with its calls."""
-    run_ferry("instrument", "-q", program)
+    ferry("instrument", "-q", program, check=True)
     argv = ["sh", "-c", f"{program} threads 2; echo done"]
-    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv)
-    assert (ferry.stdout, ferry.returncode) == (native.stdout, native.returncode)
+    native, under = _native(argv), _under_ferry(tmp_path / "run", argv)
+    assert (under.stdout, under.returncode) == (native.stdout, native.returncode)
     procs = load_run(tmp_path / "run")["processes"]
     child = [p for p in procs if p.get("program") == "static_mix" or
              os.path.basename(p.get("exe") or "") == "static_mix"]
@@ -239,8 +238,8 @@ def _masked(stderr):
 @pytest.mark.parametrize("args", [[], ["panic"]], ids=["plain", "panic"])
 def test_go_static_program_behaves_as_natively(tmp_path, go_program, profile, args):
     argv = [str(go_program), *args]
-    native, ferry = _native(argv), _under_ferry(tmp_path / "run", argv, profile)
-    assert (ferry.stdout, _masked(ferry.stderr), ferry.returncode) == \
+    native, under = _native(argv), _under_ferry(tmp_path / "run", argv, profile)
+    assert (under.stdout, _masked(under.stderr), under.returncode) == \
         (native.stdout, _masked(native.stderr), native.returncode)
     counted = {s["name"]: s["calls"] for s in load_run(tmp_path / "run")["syscalls"]}
     if profile != "off":
