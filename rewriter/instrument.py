@@ -155,12 +155,12 @@ def _place(src, dst, link):
     shutil.copy2(src, dst)
 
 
-def _served(path, out_dir, m, in_cache, started, progress):
+def _served(path, out_dir, m, in_cache, shim_id, started, progress):
     """The Result of a program directory that was already there."""
     progress("done", Path(path).name)
     entry = out_dir / m["entry"] if m.get("entry") else None
     if entry is not None and in_cache:
-        cache.register_exec(path, exec_target(out_dir, m))
+        cache.register_exec(path, exec_target(out_dir, m), shim_id)
     return Result(out_dir, entry, m, True, time.monotonic() - started)
 
 
@@ -219,14 +219,15 @@ def _instrument(path, out_dir, progress):
         raise InputError(path, kind.reason)
     shim = shimlib.path()
     shim_sha = cache.sha256_file(shim)
+    shim_id = shimlib.build_id(shim)
     if out_dir is None:
         try:
-            hit_dir = cache.program_dir(cache.sha256_file(path))
+            hit_dir = cache.program_dir(cache.sha256_file(path), shim_id)
         except OSError:
             hit_dir = None
         hit = _current_manifest(hit_dir, shim_sha) if hit_dir else None
         if hit is not None:
-            return _served(path, hit_dir, hit, True, started, progress)
+            return _served(path, hit_dir, hit, True, shim_id, started, progress)
 
     import lief
     from . import elfload, patcher
@@ -246,11 +247,11 @@ def _instrument(path, out_dir, progress):
         raise FerryError(e.requester, f"needs {e.name}, which cannot be found") from None
     shas = [image.sha256] + [cache.sha256_file(m.path) for m in mods[1:]]
     in_cache = out_dir is None
-    out_dir = output_dir(out_dir, image.sha256)
+    out_dir = output_dir(out_dir, image.sha256, shim_id)
 
     cached = _current_manifest(out_dir, shim_sha, shas)
     if cached is not None:
-        return _served(path, out_dir, cached, in_cache, started, progress)
+        return _served(path, out_dir, cached, in_cache, shim_id, started, progress)
 
     progress("start", None, total=len(mods))
     records = [None] * len(mods)
@@ -317,7 +318,7 @@ def _instrument(path, out_dir, progress):
             "kind": mods[0].role,
             "entry": root_name if image.is_executable else None,
             "rewritten": root_name,
-            "shim": {"file": "libferry.so", "sha256": shim_sha},
+            "shim": {"file": "libferry.so", "sha256": shim_sha, "build_id": shim_id},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "modules": records,
         }
@@ -328,13 +329,14 @@ def _instrument(path, out_dir, progress):
     progress("done", mods[0].name)
     entry = out_dir / root_name if image.is_executable else None
     if entry is not None and in_cache:
-        cache.register_exec(path, exec_target(out_dir, m))
+        cache.register_exec(path, exec_target(out_dir, m), shim_id)
     return Result(out_dir, entry, m, False, time.monotonic() - started)
 
 
-def output_dir(out_dir, sha):
-    """The directory to write into: `out_dir`, or the cache's for a program of hash `sha`."""
-    out_dir = Path(out_dir) if out_dir is not None else cache.program_dir(sha)
+def output_dir(out_dir, sha, shim_id=None):
+    """The directory to write into: `out_dir`, or the cache's for a program of
+    hash `sha` (carrying the shim of build id `shim_id`)."""
+    out_dir = Path(out_dir) if out_dir is not None else cache.program_dir(sha, shim_id)
     if out_dir.exists() and not out_dir.is_dir():
         raise FerryError(out_dir, "output exists and is not a directory")
     return out_dir

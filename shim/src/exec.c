@@ -2,8 +2,9 @@
  * another program makes sure that program will carry the shim too.
  *
  * The image cache keeps, for each program it rewrote, a symlink named by the
- * original file's identity (dev, inode, size, mtime): one stat tells whether
- * a rewritten image exists (rewriter/cache.py, exec_key).  When it does, that
+ * original file's identity (dev, inode, size, mtime) and by the build id of
+ * the shim the image carries: one stat tells whether a rewritten image exists
+ * that carries this very shim (rewriter/cache.py, exec_name).  When it does, that
  * image is executed instead, with the same argv; a #! script gets its
  * rewritten interpreter.  Whatever runs, the run's FERRY_* variables go back
  * into its environment, even an empty one (`env -i`, posix_spawn with envp).
@@ -12,6 +13,7 @@
  * below the parent's red zone, and must leave the parent's memory alone.
  */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -37,6 +39,7 @@ static char *saved[MAX_SAVED];
 static int nsaved;
 static char cache_root[2048];
 static char shim_path[1024];
+static char shim_id[2 * 64 + 1];  /* this shim's build id, in hex */
 
 const char *ferry_cache_root(void) { return cache_root; }
 
@@ -78,8 +81,43 @@ void ferry_exec_keep(const char *entry)
     save(entry);
 }
 
+extern char __ehdr_start[] __attribute__((visibility("hidden")));
+
+/* This shim's GNU build id, in hex, from its own notes (mapped with its
+ * headers: no system call); "" if it has none.  Images carry a copy of the
+ * shim, so the cache keys them by it (rewriter/shimlib.py, build_id): after
+ * a rebuild, or with several builds sharing one cache, an image made with
+ * another shim is never run by this one. */
+static void read_shim_id(void)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)__ehdr_start;
+    const Elf64_Phdr *ph = (const Elf64_Phdr *)(__ehdr_start + eh->e_phoff);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type != PT_NOTE)
+            continue;
+        const char *at = __ehdr_start + ph[i].p_vaddr, *end = at + ph[i].p_memsz;
+        while (at + sizeof(Elf64_Nhdr) <= end) {
+            const Elf64_Nhdr *n = (const Elf64_Nhdr *)at;
+            const unsigned char *name = (const unsigned char *)(n + 1);
+            const unsigned char *desc = name + ((n->n_namesz + 3) & ~3u);
+            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && ferry_memeq(name, "GNU", 4) &&
+                n->n_descsz * 2 < sizeof(shim_id)) {
+                for (uint32_t k = 0; k < n->n_descsz; k++) {
+                    shim_id[2 * k] = hex[desc[k] >> 4];
+                    shim_id[2 * k + 1] = hex[desc[k] & 15];
+                }
+                shim_id[2 * n->n_descsz] = 0;
+                return;
+            }
+            at = (const char *)desc + ((n->n_descsz + 3) & ~3u);
+        }
+    }
+}
+
 void ferry_exec_configure(char **envp)
 {
+    read_shim_id();
     struct ferry_buf b = {cache_root, 0, sizeof(cache_root), 0};
     const char *v;
     if ((v = ferry_env_lookup(envp, "FERRY_CACHE")) && *v) {
@@ -119,8 +157,14 @@ enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
 static enum cached cached_image(const char *path, char *out, size_t cap, struct stat *st)
 {
     char link[2300];
-    if (!ferry_identity_path(cache_root, "exec", path, link, sizeof(link), st))
+    if (!shim_id[0] || !ferry_identity_path(cache_root, "exec", path, link, sizeof(link), st))
         return CACHED_NONE;
+    struct ferry_buf b = {link, ferry_strlen(link), sizeof(link), 0};
+    ferry_buf_str(&b, "-");
+    ferry_buf_str(&b, shim_id);
+    if (b.overflow)
+        return CACHED_NONE;
+    link[b.len] = 0;
     struct stat target;
     if (ferry_raw4(SYS_newfstatat, AT_FDCWD, link, &target, 0) != 0)
         return CACHED_NONE;
