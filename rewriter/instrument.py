@@ -2,12 +2,14 @@
 
 An executable becomes a directory that runs by itself:
 
-    DIR/<program>       the rewritten executable; its DT_NEEDED entries name
-                        $ORIGIN/<lib> for each rewritten library and
-                        $ORIGIN/libferry.so, so no LD_PRELOAD or
-                        LD_LIBRARY_PATH is needed
+    DIR/<program>       the rewritten executable; its DT_RPATH searches
+                        $ORIGIN first and its DT_NEEDED entries name each
+                        rewritten library and libferry.so, so no LD_PRELOAD
+                        or LD_LIBRARY_PATH is needed
     DIR/<lib>           each library of the closure that has syscall sites
     DIR/libferry.so     the shim
+    DIR/glibc-hwcaps/<level>/   the same libraries and shim again (hard links),
+                        where ld.so looks first (hwcaps.py)
     DIR/manifest.json   every module and every site
 
 Libraries are rewritten once and kept in the image cache; a program directory
@@ -286,6 +288,9 @@ def _instrument(path, out_dir, progress):
                 rewritten_libs[mod.name] = name
                 _place(file, tmp / name, in_cache)
         shutil.copy2(shim, tmp / "libferry.so")
+        if image.binary.has_interpreter:
+            _link_first_searched(tmp, [*rewritten_libs.values(), "libferry.so"],
+                                 image.binary.interpreter)
 
         root_name = Path(path).name
         if not image.is_executable:
@@ -333,6 +338,18 @@ def _instrument(path, out_dir, progress):
     return Result(out_dir, entry, m, False, time.monotonic() - started)
 
 
+def _link_first_searched(tmp, names, interpreter):
+    """Each file of `names` in `tmp` also where `interpreter` looks for it
+    first, so that finding it costs one openat, not ~20 failed lookups."""
+    from . import hwcaps
+    sub = hwcaps.first_subdir(interpreter)
+    if sub is None:
+        return
+    (tmp / sub).mkdir(parents=True)
+    for name in names:
+        _place(tmp / name, tmp / sub / name, True)
+
+
 def output_dir(out_dir, sha, shim_id=None):
     """The directory to write into: `out_dir`, or the cache's for a program of
     hash `sha` (carrying the shim of build id `shim_id`)."""
@@ -364,4 +381,7 @@ def _move_into_place(tmp, out_dir):
     if stale.exists():
         stale.unlink()
     for item in sorted(tmp.iterdir(), key=lambda p: p.name == "manifest.json"):
-        os.replace(item, out_dir / item.name)
+        dest = out_dir / item.name
+        if item.is_dir() and dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)     # a directory is replaced whole, never merged
+        os.replace(item, dest)
