@@ -150,13 +150,15 @@ void ferry_exec_configure(char **envp)
 
 enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
 
-/* What the cache holds for the file at `path` (`st` gets the file's status):
- * a rewritten image to run instead (CACHED_IMAGE, `out` gets its name), or,
- * for a program whose own file needed no change, the directory of its
- * rewritten libraries (CACHED_LIBDIR, `out` gets the directory). */
+/* What the cache holds for the file at `path` (`st` gets the file's status,
+ * st_mode 0 if it has none): a rewritten image to run instead (CACHED_IMAGE,
+ * `out` gets its name), or, for a program whose own file needed no change,
+ * the directory of its rewritten libraries (CACHED_LIBDIR, `out` gets the
+ * directory). */
 static enum cached cached_image(const char *path, char *out, size_t cap, struct stat *st)
 {
     char link[2300];
+    st->st_mode = 0;
     if (!shim_id[0] || !ferry_identity_path(cache_root, "exec", path, link, sizeof(link), st))
         return CACHED_NONE;
     struct ferry_buf b = {link, ferry_strlen(link), sizeof(link), 0};
@@ -193,6 +195,18 @@ static int glibc_loader(const char *interp)
     return ferry_memeq(base, "ld-linux-x86-64.so.2", 21);
 }
 
+/* `len` bytes at `off` of the file open as `fd`, of which the first `got`
+ * are in `head` already: most programs' headers and PT_INTERP lie in the
+ * first KiB, so one read serves them all. */
+static long read_at(long fd, const char *head, long got, void *dst, uint64_t len, uint64_t off)
+{
+    if (off + len <= (uint64_t)got) {
+        ferry_memcpy(dst, head + off, len);
+        return (long)len;
+    }
+    return ferry_raw4(SYS_pread64, fd, dst, len, off);
+}
+
 /* What the kernel will run for `path`, judged from its first bytes. */
 static uint32_t classify(const char *path, const struct stat *st, char *head, size_t cap, long *got)
 {
@@ -215,12 +229,12 @@ static uint32_t classify(const char *path, const struct stat *st, char *head, si
         kind = FERRY_EXEC_STATIC;
         for (uint16_t i = 0; i < phnum && i < 64; i++) {
             uint64_t ph[7];
-            if (ferry_raw4(SYS_pread64, fd, ph, sizeof(ph), phoff + (uint64_t)i * 56) != sizeof(ph))
+            if (read_at(fd, head, *got, ph, sizeof(ph), phoff + (uint64_t)i * 56) != sizeof(ph))
                 break;
             if ((uint32_t)ph[0] == 3 /* PT_INTERP */) {
                 char interp[256];
                 uint64_t len = ph[4] < sizeof(interp) - 1 ? ph[4] : sizeof(interp) - 1;
-                long r = ferry_raw4(SYS_pread64, fd, interp, len, ph[1]);
+                long r = read_at(fd, head, *got, interp, len, ph[1]);
                 interp[r > 0 ? r : 0] = 0;
                 kind = glibc_loader(interp) ? FERRY_EXEC_PLAIN : FERRY_EXEC_FOREIGN;
                 break;
@@ -468,7 +482,7 @@ long ferry_exec(const struct ferry_regs *r)
     const char *upath = (const char *)(at ? r->rsi : r->rdi);
     char *const *argv = (char *const *)(at ? r->rdx : r->rsi);
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
-    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512];
+    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[1024];
     struct env_extra extra, *x = &extra;
     /* Off the stack in a vfork child: posix_spawn's is too small for them. */
     char **env = ferry_vfork_scratch(), **args;
@@ -521,7 +535,7 @@ long ferry_exec(const struct ferry_regs *r)
             kind = FERRY_EXEC_REWRITTEN;
             goto pass;
         }
-        if (ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
+        if (st.st_mode || ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
@@ -547,7 +561,7 @@ long ferry_exec(const struct ferry_regs *r)
                 ilen = sizeof(target) - 1;
             ferry_memcpy(target, interp, ilen);
             target[ilen] = 0;
-            kind = ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &ist, 0) == 0
+            kind = ist.st_mode || ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &ist, 0) == 0
                        ? classify(target, &ist, head, sizeof(head) - 1, &got)
                        : FERRY_EXEC_UNKNOWN;
         }
