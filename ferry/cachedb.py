@@ -49,7 +49,9 @@ def _files(path):
 
 
 def _bytes(path):
-    return sum(st.st_size for _, st in _files(path))
+    """Bytes of the files under `path`, a file linked under two names once (a
+    program directory links its libraries where ld.so looks first)."""
+    return sum({(st.st_dev, st.st_ino): st.st_size for _, st in _files(path)}.values())
 
 
 def _read_json(p):
