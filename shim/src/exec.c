@@ -200,7 +200,7 @@ static int glibc_loader(const char *interp)
  * first KiB, so one read serves them all. */
 static long read_at(long fd, const char *head, long got, void *dst, uint64_t len, uint64_t off)
 {
-    if (off + len <= (uint64_t)got) {
+    if (got > 0 && off <= (uint64_t)got && len <= (uint64_t)got - off) {  /* never wraps */
         ferry_memcpy(dst, head + off, len);
         return (long)len;
     }
