@@ -8,6 +8,11 @@ Three workloads, each natively, under `ferry run -p off|count|trace` and under
 * configure: `./configure` of a small autoconf project generated here (the
   configure script is made once with autoconf, then run each round).
 
+With SPAWN_BASELINE_SHIM=<another libferry.so>, trace mode also runs with
+that shim, alternated with the current one in every round, and the RESULT
+line gives its ratios as baseline_*: a change to the start path measured
+side by side on a loaded machine.
+
 Native and strace are timed from spawn to reap; ferry's figure is the
 program's own `duration_s` from info.json (also spawn to reap), so ferry's
 Python start-up and the image-cache lookup are not counted.  Images and
@@ -42,6 +47,7 @@ SPAWN_LOOP = f'i=0; while [ $i -lt {SPAWNS} ]; do /bin/true; i=$((i+1)); done'
 C_FILES = 25
 ROUNDS = int(os.environ.get("SPAWN_ROUNDS", "5"))
 MODES = ("off", "count", "trace")
+BASELINE = os.environ.get("SPAWN_BASELINE_SHIM")
 NAN = float("nan")
 
 SPAN_NAMES = tuple(procfile.SPANS[i] for i in range(len(procfile.SPANS)))   # enum ferry_span
@@ -101,6 +107,8 @@ def timed(cmd, env):
 
 
 def ferry_run(cmd, mode, out, env):
+    if mode == "baseline":
+        mode, env = "trace", dict(env, FERRY_SHIM=BASELINE)
     r = subprocess.run([FERRY, "run", "-p", mode, "-o", str(out), "--", *cmd], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -224,14 +232,15 @@ def main():
             loads["configure"] = conf
         else:
             print("autoconf not found: the configure workload is skipped")
+        modes = MODES + (("baseline",) if BASELINE else ())
         for name, cmd in loads.items():  # warm the image cache, untimed
-            for mode in MODES:
+            for mode in modes:
                 ferry_run(cmd, mode, work / "warm", env)
-        times = {(n, m): [] for n in loads for m in ("native", "strace") + MODES}
+        times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
         for r in range(ROUNDS):
             for name, cmd in loads.items():
                 times[(name, "native")].append(timed(cmd, env))
-                for mode in MODES:
+                for mode in modes:
                     times[(name, mode)].append(ferry_run(cmd, mode, work / f"run-{mode}", env))
                 times[(name, "strace")].append(
                     timed(["strace", "-f", "-c", "-o", "/dev/null", *cmd], env))
@@ -252,10 +261,15 @@ def main():
         print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
               f"{ferry_dirty} kB")
         per_mode = {m: (med[("spawn", m)] - med[("spawn", "native")]) / (SPAWNS + 1) * 1e6
-                    for m in MODES}
+                    for m in modes}
         print("per-process cost above native (µs): " +
               ", ".join(f"{m} {v:.0f}" for m, v in per_mode.items()))
         ratio = lambda n, m: med[(n, m)] / med[(n, "native")] if n in loads else NAN  # noqa: E731
+        baseline = "" if not BASELINE else (
+            f" baseline_spawn_ratio={ratio('spawn', 'baseline'):.2f}"
+            f" baseline_build_ratio={ratio('build', 'baseline'):.2f}"
+            f" baseline_configure_ratio={ratio('configure', 'baseline'):.2f}"
+            f" baseline_per_process_us={per_mode['baseline']:.0f}")
         print(f"RESULT spawn_ratio={ratio('spawn', 'trace'):.2f} "
               f"build_ratio={ratio('build', 'trace'):.2f} "
               f"configure_ratio={ratio('configure', 'trace'):.2f} "
@@ -263,7 +277,7 @@ def main():
               f"strace_spawn_ratio={ratio('spawn', 'strace'):.2f} "
               f"strace_build_ratio={ratio('build', 'strace'):.2f} "
               f"strace_configure_ratio={ratio('configure', 'strace'):.2f} "
-              f"libc_dirty_kb={ferry_dirty} native_libc_dirty_kb={native_dirty}")
+              f"libc_dirty_kb={ferry_dirty} native_libc_dirty_kb={native_dirty}{baseline}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
