@@ -157,8 +157,9 @@ def _place(src, dst, link):
     shutil.copy2(src, dst)
 
 
-def _served(path, out_dir, m, in_cache, shim_id, started, progress):
-    """The Result of a program directory that was already there."""
+def _served(path, out_dir, m, in_cache, started, progress, shim_id=None):
+    """The Result of a program directory that was already there (registered
+    for the exec hook of the shim of build id `shim_id` when in the cache)."""
     progress("done", Path(path).name)
     entry = out_dir / m["entry"] if m.get("entry") else None
     if entry is not None and in_cache:
@@ -229,7 +230,7 @@ def _instrument(path, out_dir, progress):
             hit_dir = None
         hit = _current_manifest(hit_dir, shim_sha) if hit_dir else None
         if hit is not None:
-            return _served(path, hit_dir, hit, True, shim_id, started, progress)
+            return _served(path, hit_dir, hit, True, started, progress, shim_id)
 
     import lief
     from . import elfload, patcher
@@ -253,7 +254,7 @@ def _instrument(path, out_dir, progress):
 
     cached = _current_manifest(out_dir, shim_sha, shas)
     if cached is not None:
-        return _served(path, out_dir, cached, in_cache, shim_id, started, progress)
+        return _served(path, out_dir, cached, in_cache, started, progress, shim_id)
 
     progress("start", None, total=len(mods))
     records = [None] * len(mods)
