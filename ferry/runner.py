@@ -158,7 +158,26 @@ def learn(out_dir):
             done.append(p["exe"])
         except FerryError:
             continue
+    _prepare_libraries(model, done)
     return done
+
+
+def _prepare_libraries(model, done):
+    """Programs whose libraries the shim patched at load time get a directory
+    of the cache's rewritten libraries: their next start applies no plan."""
+    from .rewriter import cache, shimlib
+    from .rewriter.instrument import prepare_libraries
+    seen = set(done)
+    for p in model["processes"]:
+        exe = p["exe"]
+        if not p["enabled"] or p.get("enabled_by") != "load-time patch" or not exe or exe in seen:
+            continue
+        seen.add(exe)
+        try:
+            if not (cache.root() / "exec" / cache.exec_name(exe, shimlib.build_id())).exists():
+                prepare_libraries(exe)    # the exec hook had no image for it
+        except (FerryError, OSError):
+            continue
 
 
 def _user_environment():

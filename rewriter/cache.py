@@ -13,6 +13,9 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
                                                 libraries, libferry.so, manifest.json;
                                                 <shim> is the build id of the shim it
                                                 carries (shimlib.build_id)
+    <root>/programs/<sha>-<shim>-libs-<format>/ the same without the executable, for a
+                                                program that runs from its own file and
+                                                was never analyzed (prepare_libraries)
     <root>/plans/<dev>-<ino>-<size>-<mtime_ns>  the load-time patch plan of a library
                                                 (plan.py), for a preloaded shim
     <root>/plans/<plan>.<ino>-<mtime_ns>@<dist> the library's file with the plan's
@@ -54,10 +57,14 @@ def module_dir(sha):
     return root() / "modules" / f"{sha}-{FORMAT}"
 
 
-def program_dir(sha, shim_id=None):
+def program_dir(sha, shim_id=None, libraries=False):
     """The program directory of the image of hash `sha`; one that carries a
-    copy of the shim (ELF: libferry.so) is the shim's too, `shim_id` its build id."""
-    return root() / "programs" / (f"{sha}-{shim_id}-{FORMAT}" if shim_id else f"{sha}-{FORMAT}")
+    copy of the shim (ELF: libferry.so) is the shim's too, `shim_id` its build
+    id.  `libraries`: the one holding only the rewritten libraries of a
+    program whose own code was not analyzed (instrument.prepare_libraries)."""
+    if not shim_id:
+        return root() / "programs" / f"{sha}-{FORMAT}"
+    return root() / "programs" / f"{sha}-{shim_id}{'-libs' if libraries else ''}-{FORMAT}"
 
 
 @lru_cache(maxsize=256)
