@@ -130,8 +130,9 @@ def _is_cached_image(path):
 def learn(out_dir):
     """Rewrite the dynamic programs that ran without the shim in this run, so
     that the next run enables them (FX!32 translated in the background after a
-    first, emulated run), and plan the libraries whose calls the catch-all
-    caught.  Returns the files rewritten or planned."""
+    first, emulated run), plan the libraries whose calls the catch-all
+    caught, and give the programs patched at load time their rewritten
+    libraries.  Returns the files rewritten or planned."""
     from .procfile import EXEC_PLAIN
     from .rewriter.instrument import instrument
     from .rundata import load_run
