@@ -8,6 +8,15 @@ Three workloads, each natively, under `ferry run -p off|count|trace` and under
 * configure: `./configure` of a small autoconf project generated here (the
   configure script is made once with autoconf, then run each round).
 
+With SPAWN_BASELINE_SHIM=<another libferry.so>, trace mode also runs with
+that shim, alternated with the current one in every round, and the RESULT
+line gives its ratios as baseline_*: a change to the start path measured
+side by side on a loaded machine.
+
+The spawn loop also reports the CPU the shell and its children used (its
+`times`), native and traced, alternated in each round: on a loaded machine
+the wall clock moves with the other load, CPU time much less.
+
 Native and strace are timed from spawn to reap; ferry's figure is the
 program's own `duration_s` from info.json (also spawn to reap), so ferry's
 Python start-up and the image-cache lookup are not counted.  Images and
@@ -25,6 +34,7 @@ a traced spawn run.  Private_Dirty of libc's text is read from
 """
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -42,6 +52,7 @@ SPAWN_LOOP = f'i=0; while [ $i -lt {SPAWNS} ]; do /bin/true; i=$((i+1)); done'
 C_FILES = 25
 ROUNDS = int(os.environ.get("SPAWN_ROUNDS", "5"))
 MODES = ("off", "count", "trace")
+BASELINE = os.environ.get("SPAWN_BASELINE_SHIM")
 NAN = float("nan")
 
 SPAN_NAMES = tuple(procfile.SPANS[i] for i in range(len(procfile.SPANS)))   # enum ferry_span
@@ -100,7 +111,29 @@ def timed(cmd, env):
     return dt
 
 
+def shell_cpu(text):
+    """Seconds of CPU the shell and its children used, from its `times`."""
+    return sum(float(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", text))
+
+
+def spawn_cpu(mode, out, env):
+    """CPU seconds of the spawn loop natively (mode None) or under ferry run
+    -p mode: the wall clock of a loaded machine says more about the other
+    load than about us; the CPU the processes used does not."""
+    cmd = ["sh", "-c", SPAWN_LOOP + "; times"]
+    if mode:
+        if mode == "baseline":
+            mode, env = "trace", dict(env, FERRY_SHIM=BASELINE)
+        cmd = [FERRY, "run", "-p", mode, "-o", str(out), "--", *cmd]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"spawn bench: {cmd[:3]} failed: {r.stderr[-500:]}")
+    return shell_cpu(r.stdout)
+
+
 def ferry_run(cmd, mode, out, env):
+    if mode == "baseline":
+        mode, env = "trace", dict(env, FERRY_SHIM=BASELINE)
     r = subprocess.run([FERRY, "run", "-p", mode, "-o", str(out), "--", *cmd], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -224,14 +257,20 @@ def main():
             loads["configure"] = conf
         else:
             print("autoconf not found: the configure workload is skipped")
+        modes = MODES + (("baseline",) if BASELINE else ())
         for name, cmd in loads.items():  # warm the image cache, untimed
-            for mode in MODES:
+            for mode in modes:
                 ferry_run(cmd, mode, work / "warm", env)
-        times = {(n, m): [] for n in loads for m in ("native", "strace") + MODES}
+        times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
+        cpu_modes = ("trace",) + (("baseline",) if BASELINE else ())
+        cpu = {m: [] for m in ("native",) + cpu_modes}
         for r in range(ROUNDS):
+            cpu["native"].append(spawn_cpu(None, None, env))
+            for mode in cpu_modes:
+                cpu[mode].append(spawn_cpu(mode, work / f"cpu-{mode}", env))
             for name, cmd in loads.items():
                 times[(name, "native")].append(timed(cmd, env))
-                for mode in MODES:
+                for mode in modes:
                     times[(name, mode)].append(ferry_run(cmd, mode, work / f"run-{mode}", env))
                 times[(name, "strace")].append(
                     timed(["strace", "-f", "-c", "-o", "/dev/null", *cmd], env))
@@ -252,18 +291,28 @@ def main():
         print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
               f"{ferry_dirty} kB")
         per_mode = {m: (med[("spawn", m)] - med[("spawn", "native")]) / (SPAWNS + 1) * 1e6
-                    for m in MODES}
+                    for m in modes}
         print("per-process cost above native (µs): " +
               ", ".join(f"{m} {v:.0f}" for m, v in per_mode.items()))
+        cpu_us = {m: (median(cpu[m]) - median(cpu["native"])) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
+        print("CPU per process above native, spawn loop (µs, the shell's `times`): " +
+              ", ".join(f"{m} {v:.0f}" for m, v in cpu_us.items()))
         ratio = lambda n, m: med[(n, m)] / med[(n, "native")] if n in loads else NAN  # noqa: E731
+        baseline = "" if not BASELINE else (
+            f" baseline_spawn_ratio={ratio('spawn', 'baseline'):.2f}"
+            f" baseline_build_ratio={ratio('build', 'baseline'):.2f}"
+            f" baseline_configure_ratio={ratio('configure', 'baseline'):.2f}"
+            f" baseline_per_process_us={per_mode['baseline']:.0f}"
+            f" baseline_cpu_per_process_us={cpu_us['baseline']:.0f}")
         print(f"RESULT spawn_ratio={ratio('spawn', 'trace'):.2f} "
               f"build_ratio={ratio('build', 'trace'):.2f} "
               f"configure_ratio={ratio('configure', 'trace'):.2f} "
               f"per_process_us={per_mode['trace']:.0f} "
+              f"cpu_per_process_us={cpu_us['trace']:.0f} "
               f"strace_spawn_ratio={ratio('spawn', 'strace'):.2f} "
               f"strace_build_ratio={ratio('build', 'strace'):.2f} "
               f"strace_configure_ratio={ratio('configure', 'strace'):.2f} "
-              f"libc_dirty_kb={ferry_dirty} native_libc_dirty_kb={native_dirty}")
+              f"libc_dirty_kb={ferry_dirty} native_libc_dirty_kb={native_dirty}{baseline}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -2,10 +2,10 @@
 for, its size, whether it can still be used, and removing those that cannot.
 
 The layout is rewriter/cache.py's.  An entry is one of
-    program  programs/<sha>-<format>/   a runnable program and its libraries
+    program  programs/<sha>-<shim>-<format>/  a runnable program and its libraries
     module   modules/<sha>-<format>/    one rewritten library (or its sites)
     plan     plans/<identity>           a load-time patch plan of a library
-    exec     exec/<identity>            the shim's link from a file to its image
+    exec     exec/<identity>-<shim>     the shim's link from a file to its image
 Names starting with "." are another process's work in progress and are never
 listed nor removed.
 """
@@ -49,7 +49,9 @@ def _files(path):
 
 
 def _bytes(path):
-    return sum(st.st_size for _, st in _files(path))
+    """Bytes of the files under `path`, a file linked under two names once (a
+    program directory links its libraries where ld.so looks first)."""
+    return sum({(st.st_dev, st.st_ino): st.st_size for _, st in _files(path)}.values())
 
 
 def _read_json(p):
@@ -141,7 +143,7 @@ def _plan_text(p, identities):
     return e
 
 
-def _exec(link):
+def _exec(link, shim_id):
     target = Path(os.readlink(link))
     e = Entry("exec", link, "?", 0, link.lstat().st_mtime)
     program = target if target.is_dir() else target.parent
@@ -150,8 +152,11 @@ def _exec(link):
         e.problems.append(f"points to {target}, which is gone")
         return e
     e.what = str(m.get("input", "?"))
-    if _identity(e.what) != link.name:
+    identity, _, made_for = link.name.rpartition("-")
+    if _identity(e.what) != identity:
         e.problems.append(f"{e.what} is not the file this link was made for (changed or gone)")
+    if shim_id and made_for != shim_id:
+        e.problems.append("made for another build of the shim")
     return e
 
 
@@ -165,9 +170,9 @@ def entries(root=None):
     from .rewriter import shimlib
     from .base.errors import FerryError
     try:
-        shim_sha = cache.sha256_file(shimlib.path())
+        shim_sha, shim_id = cache.sha256_file(shimlib.path()), shimlib.build_id()
     except (FerryError, OSError):
-        shim_sha = None
+        shim_sha = shim_id = None
     out = [_program(d, shim_sha) for d in _visible(root / "programs")]
     modules = [_module(d) for d in _visible(root / "modules")]
     out += modules
@@ -175,7 +180,7 @@ def entries(root=None):
     # library has no usable module record was made by another rewriter
     identities = {i: m.what for m in modules if not m.problems and (i := _identity(m.what))}
     out += [_plan(p, identities) for p in _visible(root / "plans")]
-    out += [_exec(p) for p in _visible(root / "exec") if p.is_symlink()]
+    out += [_exec(p, shim_id) for p in _visible(root / "exec") if p.is_symlink()]
     return out
 
 

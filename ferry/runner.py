@@ -130,8 +130,9 @@ def _is_cached_image(path):
 def learn(out_dir):
     """Rewrite the programs that ran without the shim in this run for want of
     a rewritten image, so that the next run enables them (FX!32 translated in
-    the background after a first, emulated run), and plan the libraries whose
-    calls the catch-all caught.  Returns the files rewritten or planned; what
+    the background after a first, emulated run), plan the libraries whose
+    calls the catch-all caught, and give the programs patched at load time
+    their rewritten libraries.  Returns the files rewritten or planned; what
     could not be rewritten, and why, goes into the run (learned.json: its
     report then says why the next run will not enable it either)."""
     from .rewriter.instrument import instrument
@@ -162,7 +163,26 @@ def learn(out_dir):
             failed[p["exe"]] = e.problem
     if failed:
         write_json(Path(out_dir) / LEARNED, {"format": "ferry-learned", "version": 1, "failed": failed})
+    _prepare_libraries(model, done)
     return done
+
+
+def _prepare_libraries(model, done):
+    """Programs whose libraries the shim patched at load time get a directory
+    of the cache's rewritten libraries: their next start applies no plan."""
+    from .rewriter import cache, shimlib
+    from .rewriter.instrument import prepare_libraries
+    seen = set(done)
+    for p in model["processes"]:
+        exe = p["exe"]
+        if not p["enabled"] or p.get("enabled_by") != "load-time patch" or not exe or exe in seen:
+            continue
+        seen.add(exe)
+        try:
+            if not (cache.root() / "exec" / cache.exec_name(exe, shimlib.build_id())).exists():
+                prepare_libraries(exe)    # the exec hook had no image for it
+        except (FerryError, OSError):
+            continue
 
 
 def _user_environment():

@@ -8,9 +8,14 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
     <root>/modules/<sha>-<format>/origin-<h>/<name>  the same, for a library whose
                                                 RPATH/RUNPATH names $ORIGIN: one
                                                 per directory it is found in
-    <root>/programs/<sha>-<format>/             a runnable program: the rewritten
+    <root>/programs/<sha>-<shim>-<format>/      a runnable program: the rewritten
                                                 executable, its rewritten
-                                                libraries, libferry.so, manifest.json
+                                                libraries, libferry.so, manifest.json;
+                                                <shim> is the build id of the shim it
+                                                carries (shimlib.build_id)
+    <root>/programs/<sha>-<shim>-libs-<format>/ the same without the executable, for a
+                                                program that runs from its own file and
+                                                was never analyzed (prepare_libraries)
     <root>/plans/<dev>-<ino>-<size>-<mtime_ns>  the load-time patch plan of a library
                                                 (plan.py), for a preloaded shim
     <root>/plans/<plan>.<ino>-<mtime_ns>@<dist> the library's file with the plan's
@@ -18,10 +23,15 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
                                                 <dist> bytes from the planned place:
                                                 made by the shim, mapped over the
                                                 library's text (shim/src/plantext.c)
-    <root>/exec/<dev>-<ino>-<size>-<mtime_ns>   symlink to the rewritten program made
-                                                from the file with that identity: how
-                                                the shim, at execve, finds the image
-                                                to run instead (a stat, no hashing)
+    <root>/exec/<dev>-<ino>-<size>-<mtime_ns>-<shim>
+                                                symlink to the rewritten program made
+                                                from the file with that identity and
+                                                carrying the shim of build id <shim>:
+                                                how the shim, at execve, finds the image
+                                                to run instead (a stat, no hashing), and
+                                                only one that carries itself: a child
+                                                never runs a stale shim after a rebuild,
+                                                nor another build's sharing the cache
 
 The root is $FERRY_CACHE, else $XDG_CACHE_HOME/ferry, else ~/.cache/ferry.
 """
@@ -47,8 +57,14 @@ def module_dir(sha):
     return root() / "modules" / f"{sha}-{FORMAT}"
 
 
-def program_dir(sha):
-    return root() / "programs" / f"{sha}-{FORMAT}"
+def program_dir(sha, shim_id=None, libraries=False):
+    """The program directory of the image of hash `sha`; one that carries a
+    copy of the shim (ELF: libferry.so) is the shim's too, `shim_id` its build
+    id.  `libraries`: the one holding only the rewritten libraries of a
+    program whose own code was not analyzed (instrument.prepare_libraries)."""
+    if not shim_id:
+        return root() / "programs" / f"{sha}-{FORMAT}"
+    return root() / "programs" / f"{sha}-{shim_id}{'-libs' if libraries else ''}-{FORMAT}"
 
 
 @lru_cache(maxsize=256)
@@ -71,11 +87,18 @@ def exec_key(path):
     return f"{st.st_dev}-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
 
 
-def register_exec(original, rewritten):
-    """Let the shim run `rewritten` whenever a process execs `original`."""
+def exec_name(path, shim_id):
+    """The name of the exec link of the file at `path` for the shim of build
+    id `shim_id`, as the shim computes it at execve (shim/src/exec.c)."""
+    return f"{exec_key(path)}-{shim_id}"
+
+
+def register_exec(original, rewritten, shim_id):
+    """Let the shim of build id `shim_id` run `rewritten` (which carries that
+    shim) whenever a process execs `original`."""
     d = root() / "exec"
     d.mkdir(parents=True, exist_ok=True)
-    link = d / exec_key(original)
+    link = d / exec_name(original, shim_id)
     tmp = d / f".{link.name}.{os.getpid()}.tmp"
     try:
         os.symlink(os.path.abspath(rewritten), tmp)

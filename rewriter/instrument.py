@@ -2,12 +2,14 @@
 
 An executable becomes a directory that runs by itself:
 
-    DIR/<program>       the rewritten executable; its DT_NEEDED entries name
-                        $ORIGIN/<lib> for each rewritten library and
-                        $ORIGIN/libferry.so, so no LD_PRELOAD or
-                        LD_LIBRARY_PATH is needed
+    DIR/<program>       the rewritten executable; its DT_RPATH searches
+                        $ORIGIN first and its DT_NEEDED entries name each
+                        rewritten library and libferry.so, so no LD_PRELOAD
+                        or LD_LIBRARY_PATH is needed
     DIR/<lib>           each library of the closure that has syscall sites
     DIR/libferry.so     the shim
+    DIR/glibc-hwcaps/<level>/   the same libraries and shim again (hard links),
+                        where ld.so looks first (hwcaps.py)
     DIR/manifest.json   every module and every site
 
 Libraries are rewritten once and kept in the image cache; a program directory
@@ -155,12 +157,13 @@ def _place(src, dst, link):
     shutil.copy2(src, dst)
 
 
-def _served(path, out_dir, m, in_cache, started, progress):
-    """The Result of a program directory that was already there."""
+def _served(path, out_dir, m, in_cache, started, progress, shim_id=None):
+    """The Result of a program directory that was already there (registered
+    for the exec hook of the shim of build id `shim_id` when in the cache)."""
     progress("done", Path(path).name)
     entry = out_dir / m["entry"] if m.get("entry") else None
     if entry is not None and in_cache:
-        cache.register_exec(path, exec_target(out_dir, m))
+        cache.register_exec(path, exec_target(out_dir, m), shim_id)
     return Result(out_dir, entry, m, True, time.monotonic() - started)
 
 
@@ -222,14 +225,15 @@ def _instrument(path, out_dir, progress):
         return static_instrument.instrument(path, out_dir, progress, started)
     shim = shimlib.path()
     shim_sha = cache.sha256_file(shim)
+    shim_id = shimlib.build_id(shim)
     if out_dir is None:
         try:
-            hit_dir = cache.program_dir(cache.sha256_file(path))
+            hit_dir = cache.program_dir(cache.sha256_file(path), shim_id)
         except OSError:
             hit_dir = None
         hit = _current_manifest(hit_dir, shim_sha) if hit_dir else None
         if hit is not None:
-            return _served(path, hit_dir, hit, True, started, progress)
+            return _served(path, hit_dir, hit, True, started, progress, shim_id)
 
     import lief
     from . import elfload, patcher
@@ -249,11 +253,11 @@ def _instrument(path, out_dir, progress):
         raise FerryError(e.requester, f"needs {e.name}, which cannot be found") from None
     shas = [image.sha256] + [cache.sha256_file(m.path) for m in mods[1:]]
     in_cache = out_dir is None
-    out_dir = output_dir(out_dir, image.sha256)
+    out_dir = output_dir(out_dir, image.sha256, shim_id)
 
     cached = _current_manifest(out_dir, shim_sha, shas)
     if cached is not None:
-        return _served(path, out_dir, cached, in_cache, started, progress)
+        return _served(path, out_dir, cached, in_cache, started, progress, shim_id)
 
     progress("start", None, total=len(mods))
     records = [None] * len(mods)
@@ -261,33 +265,15 @@ def _instrument(path, out_dir, progress):
     for i, mod in enumerate(mods):
         if i == 0:
             continue
-        if _is_shim(mod.path):
-            # a program linked with libferry (the aggregation API): the shim
-            # must never patch its own calls
-            records[i] = {"name": mod.name, "role": "shim", "original": str(mod.path),
-                          "realpath": os.path.realpath(mod.path), "sha256": shas[i],
-                          "rewritten": None, "sites_total": None, "sites_patched": None,
-                          "sites": [], "note": "Ferry's shim: never rewritten"}
-        elif mod.role == "interpreter":
-            records[i] = {"name": mod.name, "role": mod.role, "original": str(mod.path),
-                          "realpath": os.path.realpath(mod.path), "sha256": shas[i],
-                          "rewritten": None, "sites_total": None, "sites_patched": None,
-                          "sites": [], "note": "loaded by the kernel before the shim can run; "
-                                              "its calls are made before the shim initializes"}
-        else:
+        records[i] = _kept_record(mod, shas[i])
+        if records[i] is None:
             records[i], files[i] = _library(mod, progress)
             records[i]["needed_by"] = mod.needed_by
         progress("advance", mod.name)
 
     tmp = staging_dir(out_dir)
     try:
-        rewritten_libs = {}
-        for mod, record, file in zip(mods[1:], records[1:], files[1:]):
-            if file is not None:
-                name = Path(mod.name).name
-                rewritten_libs[mod.name] = name
-                _place(file, tmp / name, in_cache)
-        shutil.copy2(shim, tmp / "libferry.so")
+        rewritten_libs = _stage_libraries(tmp, mods, files, shim, in_cache, image)
 
         root_name = Path(path).name
         if not image.is_executable:
@@ -311,19 +297,8 @@ def _instrument(path, out_dir, progress):
             records[0] = module_record(image, mods[0], sites, cmap, root_name)
         progress("advance", mods[0].name)
 
-        m = {
-            "format": "ferry-manifest",
-            "version": 1,
-            "ferry": FERRY_VERSION,
-            "layout": layout.FORMAT,
-            "input": str(path),
-            "kind": mods[0].role,
-            "entry": root_name if image.is_executable else None,
-            "rewritten": root_name,
-            "shim": {"file": "libferry.so", "sha256": shim_sha},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "modules": records,
-        }
+        m = _manifest(path, mods[0].role, root_name if image.is_executable else None, root_name,
+                      shim_sha, shim_id, records)
         manifest.write_json(tmp / "manifest.json", m)
         _move_into_place(tmp, out_dir)
     finally:
@@ -331,13 +306,139 @@ def _instrument(path, out_dir, progress):
     progress("done", mods[0].name)
     entry = out_dir / root_name if image.is_executable else None
     if entry is not None and in_cache:
-        cache.register_exec(path, exec_target(out_dir, m))
+        cache.register_exec(path, exec_target(out_dir, m), shim_id)
     return Result(out_dir, entry, m, False, time.monotonic() - started)
 
 
-def output_dir(out_dir, sha):
-    """The directory to write into: `out_dir`, or the cache's for a program of hash `sha`."""
-    out_dir = Path(out_dir) if out_dir is not None else cache.program_dir(sha)
+def _kept_record(mod, sha):
+    """The record of a module of the closure that is never rewritten (the
+    shim, ld.so), or None for a library."""
+    if _is_shim(mod.path):
+        # a program linked with libferry (the aggregation API): the shim
+        # must never patch its own calls
+        role, note = "shim", "Ferry's shim: never rewritten"
+    elif mod.role == "interpreter":
+        role, note = mod.role, ("loaded by the kernel before the shim can run; "
+                                "its calls are made before the shim initializes")
+    else:
+        return None
+    return {"name": mod.name, "role": role, "original": str(mod.path),
+            "realpath": os.path.realpath(mod.path), "sha256": sha,
+            "rewritten": None, "sites_total": None, "sites_patched": None,
+            "sites": [], "note": note}
+
+
+def _stage_libraries(tmp, mods, files, shim, link, image):
+    """Into `tmp`: the rewritten file (or None) `files[i]` of each library
+    `mods[i]`, the shim, and both again where ld.so looks first.  Returns
+    {library name: file name} of those placed."""
+    rewritten_libs = {}
+    for mod, file in zip(mods[1:], files[1:]):
+        if file is not None:
+            name = Path(mod.name).name
+            rewritten_libs[mod.name] = name
+            _place(file, tmp / name, link)
+    shutil.copy2(shim, tmp / "libferry.so")
+    if image.binary.has_interpreter:
+        _link_first_searched(tmp, [*rewritten_libs.values(), "libferry.so"], image.binary.interpreter)
+    return rewritten_libs
+
+
+def _manifest(path, kind, entry, rewritten, shim_sha, shim_id, records):
+    return {
+        "format": "ferry-manifest",
+        "version": 1,
+        "ferry": FERRY_VERSION,
+        "layout": layout.FORMAT,
+        "input": str(path),
+        "kind": kind,
+        "entry": entry,
+        "rewritten": rewritten,
+        "shim": {"file": "libferry.so", "sha256": shim_sha, "build_id": shim_id},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "modules": records,
+    }
+
+
+def prepare_libraries(path):
+    """For a program that an enabled process started with the shim preloaded
+    (its libraries patched at load time from their plans): a program
+    directory holding the rewritten libraries the image cache already has
+    for its closure, and the exec hook's link to it.  Next time the program
+    runs from its own file with those libraries first, as a program whose
+    own file needs no change does: no plan to apply (~50 us less at each
+    start).  Nothing is analyzed: its own code is not (calls made there are
+    caught by the catch-all, as they were), nor any library the cache does
+    not hold yet.  Returns the directory, or None when there is nothing to
+    gain (no rewritten library, not a dynamic glibc program)."""
+    from . import elfload
+    from .modules import MissingLibrary, closure, origin_of
+    if _is_pe(path) or _is_shim(path) or elfkind.classify(path).refused:
+        return None
+    shim = shimlib.path()
+    shim_sha, shim_id = cache.sha256_file(shim), shimlib.build_id(shim)
+    sha = cache.sha256_file(path)
+    for made in (cache.program_dir(sha, shim_id), cache.program_dir(sha, shim_id, libraries=True)):
+        m = _current_manifest(made, shim_sha)
+        if m is not None and m.get("kind") == "executable":
+            cache.register_exec(path, exec_target(made, m), shim_id)
+            return made
+    image = elfload.load(path)
+    if not image.is_executable or not image.binary.has_interpreter:
+        return None
+    try:
+        mods = closure(image)
+    except MissingLibrary:
+        return None
+    shas = [sha] + [cache.sha256_file(mod.path) for mod in mods[1:]]
+    records, files = [None] * len(mods), [None] * len(mods)
+    for i, mod in enumerate(mods[1:], 1):
+        records[i] = _kept_record(mod, shas[i]) or cache.load_module(shas[i])
+        if records[i] is None:
+            records[i] = {"name": mod.name, "role": mod.role, "original": str(mod.path),
+                          "realpath": os.path.realpath(mod.path), "sha256": shas[i],
+                          "rewritten": None, "sites_total": None, "sites_patched": None,
+                          "sites": [], "note": "not in the image cache: left as it is"}
+        elif records[i].get("role") not in ("shim", "interpreter"):
+            records[i] = dict(records[i], needed_by=mod.needed_by)
+            file = cache.rewritten_module(records[i], origin_of(mod.path, False))
+            files[i] = file if file is not None and file.is_file() else None
+    if not any(files):
+        return None
+    records[0] = {"name": mods[0].name, "role": "executable", "original": str(path),
+                  "realpath": os.path.realpath(path), "sha256": sha, "rewritten": None,
+                  "sites_total": None, "sites_patched": None, "sites": [],
+                  "note": "runs from its own file, not analyzed: calls made from its own "
+                          "code are caught by the catch-all"}
+    out_dir = cache.program_dir(sha, shim_id, libraries=True)
+    tmp = staging_dir(out_dir)
+    try:
+        _stage_libraries(tmp, mods, files, shim, True, image)
+        m = _manifest(path, "executable", None, None, shim_sha, shim_id, records)
+        manifest.write_json(tmp / "manifest.json", m)
+        _move_into_place(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    cache.register_exec(path, out_dir, shim_id)
+    return out_dir
+
+
+def _link_first_searched(tmp, names, interpreter):
+    """Each file of `names` in `tmp` also where `interpreter` looks for it
+    first, so that finding it costs one openat, not ~20 failed lookups."""
+    from . import hwcaps
+    sub = hwcaps.first_subdir(interpreter)
+    if sub is None:
+        return
+    (tmp / sub).mkdir(parents=True)
+    for name in names:
+        _place(tmp / name, tmp / sub / name, True)
+
+
+def output_dir(out_dir, sha, shim_id=None):
+    """The directory to write into: `out_dir`, or the cache's for a program of
+    hash `sha` (carrying the shim of build id `shim_id`)."""
+    out_dir = Path(out_dir) if out_dir is not None else cache.program_dir(sha, shim_id)
     if out_dir.exists() and not out_dir.is_dir():
         raise FerryError(out_dir, "output exists and is not a directory")
     return out_dir
@@ -365,4 +466,7 @@ def _move_into_place(tmp, out_dir):
     if stale.exists():
         stale.unlink()
     for item in sorted(tmp.iterdir(), key=lambda p: p.name == "manifest.json"):
-        os.replace(item, out_dir / item.name)
+        dest = out_dir / item.name
+        if item.is_dir() and dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)     # a directory is replaced whole, never merged
+        os.replace(item, dest)

@@ -2,8 +2,9 @@
  * another program makes sure that program will carry the shim too.
  *
  * The image cache keeps, for each program it rewrote, a symlink named by the
- * original file's identity (dev, inode, size, mtime): one stat tells whether
- * a rewritten image exists (rewriter/cache.py, exec_key).  When it does, that
+ * original file's identity (dev, inode, size, mtime) and by the build id of
+ * the shim the image carries: one stat tells whether a rewritten image exists
+ * that carries this very shim (rewriter/cache.py, exec_name).  When it does, that
  * image is executed instead, with the same argv; a #! script gets its
  * rewritten interpreter.  Whatever runs, the run's FERRY_* variables go back
  * into its environment, even an empty one (`env -i`, posix_spawn with envp).
@@ -13,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <elf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -38,6 +40,7 @@ static char *saved[MAX_SAVED];
 static int nsaved;
 static char cache_root[2048];
 static char shim_path[1024];
+static char shim_id[2 * 64 + 1];  /* this shim's build id, in hex */
 
 const char *ferry_cache_root(void) { return cache_root; }
 
@@ -79,8 +82,43 @@ void ferry_exec_keep(const char *entry)
     save(entry);
 }
 
+extern char __ehdr_start[] __attribute__((visibility("hidden")));
+
+/* This shim's GNU build id, in hex, from its own notes (mapped with its
+ * headers: no system call); "" if it has none.  Images carry a copy of the
+ * shim, so the cache keys them by it (rewriter/shimlib.py, build_id): after
+ * a rebuild, or with several builds sharing one cache, an image made with
+ * another shim is never run by this one. */
+static void read_shim_id(void)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)__ehdr_start;
+    const Elf64_Phdr *ph = (const Elf64_Phdr *)(__ehdr_start + eh->e_phoff);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type != PT_NOTE)
+            continue;
+        const char *at = __ehdr_start + ph[i].p_vaddr, *end = at + ph[i].p_memsz;
+        while (at + sizeof(Elf64_Nhdr) <= end) {
+            const Elf64_Nhdr *n = (const Elf64_Nhdr *)at;
+            const unsigned char *name = (const unsigned char *)(n + 1);
+            const unsigned char *desc = name + ((n->n_namesz + 3) & ~3u);
+            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && ferry_memeq(name, "GNU", 4) &&
+                n->n_descsz * 2 < sizeof(shim_id)) {
+                for (uint32_t k = 0; k < n->n_descsz; k++) {
+                    shim_id[2 * k] = hex[desc[k] >> 4];
+                    shim_id[2 * k + 1] = hex[desc[k] & 15];
+                }
+                shim_id[2 * n->n_descsz] = 0;
+                return;
+            }
+            at = (const char *)desc + ((n->n_descsz + 3) & ~3u);
+        }
+    }
+}
+
 void ferry_exec_configure(char **envp)
 {
+    read_shim_id();
     struct ferry_buf b = {cache_root, 0, sizeof(cache_root), 0};
     const char *v;
     if ((v = ferry_env_lookup(envp, "FERRY_CACHE")) && *v) {
@@ -113,15 +151,23 @@ void ferry_exec_configure(char **envp)
 
 enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
 
-/* What the cache holds for the file at `path` (`st` gets the file's status):
- * a rewritten image to run instead (CACHED_IMAGE, `out` gets its name), or,
- * for a program whose own file needed no change, the directory of its
- * rewritten libraries (CACHED_LIBDIR, `out` gets the directory). */
+/* What the cache holds for the file at `path` (`st` gets the file's status,
+ * st_mode 0 if it has none): a rewritten image to run instead (CACHED_IMAGE,
+ * `out` gets its name), or, for a program whose own file needed no change,
+ * the directory of its rewritten libraries (CACHED_LIBDIR, `out` gets the
+ * directory). */
 static enum cached cached_image(const char *path, char *out, size_t cap, struct stat *st)
 {
     char link[2300];
-    if (!ferry_identity_path(cache_root, "exec", path, link, sizeof(link), st))
+    st->st_mode = 0;
+    if (!shim_id[0] || !ferry_identity_path(cache_root, "exec", path, link, sizeof(link), st))
         return CACHED_NONE;
+    struct ferry_buf b = {link, ferry_strlen(link), sizeof(link), 0};
+    ferry_buf_str(&b, "-");
+    ferry_buf_str(&b, shim_id);
+    if (b.overflow)
+        return CACHED_NONE;
+    link[b.len] = 0;
     struct stat target;
     if (ferry_raw4(SYS_newfstatat, AT_FDCWD, link, &target, 0) != 0)
         return CACHED_NONE;
@@ -159,15 +205,17 @@ static int has_magic(const char *p, long n, const char *magic)
     return 0;
 }
 
-/* The program header at file offset `at` of the open file `fd`: from `head`
- * (the file's first `got` bytes) when it is there, else read.  0 or -1. */
-static int read_phdr(long fd, const char *head, long got, uint64_t at, uint64_t ph[7])
+
+/* `len` bytes at `off` of the file open as `fd`, of which the first `got`
+ * are in `head` already: most programs' headers and PT_INTERP lie in the
+ * first KiB, so one read serves them all. */
+static long read_at(long fd, const char *head, long got, void *dst, uint64_t len, uint64_t off)
 {
-    if (at < (uint64_t)got && (uint64_t)got - at >= 56) {
-        ferry_memcpy(ph, head + at, 56);
-        return 0;
+    if (got > 0 && off <= (uint64_t)got && len <= (uint64_t)got - off) {  /* never wraps */
+        ferry_memcpy(dst, head + off, len);
+        return (long)len;
     }
-    return ferry_raw4(SYS_pread64, fd, ph, 56, at) == 56 ? 0 : -1;
+    return ferry_raw4(SYS_pread64, fd, dst, len, off);
 }
 
 /* What kind of ELF program the open file `fd` is (its first `got` bytes in
@@ -186,14 +234,14 @@ static uint32_t classify_elf(long fd, const char *head, long got)
     int dynamic = 0;
     for (uint16_t i = 0; i < phnum && i < 64; i++) {
         uint64_t ph[7];
-        if (read_phdr(fd, head, got, phoff + (uint64_t)i * 56, ph))
+        if (read_at(fd, head, got, ph, sizeof(ph), phoff + (uint64_t)i * 56) != sizeof(ph))
             break;
         if ((uint32_t)ph[0] == 2 /* PT_DYNAMIC */)
             dynamic = 1;
         if ((uint32_t)ph[0] == 3 /* PT_INTERP */) {
             char interp[256];
             uint64_t len = ph[4] < sizeof(interp) - 1 ? ph[4] : sizeof(interp) - 1;
-            long r = ferry_raw4(SYS_pread64, fd, interp, len, ph[1]);
+            long r = read_at(fd, head, got, interp, len, ph[1]);
             interp[r > 0 ? r : 0] = 0;
             return glibc_loader(interp) ? FERRY_EXEC_PLAIN : FERRY_EXEC_LOADER;
         }
@@ -487,7 +535,7 @@ long ferry_exec(const struct ferry_regs *r)
     const char *upath = (const char *)(at ? r->rsi : r->rdi);
     char *const *argv = (char *const *)(at ? r->rdx : r->rsi);
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
-    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[512];
+    char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[1024];
     struct env_extra extra, *x = &extra;
     /* Off the stack in a vfork child: posix_spawn's is too small for them. */
     char **env = ferry_vfork_scratch(), **args;
@@ -538,7 +586,7 @@ long ferry_exec(const struct ferry_regs *r)
             kind = FERRY_EXEC_REWRITTEN;
             goto pass;
         }
-        if (ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
+        if (st.st_mode || ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
@@ -557,7 +605,7 @@ long ferry_exec(const struct ferry_regs *r)
                 ilen = sizeof(target) - 1;
             ferry_memcpy(target, interp, ilen);
             target[ilen] = 0;
-            kind = ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &ist, 0) == 0
+            kind = ist.st_mode || ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &ist, 0) == 0
                        ? classify(target, &ist, head, sizeof(head) - 1, &got)
                        : FERRY_EXEC_UNKNOWN;
         }

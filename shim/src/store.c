@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "exec.h"
@@ -419,19 +420,40 @@ static int all_zero(const char *p, size_t n)
     return 1;
 }
 
-/* `len` bytes of `buf` at `off`, but for the pages that are all zeros: the
+#define PAGEMAP_PRESENT (1ULL << 63)
+#define PAGEMAP_SWAPPED (1ULL << 62)
+#define SPARE_PAGES ((sizeof(struct ferry_blk) + 4095) / 4096)
+
+/* Which pages of the spare block this vfork child touched: /proc/self/pagemap
+ * says which are present or swapped out (what was never touched since the
+ * block was given back reads as zeros).  Reading every page to find out
+ * faulted in the zero page ~65 times, and with the scan cost ~70 us a
+ * child.  0 when it cannot be told (no /proc): then every page is read. */
+static int spare_touched(const void *block, uint64_t *pages)
+{
+    long pfd = ferry_raw4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
+    if (pfd < 0)
+        return 0;
+    long want = (long)(SPARE_PAGES * sizeof(*pages));
+    long got = ferry_raw4(SYS_pread64, pfd, pages, want, ((uintptr_t)block / 4096) * sizeof(*pages));
+    ferry_raw1(SYS_close, pfd);
+    return got == want;
+}
+
+/* `len` bytes of `buf` at `off`, but for the pages that are all zeros or,
+ * when `touched` (pagemap entries of buf's pages) is given, never touched: the
  * file is new, or was written before from the same header and a block whose
  * counts only grew, so a page not written reads as zeros.  Written, each
  * took room on disk and was written back: 330 KiB for every vfork child,
  * most of it zeros (a thread's block holds every syscall's and site's
  * figures). */
-static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off)
+static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off, const uint64_t *touched)
 {
     const char *p = buf;
     size_t start = 0;
     for (size_t i = 0; i < len; i += 4096) {
         size_t n = len - i < 4096 ? len - i : 4096;
-        if (!all_zero(p + i, n))
+        if ((!touched || touched[i / 4096] & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED)) && !all_zero(p + i, n))
             continue;
         if (i > start)
             ferry_raw4(SYS_pwrite64, fd, p + start, i - start, off + start);
@@ -478,6 +500,63 @@ static int vfork_child_record(uint64_t *base, uint32_t *seq)
 }
 
 #define AT(field) (base + __builtin_offsetof(struct ferry_proc_header, field))
+#define HEAD_AT(field) __builtin_offsetof(struct ferry_proc_header, field)
+/* The header's pages before its module table: identity, exe, command line,
+ * exec path.  The fields a child makes its own all lie in the first bytes. */
+#define HEAD_PAGES HEAD_AT(modules)
+#define HEAD_OWN 256
+_Static_assert(HEAD_AT(start_spans) + sizeof(((struct ferry_proc_header *)0)->start_spans) <= HEAD_OWN,
+               "a vfork child's own fields");
+#define PUT(buf, field, value)                                                  \
+    do {                                                                        \
+        __typeof__(((struct ferry_proc_header *)0)->field) v_ = (value);        \
+        ferry_memcpy((buf) + HEAD_AT(field), &v_, sizeof(v_));                  \
+    } while (0)
+
+/* The first pages of a vfork child's record in one write: the parent's,
+ * with the child's identity, state, end and exec path in place (written
+ * field by field, they were eight more system calls for every child). */
+static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state, int exit_code,
+                             const char *exec_path, uint32_t kind)
+{
+    const char *h = (const char *)ferry_hdr;
+    char own[HEAD_OWN], path[sizeof(ferry_hdr->exec_path)];
+    ferry_memcpy(own, h, HEAD_OWN);
+    PUT(own, nblocks, 1);
+    PUT(own, state, state);
+    PUT(own, pid, (int32_t)ferry_raw0(SYS_getpid));
+    PUT(own, ppid, (int32_t)ferry_raw0(SYS_getppid));
+    PUT(own, exit_code, exit_code);
+    PUT(own, nwaits, 0);
+    PUT(own, seq, seq);
+    PUT(own, end_real_ns, ferry_real_ns());
+    PUT(own, end_mono_ns, ferry_mono_ns());
+    PUT(own, end_tsc, ferry_rdtsc());
+    PUT(own, exec_kind, kind);
+    PUT(own, start_spans[FERRY_SPAN_EXEC_HOOK], FERRY_THR->vfork_hook_tsc);
+    /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it). */
+    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
+    PUT(own, uid, uid);
+    PUT(own, exec_uid, uid);
+    struct iovec iov[4];
+    int n = 0;
+    iov[n++] = (struct iovec){own, HEAD_OWN};
+    size_t rest = HEAD_OWN;
+    if (exec_path) {
+        size_t len = ferry_strlen(exec_path);
+        if (len >= sizeof(path))
+            len = sizeof(path) - 1;
+        ferry_memcpy(path, exec_path, len);
+        path[len] = 0;
+        iov[n++] = (struct iovec){(void *)(h + rest), HEAD_AT(exec_path) - rest};
+        iov[n++] = (struct iovec){path, len + 1};
+        rest = HEAD_AT(exec_path) + len + 1;
+    }
+    iov[n++] = (struct iovec){(void *)(h + rest), HEAD_PAGES - rest};
+    ferry_raw6(SYS_pwritev, fd, (long)iov, n, (long)base, 0, 0);
+}
+
+#undef PUT
 
 /* A vfork child's own record, written with pwrite from the parent's header
  * (read only) and its spare block, with its own identity patched in. */
@@ -490,35 +569,16 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     int fd = vfork_child_record(&base, &seq);
     if (fd < 0)
         return;
-    int pid = (int)ferry_raw0(SYS_getpid);
-    struct ferry_proc_header *h = ferry_hdr;
-    pwrite_used(fd, h, FERRY_PROC_HEADER_SIZE, base);
-    struct {
-        uint32_t nblocks, state;
-        int32_t pid, ppid, exit_code;
-    } id = {1, state, pid, (int32_t)ferry_raw0(SYS_getppid), exit_code};
-    ferry_raw4(SYS_pwrite64, fd, &id, sizeof(id), AT(nblocks));
-    uint32_t zero = 0;
-    ferry_raw4(SYS_pwrite64, fd, &zero, 4, AT(nwaits));
-    ferry_raw4(SYS_pwrite64, fd, &seq, 4, AT(seq));
-    uint64_t times[3] = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
-    ferry_raw4(SYS_pwrite64, fd, times, sizeof(times), AT(end_real_ns));
-    ferry_raw4(SYS_pwrite64, fd, &kind, 4, AT(exec_kind));
-    ferry_raw4(SYS_pwrite64, fd, &FERRY_THR->vfork_hook_tsc, 8, AT(start_spans[FERRY_SPAN_EXEC_HOOK]));
-    /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it). */
-    uint32_t uids[2] = {(uint32_t)ferry_raw0(SYS_geteuid), 0};
-    uids[1] = uids[0];
-    ferry_raw4(SYS_pwrite64, fd, uids, sizeof(uids), AT(uid));
-    if (exec_path) {
-        char path[1024];
-        size_t n = ferry_strlen(exec_path);
-        if (n >= sizeof(path))
-            n = sizeof(path) - 1;
-        ferry_memcpy(path, exec_path, n);
-        path[n] = 0;
-        ferry_raw4(SYS_pwrite64, fd, path, n + 1, AT(exec_path));
-    }
-    pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE);
+    write_child_head(fd, base, seq, state, exit_code, exec_path, kind);
+    /* The rest of the parent's header but its waits (the child waited for
+     * none: nwaits is 0) and its tally (the child's own goes last). */
+    const char *h = (const char *)ferry_hdr;
+    pwrite_used(fd, h + HEAD_PAGES, HEAD_AT(waits) - HEAD_PAGES, base + HEAD_PAGES, 0);
+    pwrite_used(fd, h + HEAD_AT(catchall), FERRY_PROC_HEADER_SIZE - HEAD_AT(catchall),
+                base + HEAD_AT(catchall), 0);
+    uint64_t touched[SPARE_PAGES];
+    pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE,
+                spare_touched(FERRY_THR->blk, touched) ? touched : 0);
     /* The tally goes last, with the two calls that write it and close the
      * file already in it; they are made untallied. */
     uint64_t *own = ferry_tally();
@@ -534,6 +594,7 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
 }
 
 #undef AT
+#undef HEAD_AT
 
 /* When the image's life ended (so far): exit, exec, or detach. */
 static void stamp_end(uint32_t state)
