@@ -62,28 +62,29 @@ def test_calls_routed_to_workers_by_the_profile(agg, tmp_path):
     assert engine_stats(worker.stderr)["worker"] > engine_stats(ring.stderr)["worker"]
 
 
+def _stat_suite_as_routed_and_with(agg, tmp_path, settings):
+    """The engine's figures of the stat suite in a fiber, routed by default and
+    with FERRY_AGG `settings`; their outputs must be the same."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "o").mkdir()
+    ring = agg("agg_results", "fiber", "stat", tmp_path / "r", env={"FERRY_MODE": "aggregate"})
+    other = agg("agg_results", "fiber", "stat", tmp_path / "o",
+                env={"FERRY_MODE": "aggregate", "FERRY_AGG": settings})
+    assert other.stdout == ring.stdout
+    return engine_stats(ring.stderr), engine_stats(other.stderr)
+
+
 def test_fstat_of_a_stack_buffer_goes_through_the_ring(agg, tmp_path):
     """fstat and newfstatat are STATX operations made a struct stat after,
     when the buffer is on the fiber's stack (the copy cannot fault there):
     the suite's nine such calls leave the process in the ring's crossings;
     routed native, the same answers, nine fewer calls aggregated."""
-    (tmp_path / "r").mkdir()
-    (tmp_path / "n").mkdir()
-    ring = agg("agg_results", "fiber", "stat", tmp_path / "r", env={"FERRY_MODE": "aggregate"})
-    native = agg("agg_results", "fiber", "stat", tmp_path / "n",
-                 env={"FERRY_MODE": "aggregate", "FERRY_AGG": "route=5:n,262:n"})
-    assert ring.stdout == native.stdout
-    assert engine_stats(ring.stderr)["aggregated"] - engine_stats(native.stderr)["aggregated"] == 9
+    ring, native = _stat_suite_as_routed_and_with(agg, tmp_path, "route=5:n,262:n")
+    assert ring["aggregated"] - native["aggregated"] == 9
 
 
 def test_quiet_path_makes_a_lone_fibers_calls_at_once(agg, tmp_path):
     """quiet=direct: a fiber alone on its carrier makes the calls that cannot
     block as system calls (fstat here), with the same answers."""
-    (tmp_path / "r").mkdir()
-    (tmp_path / "q").mkdir()
-    ring = agg("agg_results", "fiber", "stat", tmp_path / "r", env={"FERRY_MODE": "aggregate"})
-    quiet = agg("agg_results", "fiber", "stat", tmp_path / "q",
-                env={"FERRY_MODE": "aggregate", "FERRY_AGG": "quiet=direct"})
-    assert quiet.stdout == ring.stdout
-    r, q = engine_stats(ring.stderr), engine_stats(quiet.stderr)
+    r, q = _stat_suite_as_routed_and_with(agg, tmp_path, "quiet=direct")
     assert r["aggregated"] - q["aggregated"] >= 9 and q["native"] - r["native"] >= 9, (r, q)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_ferry
+from conftest import ferry
 from ferry.rewriter import cache, shimlib
 
 
@@ -42,8 +42,8 @@ def _env(shim):
 
 def _child_shim(tmp_path, name, cat, shim):
     """The libferry.so file a `cat` started by a shell under `ferry run` maps."""
-    r = run_ferry("run", "--no-learn", "-o", tmp_path / f"run-{name}", "--", "sh", "-c", f"{cat} /proc/self/maps",
-                  env=_env(shim))
+    r = ferry("run", "--no-learn", "-o", tmp_path / f"run-{name}", "--", "sh", "-c", f"{cat} /proc/self/maps",
+                  env=_env(shim), check=True)
     mapped = {line.split()[-1] for line in r.stdout.splitlines() if line.endswith("/libferry.so")}
     assert len(mapped) == 1, r.stdout
     return Path(mapped.pop())
@@ -53,7 +53,7 @@ def test_child_never_runs_an_image_made_with_another_shim(tmp_path, other_shim):
     cat = tmp_path / "cat"
     shutil.copy2("/bin/cat", cat)
     current = shimlib.build_id(shimlib.SOURCE_TREE_SHIM)
-    run_ferry("instrument", cat, env=_env(None))      # an image made by this build
+    ferry("instrument", cat, env=_env(None), check=True)      # an image made by this build
 
     # another build, sharing the cache, has no image of cat yet: the child
     # is enabled with that build's shim, not with the image this one made
@@ -61,7 +61,7 @@ def test_child_never_runs_an_image_made_with_another_shim(tmp_path, other_shim):
     assert shimlib.build_id(loaded) == shimlib.build_id(other_shim), loaded
 
     # once it has made its own image, each build runs its own
-    run_ferry("instrument", cat, env=_env(other_shim))
+    ferry("instrument", cat, env=_env(other_shim), check=True)
     for name, shim, want in (("other", other_shim, shimlib.build_id(other_shim)),
                              ("this", None, current)):
         loaded = _child_shim(tmp_path, name, cat, shim)

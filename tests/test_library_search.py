@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, run_ferry
+from conftest import FERRY, ferry
 from ferry.rewriter import cache
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
@@ -51,7 +51,7 @@ def test_cached_libraries_are_found_first_try(tmp_path, test_programs, which):
     source = "/bin/true" if which == "own file" else test_programs / "inline_syscalls"
     program = tmp_path / "prog"
     shutil.copy2(source, program)
-    run_ferry("instrument", program)
+    ferry("instrument", program, check=True)
     failed, found = _failed_lookups_in_programs(tmp_path, program)
     assert any("/libc.so.6" in line for line in found), found   # the rewritten libc
     assert failed == [], "\n".join(failed)

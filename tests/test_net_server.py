@@ -164,15 +164,20 @@ def aggregation_area(run_dir):
     return (aggregated, crossings, calls) if found else None
 
 
-def test_serves_concurrent_keepalive_clients(server):
+def serve_clients(port):
+    """CONNECTIONS keep-alive clients at once, each checking every page."""
     errors = []
-    threads = [threading.Thread(target=client, args=(server.port, errors)) for _ in range(CONNECTIONS)]
+    threads = [threading.Thread(target=client, args=(port, errors)) for _ in range(CONNECTIONS)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads), "clients still waiting for the server"
     assert errors == []
+
+
+def test_serves_concurrent_keepalive_clients(server):
+    serve_clients(server.port)
 
     # Other paths are 404 and the connection stays usable.
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
@@ -223,15 +228,7 @@ def test_serves_concurrent_keepalive_clients(server):
 def test_disk_mode_reads_the_page_from_its_file_for_every_request(disk_server):
     """The thesis's request pattern (open, fstat, read, close, send): the
     replies are the file's bytes as they are when the request comes."""
-    errors = []
-    threads = [threading.Thread(target=client, args=(disk_server.port, errors))
-               for _ in range(CONNECTIONS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "clients still waiting for the server"
-    assert errors == []
+    serve_clients(disk_server.port)
 
     req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
     pipelined = (req + b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n" + req + req[:-2] +
