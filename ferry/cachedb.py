@@ -84,13 +84,13 @@ def _format_problem(name, layout):
     return None
 
 
-def _program(d, shim_sha):
+def _program(d, shim_shas):
     m = _read_json(d / "manifest.json")
     if not isinstance(m, dict):
         return Entry("program", d, "?", _bytes(d), d.stat().st_mtime, ["no readable manifest.json"])
     e = Entry("program", d, str(m.get("input", "?")), _bytes(d), d.stat().st_mtime)
     e.problems += filter(None, [_format_problem(d.name, m.get("layout"))])
-    if shim_sha and m.get("shim", {}).get("sha256") != shim_sha:
+    if shim_shas and m.get("shim", {}).get("sha256") not in shim_shas:
         e.problems.append("made with another build of the shim")
     for mod in m.get("modules", []):
         e.problems += filter(None, [_original_problem(mod.get("original", "?"), mod.get("sha256"))])
@@ -143,7 +143,7 @@ def _plan_text(p, identities):
     return e
 
 
-def _exec(link, shim_id):
+def _exec(link, shim_ids):
     target = Path(os.readlink(link))
     e = Entry("exec", link, "?", 0, link.lstat().st_mtime)
     program = target if target.is_dir() else target.parent
@@ -155,7 +155,7 @@ def _exec(link, shim_id):
     identity, _, made_for = link.name.rpartition("-")
     if _identity(e.what) != identity:
         e.problems.append(f"{e.what} is not the file this link was made for (changed or gone)")
-    if shim_id and made_for != shim_id:
+    if shim_ids and made_for not in shim_ids:
         e.problems.append("made for another build of the shim")
     return e
 
@@ -167,20 +167,25 @@ def _visible(d):
 def entries(root=None):
     """Every entry of the cache at `root` (default: the one ferry uses)."""
     root = Path(root) if root is not None else cache.root()
-    from .rewriter import shimlib
+    from .rewriter import shimlib, static_embed
     from .base.errors import FerryError
+    # the shims of this build: libferry.so, and the static one that static
+    # programs carry (an image or link is current if made with either)
+    shim_shas, shim_ids = set(), set()
     try:
-        shim_sha, shim_id = cache.sha256_file(shimlib.path()), shimlib.build_id()
+        for shim in (shimlib.path(), static_embed.path()):
+            shim_shas.add(cache.sha256_file(shim))
+            shim_ids.add(shimlib.build_id(shim))
     except (FerryError, OSError):
-        shim_sha = shim_id = None
-    out = [_program(d, shim_sha) for d in _visible(root / "programs")]
+        pass
+    out = [_program(d, shim_shas) for d in _visible(root / "programs")]
     modules = [_module(d) for d in _visible(root / "modules")]
     out += modules
     # a plan is named by the identity of the library it patches; one whose
     # library has no usable module record was made by another rewriter
     identities = {i: m.what for m in modules if not m.problems and (i := _identity(m.what))}
     out += [_plan(p, identities) for p in _visible(root / "plans")]
-    out += [_exec(p, shim_id) for p in _visible(root / "exec") if p.is_symlink()]
+    out += [_exec(p, shim_ids) for p in _visible(root / "exec") if p.is_symlink()]
     return out
 
 

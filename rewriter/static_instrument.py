@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from . import cache, manifest, static_embed
+from . import cache, manifest, shimlib, static_embed
 from . import instrument as common
 from ..base.errors import InputError
 
@@ -27,10 +27,15 @@ def instrument(path, out_dir, progress, started):
         raise common.AlreadyRewritten(path)
     if not image.is_executable:
         raise InputError(path, "a static file that is not a program")
-    out_dir = common.output_dir(out_dir, image.sha256)
+    # keyed by the shim it carries: a rebuilt static shim makes a new image
+    static_id = shimlib.build_id(shim)
+    out_dir = common.output_dir(out_dir, image.sha256, static_id)
     cached = common._current_manifest(out_dir, shim_sha, [image.sha256])
     if cached is not None:
-        return common._served(path, out_dir, cached, in_cache, started, progress)
+        result = common._served(path, out_dir, cached, False, started, progress)
+        if in_cache:
+            _register(path, result.entry, static_id)
+        return result
 
     blob = static_embed.load(shim)
     root_name = Path(path).name
@@ -66,5 +71,13 @@ def instrument(path, out_dir, progress, started):
     progress("done", mod.name)
     entry = out_dir / root_name
     if in_cache:
-        cache.register_exec(path, entry)
+        _register(path, entry, static_id)
     return common.Result(out_dir, entry, m, False, time.monotonic() - started)
+
+
+def _register(path, entry, static_id):
+    """Let exec hooks run `entry` for `path`: a static parent's looks it up by
+    the static shim's build id, a dynamic parent's by libferry.so's (the two
+    are built together)."""
+    cache.register_exec(path, entry, static_id)
+    cache.register_exec(path, entry, shimlib.build_id())

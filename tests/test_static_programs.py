@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, ROOT, ferry
+from conftest import FERRY, ROOT, ferry, ferry_env
 from ferry.rundata import load_run
 from test_run_matches_strace import LINE
 
@@ -211,6 +211,33 @@ def test_exec_hook_runs_a_static_child_rewritten(tmp_path, program):
     child = [p for p in procs if p.get("program") == "static_mix" or
              os.path.basename(p.get("exe") or "") == "static_mix"]
     assert child and child[0]["calls"] > 0, procs
+
+
+def test_a_static_parent_runs_a_static_child_rewritten(tmp_path, program):
+    """The static shim's own exec hook finds the child's image (looked up by
+    the static shim's build id, not libferry.so's)."""
+    child = tmp_path / "child"
+    shutil.copy(program, child)
+    ferry("instrument", "-q", child, check=True)
+    argv = [str(program), "run", str(child)]
+    native, under = _native(argv), _under_ferry(tmp_path / "run", argv)
+    assert (under.stdout, under.returncode) == (native.stdout, native.returncode)
+    procs = load_run(tmp_path / "run")["processes"]
+    # the child is the same file as its parent (one image in the cache); the
+    # image it ran is its last record
+    (parent,) = [p for p in procs if p["ppid"] not in {q["pid"] for q in procs}]
+    kid = [p for p in procs if p["ppid"] == parent["pid"]][-1]
+    assert kid["state"] == "exited" and kid["enabled"] and kid["calls"] > 0, procs
+    assert kid["image"] != str(child), procs
+
+
+def test_ferry_cache_counts_static_images_as_current(tmp_path, program):
+    """Static images carry the static shim: `ferry cache verify` must not
+    call them made by another build."""
+    env = ferry_env(FERRY_CACHE=tmp_path / "cache")
+    ferry("instrument", "-q", program, env=env, check=True)
+    r = ferry("cache", "verify", env=env)
+    assert r.returncode == 0 and "all usable" in r.stdout, r.stdout + r.stderr
 
 
 GO = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)

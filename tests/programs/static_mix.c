@@ -3,6 +3,7 @@
  * handler, a crash; its output is the same at every run.
  *   static_mix threads N   N threads, each writing its line after the previous
  *   static_mix fork        a child that execs `/bin/echo child`, waited for
+ *   static_mix run PATH    a child that execs `PATH threads 2`, waited for
  *   static_mix signal      a SIGUSR1 handler run by raise(), SA_RESTART
  *   static_mix crash       SIGSEGV (natively: killed by the signal)
  *   static_mix loop N      N getppid() calls (bench/overhead.py)
@@ -53,12 +54,15 @@ static int threads(int n)
     return 0;
 }
 
-static int forkexec(void)
+static int forkexec(const char *path)
 {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        execl("/bin/echo", "echo", "child", (char *)0);
+        if (path)
+            execl(path, path, "threads", "2", (char *)0);
+        else
+            execl("/bin/echo", "echo", "child", (char *)0);
         _exit(127);
     }
     int status;
@@ -117,7 +121,9 @@ int main(int argc, char **argv)
     if (!strcmp(what, "threads"))
         return threads((int)n);
     if (!strcmp(what, "fork"))
-        return forkexec();
+        return forkexec(0);
+    if (!strcmp(what, "run") && argc > 2)
+        return forkexec(argv[2]);
     if (!strcmp(what, "signal"))
         return signals();
     if (!strcmp(what, "smallstack"))
