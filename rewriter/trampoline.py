@@ -11,10 +11,11 @@
     B:   lea   rsp, [rsp + 128]          ; the entry returns here (A + 10) for calls
          syscall                         ;   that must run at the program's rsp: clone,
          mov   rcx, [rip + ctl.vector]   ;   vfork, rt_sigreturn; then, in parent and
-         lea   rsp, [rsp - 128]          ;   child alike (the child on its own stack),
-         call  [rcx + 8]                 ;   ferry_post_entry, which preserves everything
-         lea   rsp, [rsp + 128]
-         jmp   POST
+         jrcxz POST                      ;   child alike (the child on its own stack),
+         lea   rsp, [rsp - 128]          ;   ferry_post_entry, which preserves
+         call  [rcx + 8]                 ;   everything; unless `ferry detach` took the
+         lea   rsp, [rsp + 128]          ;   vector away while the call ran (a new
+         jmp   POST                      ;   thread would find it NULL)
     RAW: syscall                         ; the shim is not there (yet)
     POST:<instructions displaced from after the syscall>
          jmp   <end of the window>
@@ -33,10 +34,10 @@ from .planner import JMP_REL32_SIZE
 
 # mov rcx,[rip+d] 7 + jrcxz 2 + lea rsp,[rsp-128] 5 + lea r11,[rip+d] 7 + call [rcx] 2
 # + lea rsp,[rsp+128] 8 + jmp short 2
-# + lea rsp,[rsp+128] 8 + syscall 2 + mov rcx,[rip+d] 7 + lea rsp,[rsp-128] 5
+# + lea rsp,[rsp+128] 8 + syscall 2 + mov rcx,[rip+d] 7 + jrcxz 2 + lea rsp,[rsp-128] 5
 #   + call [rcx+8] 3 + lea rsp,[rsp+128] 8 + jmp short 2
 # + syscall 2
-GLUE_SIZE = 70
+GLUE_SIZE = 72
 
 _ks = keystone.Ks(keystone.KS_ARCH_X86, keystone.KS_MODE_64)
 _cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
@@ -52,6 +53,7 @@ jmp post
 lea rsp, [rsp + 0x80]
 syscall
 mov rcx, qword ptr [rip + {vector2}]
+jrcxz post
 lea rsp, [rsp - 0x80]
 call qword ptr [rcx + 8]
 lea rsp, [rsp + 0x80]

@@ -13,7 +13,7 @@ from ferry.rewriter import layout
 md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 md.detail = True
 GLUE_MNEMONICS = ["mov", "jrcxz", "lea", "lea", "call", "lea", "jmp",          # entry, label A
-                  "lea", "syscall", "mov", "lea", "call", "lea", "jmp",        # label B, post hook
+                  "lea", "syscall", "mov", "jrcxz", "lea", "call", "lea", "jmp",  # label B, post hook
                   "syscall"]                                                  # no shim yet
 GLUE_INSNS = len(GLUE_MNEMONICS)
 
@@ -90,13 +90,15 @@ def test_every_patched_site_jumps_to_its_trampoline_and_back(rewritten_libc):
         assert names == GLUE_MNEMONICS, site["id"]
         assert glue[0].address + glue[0].size + glue[0].disp == vector
         assert glue[9].address + glue[9].size + glue[9].disp == vector  # reloaded for the post hook
-        assert glue[11].op_str == "qword ptr [rcx + 8]"  # ferry_vector.post
+        assert glue[12].op_str == "qword ptr [rcx + 8]"  # ferry_vector.post
         records.add(glue[3].address + glue[3].size + glue[3].disp)
         # The entry returns to label B (A + delta) for calls it cannot run itself.
         label_a = glue[4].address + glue[4].size
         assert glue[7].address == label_a + layout.TRAMP_RAW_DELTA
-        assert int(glue[1].op_str, 16) == glue[14].address  # jrcxz -> the bare syscall
-        assert int(glue[6].op_str, 16) == int(glue[13].op_str, 16) == glue[14].address + 2
+        assert int(glue[1].op_str, 16) == glue[15].address  # jrcxz -> the bare syscall
+        post = glue[15].address + 2
+        # detached while the call ran: no post hook (jrcxz -> post)
+        assert int(glue[10].op_str, 16) == int(glue[6].op_str, 16) == int(glue[14].op_str, 16) == post
         rest = body[len(before) + GLUE_INSNS:]
         assert [_effective(i) for i in rest[:-1]] == [_effective(i) for i in after], site["id"]
         assert int(rest[-1].op_str, 16) == end, site["id"]
