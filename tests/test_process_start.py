@@ -251,3 +251,22 @@ def test_a_child_patched_at_load_time_next_runs_the_cached_libraries(tmp_path):
     libc, exe = run("second", "--no-learn")
     assert exe == str(cat)      # its own file, still
     assert len(libc) == 1 and Path(libc.pop()).is_relative_to(cache.root() / "programs"), libc
+
+
+def test_exec_of_an_elf_program_asks_nothing_about_windows(tmp_path):
+    # With Windows support configured (ferry.dll built, wine's Detours found),
+    # every exec asked whether its file was a PE program (faccessat, openat,
+    # pread, close) before the cache lookup, for ELF programs too.
+    from ferry.injector import pe_launch
+    from ferry.profiles import loader
+    if not shutil.which("strace"):
+        pytest.skip("no strace")
+    if not pe_launch.linux_settings(loader.load("count"), tmp_path):
+        pytest.skip("Windows support is not configured here")
+    log = tmp_path / "strace.log"
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=faccessat,faccessat2,access", "-o", str(log),
+                        *FERRY, "run", "-p", "count", "-o", str(tmp_path / "run"), "--",
+                        "sh", "-c", "/bin/true; /bin/true"], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    asked = [line for line in log.read_text().splitlines() if '"/bin/true"' in line]
+    assert not asked, asked
