@@ -29,8 +29,8 @@ static struct {
     int mode;
     uint32_t event_capacity;
     uint32_t block_size;
-    struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
     struct ferry_blk *first;  /* block 0, mapped with the header (0: not so) */
+    struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
 } st;
 
 #define IS_ERR(v) ((unsigned long)(v) > -4096UL)
