@@ -13,6 +13,7 @@ CTL_NSITES_OFFSET = CTL.offset("nsites")
 CTL_VERSION_OFFSET = CTL.offset("version")
 CTL_HEADER_SIZE = CTL.offset("sites")
 SITE_RECORD_SIZE = CTL.stride("sites")
+MAX_SITES = constant("FERRY_MAX_SITES")  # the process's site table (shim/src/procfile.h)
 
 # From the return address of the trampoline's call (label A) to label B.
 TRAMP_RAW_DELTA = constant("FERRY_TRAMP_RAW_DELTA")

@@ -51,9 +51,12 @@ def _layout_trampolines(sites):
 def _control_block(sites, patched):
     block = bytearray(layout.CTL_HEADER_SIZE + len(patched) * layout.SITE_RECORD_SIZE)
     layout.CTL.pack_into(block, 0, magic=layout.CTL_MAGIC, nsites=len(patched), version=layout.CTL_VERSION)
+    # `global` as the shim numbers the sites of a process's first module: it
+    # then writes none of them (shim.c, describe_module)
     for n, s in enumerate(patched):
         layout.SITE_RECORD.pack_into(block, layout.CTL_HEADER_SIZE + n * layout.SITE_RECORD_SIZE, id=s.id,
-                                     nr=-1 if s.nr is None else s.nr)
+                                     nr=-1 if s.nr is None else s.nr,
+                                     **{"global": n + 1 if n < layout.MAX_SITES else 0})
     return bytes(block)
 
 

@@ -251,3 +251,53 @@ def test_a_child_patched_at_load_time_next_runs_the_cached_libraries(tmp_path):
     libc, exe = run("second", "--no-learn")
     assert exe == str(cat)      # its own file, still
     assert len(libc) == 1 and Path(libc.pop()).is_relative_to(cache.root() / "programs"), libc
+
+
+def test_exec_of_an_elf_program_asks_nothing_about_windows(tmp_path):
+    # With Windows support configured (ferry.dll built, wine's Detours found),
+    # every exec asked whether its file was a PE program (faccessat, openat,
+    # pread, close) before the cache lookup, for ELF programs too.
+    from ferry.injector import pe_launch
+    from ferry.profiles import loader
+    if not shutil.which("strace"):
+        pytest.skip("no strace")
+    if not pe_launch.linux_settings(loader.load("count"), tmp_path):
+        pytest.skip("Windows support is not configured here")
+    log = tmp_path / "strace.log"
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=faccessat,faccessat2,access", "-o", str(log),
+                        *FERRY, "run", "-p", "count", "-o", str(tmp_path / "run"), "--",
+                        "sh", "-c", "/bin/true; /bin/true"], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    asked = [line for line in log.read_text().splitlines() if '"/bin/true"' in line]
+    assert not asked, asked
+
+
+def test_site_records_of_the_first_module_stay_the_files(tmp_path):
+    # The shim numbered every site in the control block of every module it
+    # enabled: each page of libc's 526 site records became a private copy
+    # in every process.  Only the control block's first page (the vector it
+    # writes) needs to be the process's own.
+    magic = b"FERRY\0CTL\0v1\0\0\0\0"
+
+    def inspect(pid):
+        # its process file is mapped before the shim enables its modules:
+        # wait for cat's read of its input, after the shim's start
+        deadline = time.monotonic() + 60
+        while not Path(f"/proc/{pid}/syscall").read_text().startswith("0 "):
+            assert time.monotonic() < deadline, "cat never read its input"
+            time.sleep(0.05)
+        blocks = []
+        for line, f in _smaps(pid):
+            head = line.split()
+            if len(head) < 6 or head[1] != "rw-p" or "libc.so" not in head[5]:
+                continue
+            with open(head[5], "rb") as lib:
+                lib.seek(int(head[2], 16))
+                if lib.read(len(magic)) == magic:
+                    blocks.append((line, int(f["Size"].split()[0]), int(f["Private_Dirty"].split()[0])))
+        return blocks
+    blocks = _while_cat_waits(tmp_path, "trace", inspect, ["/bin/cat"])
+    assert blocks, "no rewritten libc with a control block of its own"
+    for line, size_kb, dirty_kb in blocks:
+        assert size_kb >= 8, line  # else nothing could tell
+        assert dirty_kb <= 4, (line, size_kb, dirty_kb)

@@ -529,6 +529,20 @@ static int use_cached(enum cached c, const char *image, const char *name, char *
     return 0;
 }
 
+/* Start the Windows program `target` through ferry-launch.exe (exec_wine.h,
+ * `direct` as there): returns only if it is none, or that exec failed. */
+__attribute__((noinline)) static void exec_wine(const char *target, int direct, const char *path, char *const *argv,
+                      char *const *envp, char **env, char **args, struct env_extra *x)
+{
+    char prog[2 * PATH_MAX_WINE], **wargv, **built;
+    const char *wine;
+    if ((wargv = ferry_wine_argv(target, direct, argv, args, MAX_ARGS, prog, sizeof(prog), &wine)) &&
+        (built = build_env(envp, env, MAX_ENV, ENV_WINE, 0, x))) {
+        ferry_store_exec_begin(path, FERRY_EXEC_WINDOWS);
+        exec_image(wine, wargv, built);
+    }
+}
+
 long ferry_exec(const struct ferry_regs *r)
 {
     int at = r->rax == SYS_execveat;
@@ -570,14 +584,8 @@ long ferry_exec(const struct ferry_regs *r)
     /* Ferry's settings did not fit beside the program's environment (or it
      * could not be read): the program runs without the shim, and says why. */
     int unserved = 0;
-    char prog[2 * PATH_MAX_WINE], **wargv;
-    const char *wine;
-    if (target[0] &&
-        (wargv = ferry_wine_argv(target, argv, args, MAX_ARGS, prog, sizeof(prog), &wine)) &&
-        (built = build_env(envp, env, MAX_ENV, ENV_WINE, 0, x))) {
-        ferry_store_exec_begin(path, FERRY_EXEC_WINDOWS);
-        exec_image(wine, wargv, built);
-    }
+    if (target[0])
+        exec_wine(target, 0, path, argv, envp, env, args, x);
     if (target[0]) {
         enum cached c = cached_image(target, image, sizeof(image), &st);
         /* The program's own file, its cached libraries first: what it sees
@@ -588,6 +596,12 @@ long ferry_exec(const struct ferry_regs *r)
         }
         if (st.st_mode || ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
+        /* A Windows program starts "MZ" (a set-id file's first bytes are not
+         * read): asked here, after the cache, whose programs are all ELF,
+         * the question costs an exec of one nothing. */
+        if (kind == FERRY_EXEC_SETUID || (kind == FERRY_EXEC_UNKNOWN && got >= 2 && head[0] == 'M' &&
+                                          head[1] == 'Z'))
+            exec_wine(target, 1, path, argv, envp, env, args, x);
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             struct stat ist;

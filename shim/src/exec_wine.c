@@ -202,8 +202,8 @@ static int binfmt_wine(char *out, size_t cap)
     return found;
 }
 
-char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t cap, char *prog,
-                       size_t progcap, const char **run)
+char **ferry_wine_argv(const char *target, int direct, char *const *argv, char **out, size_t cap,
+                       char *prog, size_t progcap, const char **run)
 {
     if (!launch[0] || !dll[0] || !detours[0] || cap < 7 || progcap < 2 * PATH_MAX_WINE)
         return 0;
@@ -211,7 +211,9 @@ char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t
     char *interp = prog + PATH_MAX_WINE;    /* the second half: what runs */
     size_t rest;                            /* argv's index of the program's first argument */
     struct stat st;
-    if (is_wine(target)) {
+    if (is_wine(target) == direct)
+        return 0;  /* the other question's */
+    if (!direct) {
         /* `wine app.exe ARGS` */
         if (ferry_exec_pointer(argv, 0, &argv0) != 1 || ferry_exec_pointer(argv, 1, &arg1) != 1)
             return 0;

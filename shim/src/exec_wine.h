@@ -15,12 +15,14 @@ void ferry_wine_configure(char **envp);
 int ferry_wine_setting(const char *entry);
 
 /* When the exec of `target` with `argv` (the program's memory) runs wine on
- * an x86-64 Windows program file (`wine app.exe ARGS`, or app.exe itself
- * when binfmt_misc hands PE files to wine): the argv that runs it through
- * ferry-launch.exe instead, in `out` (cap entries), and in *run the file to
- * execute.  `prog` (progcap >= 2 * PATH_MAX_WINE bytes) holds the strings
- * they point to.  NULL otherwise. */
-char **ferry_wine_argv(const char *target, char *const *argv, char **out, size_t cap, char *prog,
-                       size_t progcap, const char **run);
+ * an x86-64 Windows program file (`wine app.exe ARGS`, or, when `direct`,
+ * app.exe itself, which binfmt_misc hands to wine): the argv that runs it
+ * through ferry-launch.exe instead, in `out` (cap entries), and in *run the
+ * file to execute.  `prog` (progcap >= 2 * PATH_MAX_WINE bytes) holds the
+ * strings they point to.  NULL otherwise.  Without `direct` it makes no
+ * system call for a file not named as wine's loader: the exec hook asks
+ * about a file itself only once it knows the file is no ELF program. */
+char **ferry_wine_argv(const char *target, int direct, char *const *argv, char **out, size_t cap,
+                       char *prog, size_t progcap, const char **run);
 
 #endif

@@ -104,8 +104,15 @@ static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base
 {
     struct ferry_proc_header *h = ferry_hdr;
     uint32_t site_base = h ? h->nsites : 0;
-    for (uint32_t i = 0; i < c->nsites; i++)
-        c->sites[i].global = site_base + i < FERRY_MAX_SITES ? site_base + i + 1 : 0;
+    /* Only a number that differs is written: the rewriter numbers a module's
+     * sites as the process's first module's, so that the first module's
+     * pages of site records stay the file's, clean and shared, instead of
+     * a private copy of each in every process. */
+    for (uint32_t i = 0; i < c->nsites; i++) {
+        uint64_t global = site_base + i < FERRY_MAX_SITES ? site_base + i + 1 : 0;
+        if (c->sites[i].global != global)
+            c->sites[i].global = global;
+    }
     if (!h || h->nmodules >= FERRY_MAX_MODULES)
         return;
     struct ferry_module_entry *m = &h->modules[h->nmodules];

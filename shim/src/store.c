@@ -29,6 +29,7 @@ static struct {
     int mode;
     uint32_t event_capacity;
     uint32_t block_size;
+    struct ferry_blk *first;  /* block 0, mapped with the header (0: not so) */
     struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
 } st;
 
@@ -164,20 +165,25 @@ static uint64_t block_offset(uint32_t idx)
 }
 
 /* The record is a slot of the run's shared file (slots.c), room for its
- * largest (sparse), and only its header is mapped; no descriptor is kept,
+ * largest (sparse), and only its header and first block are mapped, in one
+ * mapping: nearly every process claims that block for its first counted
+ * call, and mapping it apart (mremap, munmap, madvise) cost ~10 us of each
+ * start, where a longer mapping costs nothing until touched; no descriptor is kept,
  * so none of the program's descriptor numbers is ever the shim's, and
  * nothing of the shim is left for the program to close, dup2 over or pass
  * on. */
 static int open_backing(void)
 {
     st.in_file = 0;
+    st.first = 0;
     if (st.dir[0]) {
         uint64_t tally[FERRY_NR_MAX];
         ferry_memset(tally, 0, sizeof(tally));
         struct ferry_slot slot;
-        ferry_hdr = ferry_slot_map(st.dir, block_offset(FERRY_MAX_BLOCKS), FERRY_PROC_HEADER_SIZE,
+        ferry_hdr = ferry_slot_map(st.dir, block_offset(FERRY_MAX_BLOCKS), block_offset(1),
                                    &slot, tally);
         if (ferry_hdr) {
+            st.first = (struct ferry_blk *)((char *)ferry_hdr + block_offset(0));
             ferry_hdr->seq = slot.index;
             /* Tallied from the first file the shim opened: that openat is
              * where a tracer sees the shim start. */
@@ -199,6 +205,8 @@ static int open_backing(void)
  * unmapped at once, so only one block's room more is ever reserved. */
 static struct ferry_blk *map_file_block(uint32_t idx)
 {
+    if (idx == 0 && st.first)
+        return st.first;
     char *anchor = (char *)ferry_hdr;
     uint64_t anchor_off = 0;
     for (uint32_t j = idx; j-- > 0;) {
