@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from . import cache, manifest, static_embed
+from . import cache, manifest, shimlib, static_embed
 from . import instrument as common
 from ..base.errors import InputError
 
@@ -27,10 +27,13 @@ def instrument(path, out_dir, progress, started):
         raise common.AlreadyRewritten(path)
     if not image.is_executable:
         raise InputError(path, "a static file that is not a program")
-    out_dir = common.output_dir(out_dir, image.sha256)
+    shim_id = shimlib.build_id(shim)
+    out_dir = common.output_dir(out_dir, image.sha256, shim_id)
     cached = common._current_manifest(out_dir, shim_sha, [image.sha256])
     if cached is not None:
-        return common._served(path, out_dir, cached, in_cache, started, progress)
+        result = common._served(path, out_dir, cached, in_cache, started, progress, shim_id)
+        _register_for_dynamic_parents(path, result.entry, in_cache)
+        return result
 
     blob = static_embed.load(shim)
     root_name = Path(path).name
@@ -66,5 +69,13 @@ def instrument(path, out_dir, progress, started):
     progress("done", mod.name)
     entry = out_dir / root_name
     if in_cache:
-        cache.register_exec(path, entry)
+        cache.register_exec(path, entry, shim_id)
+    _register_for_dynamic_parents(path, entry, in_cache)
     return common.Result(out_dir, entry, m, False, time.monotonic() - started)
+
+
+def _register_for_dynamic_parents(path, entry, in_cache):
+    """The exec hook looks an image up by the build id of the shim that runs
+    it: a static parent's is the embedded shim's, a dynamic one's libferry.so's."""
+    if in_cache and entry is not None:
+        cache.register_exec(path, entry, shimlib.build_id())
