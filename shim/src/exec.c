@@ -496,6 +496,7 @@ static int parse_shebang(char *head, long got, char **interp, char **arg)
 static void exec_image(const char *image, char *const *argv, char *const *envp)
 {
     ferry_pass6(SYS_execve, (long)image, (long)argv, (long)envp, 0, 0, 0);
+    ferry_store_exec_failed();  /* a vfork child's counters are its own again */
     uint64_t *own = ferry_tally();
     if (own)
         own[SYS_execve]++;

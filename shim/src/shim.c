@@ -493,8 +493,8 @@ static long slow_call(struct ferry_regs *r)
     case SYS_execveat:
         agg_signal_before_exec();
         r->rax = ferry_exec(r);  /* returns only if the exec failed */
-        agg_signal_exec_failed();
         ferry_store_exec_failed();
+        agg_signal_exec_failed();
         return FERRY_DONE;
     }
     /* ferry-agg begin: the engine's descriptors stay its own */
