@@ -120,10 +120,14 @@ def _calls_after_shim_start(lines, run_dir, root_pid):
     for pid, name, _resumed, line in parsed:
         if pid not in pids:
             continue
+        restarts = bool(re.search(r"= \? ERESTART(SYS|NOINTR|NOHAND)", line))
         if name == "restart_syscall" or again.get(pid) == name:
-            again.pop(pid, None)
+            # the run again may be cut short again: a futex wait through
+            # two signals other threads took is three lines, one call
+            if not restarts:
+                again.pop(pid, None)
             continue
-        if re.search(r"= \? ERESTART(SYS|NOINTR|NOHAND)", line):
+        if restarts:
             again[pid] = name
         if pid in live:
             counts[name] += 1
