@@ -46,21 +46,25 @@ def calls_after_shim_start(lines, run_dir, root_pid):
     # ERESTART_RESTARTBLOCK, or the same call again after an ERESTARTSYS /
     # ERESTARTNOINTR / ERESTARTNOHAND.
     pids, live, started, counts = {root_pid}, set(), set(), collections.Counter()
-    again = {}  # pid -> the call it will make again
+    again = {}  # pid -> (the call it will make again, how it was cut short)
     last = {}  # pid -> its last call's line, and whether it counted
     for pid, name, _resumed, line in parsed:
         if pid not in pids:
             continue
         last[pid] = (name, line, pid in live)
-        restarts = bool(re.search(r"= \? ERESTART(SYS|NOINTR|NOHAND)", line))
-        if name == "restart_syscall" or again.get(pid) == name:
+        restarts = re.search(r"= \? ERESTART(SYS|NOINTR|NOHAND)", line)
+        if name == "rt_sigreturn" and again.get(pid, (0, ""))[1] == "NOHAND":
+            # a handler ran: a call cut short with ERESTARTNOHAND failed
+            # with EINTR instead of running again
+            again.pop(pid)
+        if name == "restart_syscall" or again.get(pid, ("",))[0] == name:
             # the run again may be cut short again: a futex wait through
             # two signals other threads took is three lines, one call
             if not restarts:
                 again.pop(pid, None)
             continue
         if restarts:
-            again[pid] = name
+            again[pid] = (name, restarts.group(1))
         if pid in live:
             counts[name] += 1
         elif opens_record(name, line):
