@@ -15,7 +15,7 @@ import pytest
 import strace_counts
 from conftest import FERRY, ROOT, ferry
 from ferry.rundata import load_run
-from test_static_programs import TOOLCHAINS
+from test_static_programs import TOOLCHAINS, build_static
 
 SOURCE = ROOT / "tests" / "programs" / "stop_restart.c"
 OUTPUT = b"slept, stopped and continued; usr1 1; child 0\n"
@@ -25,13 +25,7 @@ OUTPUT = b"slept, stopped and continued; usr1 1; child 0\n"
 def program(request, test_programs, tmp_path_factory):
     if request.param == "dynamic":
         return test_programs / "stop_restart"
-    cc = TOOLCHAINS[request.param]
-    if shutil.which(cc[0]) is None:
-        pytest.skip(f"{cc[0]} is not installed")
-    out = tmp_path_factory.mktemp(request.param) / "stop_restart"
-    subprocess.run([*cc, "-O2", "-pthread", "-o", str(out), str(SOURCE)], check=True,
-                   capture_output=True, timeout=120)
-    return out
+    return build_static(SOURCE, request.param, tmp_path_factory)
 
 
 @pytest.mark.parametrize("profile", ["trace", "count"])

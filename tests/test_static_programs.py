@@ -25,15 +25,22 @@ TOOLCHAINS = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(TOOLCHAINS))
-def program(request, tmp_path_factory):
-    cc = TOOLCHAINS[request.param]
+def build_static(source, toolchain, tmp_path_factory):
+    """`source` (a C file) built with `toolchain` (a key of TOOLCHAINS) into a
+    new directory, named as the source; skips the test when the compiler is
+    not installed."""
+    cc = TOOLCHAINS[toolchain]
     if shutil.which(cc[0]) is None:
         pytest.skip(f"{cc[0]} is not installed")
-    out = tmp_path_factory.mktemp(request.param) / "static_mix"
-    subprocess.run([*cc, "-O2", "-pthread", "-o", str(out), str(SOURCE)], check=True,
+    out = tmp_path_factory.mktemp(toolchain) / source.stem
+    subprocess.run([*cc, "-O2", "-pthread", "-o", str(out), str(source)], check=True,
                    capture_output=True, timeout=120)
     return out
+
+
+@pytest.fixture(scope="module", params=sorted(TOOLCHAINS))
+def program(request, tmp_path_factory):
+    return build_static(SOURCE, request.param, tmp_path_factory)
 
 
 def _native(argv):

@@ -17,7 +17,7 @@ import pytest
 import strace_counts
 from conftest import FERRY, ROOT, ferry
 from ferry.rundata import load_run
-from test_static_programs import TOOLCHAINS
+from test_static_programs import TOOLCHAINS, build_static
 
 SOURCE = ROOT / "tests" / "programs" / "vfork_signal.c"
 HANDLER_CALLS = 3  # vfork_signal.c
@@ -28,13 +28,7 @@ ROUNDS = 20
 def program(request, test_programs, tmp_path_factory):
     if request.param == "dynamic":
         return test_programs / "vfork_signal"
-    cc = TOOLCHAINS[request.param]
-    if shutil.which(cc[0]) is None:
-        pytest.skip(f"{cc[0]} is not installed")
-    out = tmp_path_factory.mktemp(request.param) / "vfork_signal"
-    subprocess.run([*cc, "-O2", "-o", str(out), str(SOURCE)], check=True, capture_output=True,
-                   timeout=120)
-    return out
+    return build_static(SOURCE, request.param, tmp_path_factory)
 
 
 def _by_process(run_dir):
