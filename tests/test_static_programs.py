@@ -4,7 +4,6 @@ they behave under `ferry run` exactly as natively (output, stderr, exit
 status, byte for byte), their calls are counted as strace counts them, and
 the rewritten file is one file that runs anywhere, recording nothing when
 started outside `ferry run`."""
-import collections
 import json
 import os
 import re
@@ -13,9 +12,9 @@ import subprocess
 
 import pytest
 
+import strace_counts
 from conftest import FERRY, ROOT, ferry, ferry_env
 from ferry.rundata import load_run
-from test_run_matches_strace import LINE
 
 SOURCE = ROOT / "tests" / "programs" / "static_mix.c"
 TOOLCHAINS = {
@@ -25,15 +24,22 @@ TOOLCHAINS = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(TOOLCHAINS))
-def program(request, tmp_path_factory):
-    cc = TOOLCHAINS[request.param]
+def build_static(source, toolchain, tmp_path_factory):
+    """`source` (a C file) built with `toolchain` (a key of TOOLCHAINS) into a
+    new directory, named as the source; skips the test when the compiler is
+    not installed."""
+    cc = TOOLCHAINS[toolchain]
     if shutil.which(cc[0]) is None:
         pytest.skip(f"{cc[0]} is not installed")
-    out = tmp_path_factory.mktemp(request.param) / "static_mix"
-    subprocess.run([*cc, "-O2", "-pthread", "-o", str(out), str(SOURCE)], check=True,
+    out = tmp_path_factory.mktemp(toolchain) / source.stem
+    subprocess.run([*cc, "-O2", "-pthread", "-o", str(out), str(source)], check=True,
                    capture_output=True, timeout=120)
     return out
+
+
+@pytest.fixture(scope="module", params=sorted(TOOLCHAINS))
+def program(request, tmp_path_factory):
+    return build_static(SOURCE, request.param, tmp_path_factory)
 
 
 def _native(argv):
@@ -80,84 +86,19 @@ def test_aggregation_is_refused_for_static_programs(tmp_path, program):
     assert not (tmp_path / "run").exists()
 
 
-def _calls_after_shim_start(lines, run_dir, root_pid):
-    """strace's counts per syscall over the program's processes and threads,
-    from the moment each process's shim opened the file of its record; a
-    thread made once its process's shim was up counts whole.  In passes: a
-    new thread's or vfork child's first calls come before the line that
-    names it (its parent's clone resumes later)."""
-    marker = re.compile(rf'openat\(AT_FDCWD, "{re.escape(str(run_dir))}/proc/(?:u)?\d+-\d+\.ferry"')
-    # a call strace split in two ("<unfinished ...>", "<... x resumed>") is
-    # one line, where it started, with its result
-    parsed, open_calls = [], {}
-    for line in lines:
-        m = LINE.match(line)
-        if not m:
-            continue
-        pid = int(m.group(1))
-        if m.group(2):
-            if pid in open_calls:
-                at = open_calls.pop(pid)
-                p, name, _, first = parsed[at]
-                parsed[at] = (p, name, None, first.replace("<unfinished ...>", "") + line.split(">", 1)[1])
-            continue
-        if line.endswith("<unfinished ...>"):
-            open_calls[pid] = len(parsed)
-        parsed.append((pid, m.group(3), None, line))
-    def opens_record(name, line):
-        return marker.search(line) and not re.search(r"= -\d+ E\w+", line)
-
-    # a process's calls count from its record's opening to its next image
-    # (whose loader runs before that image's shim); a thread's from its
-    # creation, if its creator's counted then
-    # A call a signal interrupted and the kernel restarted is one call of
-    # the program's (the shim sees it once: the same `syscall` instruction
-    # runs again), two lines of strace's: the restart_syscall after an
-    # ERESTART_RESTARTBLOCK, or the same call again after an ERESTARTSYS /
-    # ERESTARTNOINTR / ERESTARTNOHAND.
-    pids, live, started, counts = {root_pid}, set(), set(), collections.Counter()
-    again = {}  # pid -> the call it will make again
-    for pid, name, _resumed, line in parsed:
-        if pid not in pids:
-            continue
-        if name == "restart_syscall" or again.get(pid) == name:
-            again.pop(pid, None)
-            continue
-        if re.search(r"= \? ERESTART(SYS|NOINTR|NOHAND)", line):
-            again[pid] = name
-        if pid in live:
-            counts[name] += 1
-        elif opens_record(name, line):
-            live.add(pid)
-            started.add(pid)
-        if name in ("clone", "clone3", "fork", "vfork"):
-            child = re.search(r"= (\d+)$", line) or re.search(r"= (\d+) ", line)
-            if child:
-                pids.add(int(child.group(1)))
-                # a vfork child counts into a block its parent made for it
-                if ("CLONE_THREAD" in line or "CLONE_VFORK" in line or name == "vfork") and pid in live:
-                    live.add(int(child.group(1)))
-        if name == "execve" and line.endswith("= 0"):
-            live.discard(pid)
-    return counts, started
-
-
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
-def test_static_counts_equal_strace(tmp_path, program):
+@pytest.mark.parametrize("args", [["threads", "4"], ["fork"]], ids=lambda a: a[0])
+def test_static_counts_equal_strace(tmp_path, program, args):
     log, run_dir = tmp_path / "strace.log", tmp_path / "run"
     subprocess.run(["strace", "-f", "-qq", "-o", str(log), *FERRY, "run", "-o", str(run_dir), "--",
-                    str(program), "threads", "4"], check=True, capture_output=True, timeout=300)
-    model = load_run(run_dir)
-    root = json.loads((run_dir / "info.json").read_text())["pid"]
-    seen, started = _calls_after_shim_start(log.read_text().splitlines(), run_dir, root)
-    assert root in started, "the shim never started in the program"
-    counted = collections.Counter({s["name"]: s["calls"] for s in model["syscalls"]})
-    shim_own = collections.Counter(model["shim_calls"])
-    assert counted["exit_group"] == 1 and counted["clone3"] + counted["clone"] == 4
-    assert seen == counted + shim_own, {
-        name: (seen[name], counted[name], shim_own[name])
-        for name in set(seen) | set(counted) | set(shim_own)
-        if seen[name] != counted[name] + shim_own[name]}
+                    str(program), *args], check=True, capture_output=True, timeout=300)
+    counted = strace_counts.check(log, run_dir)
+    if args[0] == "threads":
+        assert counted["exit_group"] == 1 and counted["clone3"] + counted["clone"] == 4
+    else:
+        # the child (musl forks with SYS_fork) has a record of its own: each
+        # process its exit_group, echo's after its exec included
+        assert counted["exit_group"] == 2 and len(load_run(run_dir)["processes"]) >= 2
 
 
 def test_rewritten_static_file_is_self_contained(tmp_path, program):

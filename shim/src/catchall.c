@@ -453,7 +453,20 @@ static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
     return 0;
 }
 
+static void caught_call(int sig, siginfo_t *si, void *ucv);
+
+/* The handler leaves through rt_sigreturn (ferry_sigreturn), a call of the
+ * shim's own that strace sees after every SIGSYS: tallied as such (before
+ * it runs: nothing comes back from it). */
 static void on_sigsys(int sig, siginfo_t *si, void *ucv)
+{
+    caught_call(sig, si, ucv);
+    uint64_t *own = ferry_tally();
+    if (own)
+        own[SYS_rt_sigreturn]++;
+}
+
+static void caught_call(int sig, siginfo_t *si, void *ucv)
 {
     ucontext_t *uc = ucv;
     greg_t *g = uc->uc_mcontext.gregs;

@@ -185,6 +185,17 @@ static enum cached cached_image(const char *path, char *out, size_t cap, struct 
     return CACHED_IMAGE;
 }
 
+/* Whether `path` names a static program's rewritten image in the cache: a
+ * static program that execs itself by /proc/self/exe (Go's os.Executable)
+ * names its image, which carries the shim and needs only the run's settings. */
+static int static_image_in_cache(const char *path, uint32_t kind)
+{
+    if ((kind != FERRY_EXEC_STATIC && kind != FERRY_EXEC_STATIC_PIE) || !cache_root[0])
+        return 0;
+    size_t n = ferry_strlen(cache_root);
+    return ferry_memeq(path, cache_root, n) && ferry_memeq(path + n, "/programs/", 10);
+}
+
 /* Whether the program interpreter `interp` is glibc's x86-64 ld.so, the only
  * loader the shim (built against glibc's) can be loaded by. */
 static int glibc_loader(const char *interp)
@@ -496,6 +507,7 @@ static int parse_shebang(char *head, long got, char **interp, char **arg)
 static void exec_image(const char *image, char *const *argv, char *const *envp)
 {
     ferry_pass6(SYS_execve, (long)image, (long)argv, (long)envp, 0, 0, 0);
+    ferry_store_exec_failed();  /* a vfork child's counters are its own again */
     uint64_t *own = ferry_tally();
     if (own)
         own[SYS_execve]++;
@@ -602,6 +614,15 @@ long ferry_exec(const struct ferry_regs *r)
         if (kind == FERRY_EXEC_SETUID || (kind == FERRY_EXEC_UNKNOWN && got >= 2 && head[0] == 'M' &&
                                           head[1] == 'Z'))
             exec_wine(target, 1, path, argv, envp, env, args, x);
+        if (static_image_in_cache(target, kind)) {
+            if ((built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
+                use_env = built;
+                kind = FERRY_EXEC_REWRITTEN;
+            } else {
+                unserved = 1;
+            }
+            goto pass;
+        }
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             struct stat ist;

@@ -53,7 +53,7 @@ static unsigned char traced[FERRY_NR_MAX];
 extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
     __attribute__((weak));
 
-static const unsigned short special[] = {SYS_rt_sigreturn, SYS_clone, SYS_vfork, SYS_exit,
+static const unsigned short special[] = {SYS_rt_sigreturn, SYS_clone, SYS_fork, SYS_vfork, SYS_exit,
                                          SYS_exit_group, SYS_clone3, SYS_execve, SYS_execveat,
                                          SYS_wait4};
 
@@ -485,6 +485,8 @@ static long slow_call(struct ferry_regs *r)
          * can return through it; with it, the child runs on another stack. */
         if (r->rdi & CLONE_VM)
             return hand_to_trampoline(nr, (unsigned long)r->rdi);
+        /* fall through */
+    case SYS_fork:  /* musl's fork: its child must start a record of its own too */
         r->rax = do_syscall(r);
         if (r->rax == 0)
             after_fork();
@@ -500,8 +502,8 @@ static long slow_call(struct ferry_regs *r)
     case SYS_execveat:
         agg_signal_before_exec();
         r->rax = ferry_exec(r);  /* returns only if the exec failed */
-        agg_signal_exec_failed();
         ferry_store_exec_failed();
+        agg_signal_exec_failed();
         return FERRY_DONE;
     }
     /* ferry-agg begin: the engine's descriptors stay its own */

@@ -329,6 +329,7 @@ void ferry_store_after_fork(void)
     FERRY_THR->blk = 0;
     FERRY_THR->spare = 0;
     FERRY_THR->in_vfork_child = 0;
+    FERRY_THR->vfork_handed_back = 0;
     FERRY_THR->internal = 0;
     ferry_internal = 0;
     struct ferry_proc_header *parent = ferry_hdr;
@@ -409,11 +410,34 @@ void ferry_blk_enter_vfork_child(void)
 
 void ferry_blk_leave_vfork_child(void)
 {
+    FERRY_THR->vfork_handed_back = 0;
     if (!FERRY_THR->in_vfork_child)
         return;
     FERRY_THR->blk = FERRY_THR->vfork_saved;
     FERRY_THR->in_vfork_child = 0;
     FERRY_THR->internal = 0;
+}
+
+/* The parent runs again the moment its vfork child exits or execs, and may
+ * run program code before its vfork call has returned to the shim (a
+ * signal pending for it is taken right there: Go preempts its threads so).
+ * So the child gives the thread's state back itself, just before the call
+ * that ends its use of it, once its record is written; the parent's
+ * ferry_post only does it for a child that never got that far (killed). */
+static void vfork_hand_back(void)
+{
+    ferry_blk_leave_vfork_child();
+    FERRY_THR->vfork_handed_back = 1;
+}
+
+/* The exec failed: the child goes on, with its own counters as they were. */
+static void vfork_take_back(void)
+{
+    FERRY_THR->vfork_handed_back = 0;
+    FERRY_THR->vfork_saved = FERRY_THR->blk;
+    FERRY_THR->blk = FERRY_THR->spare;
+    FERRY_THR->in_vfork_child = 1;
+    FERRY_THR->internal = spare_internal();
 }
 
 static int all_zero(const char *p, size_t n)
@@ -623,6 +647,7 @@ void ferry_store_exit(int status)
 {
     if (FERRY_THR->in_vfork_child) {
         vfork_child_write(FERRY_STATE_EXITED, status, 0, 0);
+        vfork_hand_back();
         return;
     }
     if (!ferry_hdr)
@@ -637,6 +662,7 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
         /* Written now: if the exec succeeds nothing of us is left after it.
          * If it fails, the child goes on and its exit rewrites the file. */
         vfork_child_write(FERRY_STATE_EXEC, 0, path, kind);
+        vfork_hand_back();
         return;
     }
     if (!ferry_hdr)
@@ -653,7 +679,9 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
 
 void ferry_store_exec_failed(void)
 {
-    if (!FERRY_THR->in_vfork_child && ferry_hdr)
+    if (FERRY_THR->vfork_handed_back)
+        vfork_take_back();
+    else if (!FERRY_THR->in_vfork_child && ferry_hdr)
         __atomic_store_n(&ferry_hdr->state, FERRY_STATE_RUNNING, __ATOMIC_RELEASE);
 }
 

@@ -29,6 +29,7 @@ struct ferry_thread {
     struct ferry_blk *spare;
     struct ferry_blk *vfork_saved;
     int in_vfork_child;
+    int vfork_handed_back;          /* the child gave them back for its exit or exec */
     uint32_t vfork_file;
     struct ferry_slot vfork_slot;
     uint64_t vfork_hook_tsc;        /* when a vfork child's exec hook began */

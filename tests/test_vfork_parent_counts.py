@@ -1,0 +1,71 @@
+"""A vfork parent's calls are its own from the moment it runs again.
+
+A vfork child shares its parent's memory, the shim's per-thread state with
+it: its calls go to a block of its own while its parent waits.  A signal
+pending for the parent is taken the moment the child has exited or exec'd,
+before the vfork call has returned to the program (Go's runtime preempts
+its threads this way all the time): the handler's calls must count in the
+parent, once each, as strace sees them.  Checked for a dynamic program and
+the static builds (the shim inside the program)."""
+import collections
+import json
+import shutil
+import subprocess
+
+import pytest
+
+import strace_counts
+from conftest import FERRY, ROOT, ferry
+from ferry.rundata import load_run
+from test_static_programs import TOOLCHAINS, build_static
+
+SOURCE = ROOT / "tests" / "programs" / "vfork_signal.c"
+HANDLER_CALLS = 3  # vfork_signal.c
+ROUNDS = 20
+
+
+@pytest.fixture(scope="module", params=["dynamic", *sorted(TOOLCHAINS)])
+def program(request, test_programs, tmp_path_factory):
+    if request.param == "dynamic":
+        return test_programs / "vfork_signal"
+    return build_static(SOURCE, request.param, tmp_path_factory)
+
+
+def _by_process(run_dir):
+    """{pid: Counter of its calls by syscall name}, from the threads of the run."""
+    out = collections.defaultdict(collections.Counter)
+    for t in load_run(run_dir)["threads"]:
+        out[t["pid"]].update(t["syscalls"])
+    return out
+
+
+@pytest.mark.parametrize("how", ["exit", "exec"])
+@pytest.mark.parametrize("profile", ["trace", "count"])
+def test_handler_calls_at_the_parents_resumption_count_in_the_parent(tmp_path, program, how, profile):
+    argv = [str(program), how, str(ROUNDS)]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    assert native.stdout == f"{ROUNDS} rounds, {ROUNDS} handled\n".encode()
+    run_dir = tmp_path / "run"
+    under = ferry("run", "-p", profile, "-o", run_dir, "--", *argv, text=False, timeout=120)
+    assert (under.stdout, under.stderr, under.returncode) == \
+        (native.stdout, native.stderr, native.returncode)
+    root = json.loads((run_dir / "info.json").read_text())["pid"]
+    calls = _by_process(run_dir)
+    parent = calls.pop(root)
+    assert (parent["getppid"], parent["rt_sigreturn"]) == (ROUNDS * HANDLER_CALLS, ROUNDS)
+    assert parent["vfork"] + parent["clone"] + parent["clone3"] == ROUNDS
+    # each child: its getppid and kill, in its own process
+    children = [c for c in calls.values() if c["kill"]]
+    assert len(children) == ROUNDS
+    assert all((c["getppid"], c["kill"], c["rt_sigreturn"]) == (1, 1, 0) for c in children)
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@pytest.mark.parametrize("how", ["exit", "exec"])
+def test_vfork_parent_and_children_counted_as_strace(tmp_path, program, how):
+    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
+    subprocess.run(["strace", "-f", "-qq", "-o", str(log), *FERRY, "run", "-o", str(run_dir), "--",
+                    str(program), how, str(ROUNDS)], check=True, capture_output=True, timeout=300)
+    strace_counts.check(log, run_dir)
+    rt = [line for line in log.read_text().splitlines() if " rt_sigreturn(" in line]
+    assert len(rt) == ROUNDS
