@@ -240,6 +240,13 @@ MARKS = {
     "test_privilege_drop.py": ("root",),
     "test_unenabled_reasons.py::test_a_program_the_process_may_run_but_not_read": ("root",),
     # more than a few seconds each, or many runs of large programs
+    "test_static_programs.py": ("slow",),
+    "test_static_go_acceptance.py": ("slow",),
+    "test_static_native.py": ("slow",),
+    "test_vfork_parent_counts.py": ("slow",),
+    "test_restarted_calls_counted_once.py": ("slow",),
+    "test_cache_shim_identity.py": ("slow",),
+    "test_library_search.py": ("slow",),
     "test_fibers_never_hang.py": ("slow",),
     "test_bad_input.py": ("slow",),
     "test_report_aggregate.py": ("slow",),
