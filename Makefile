@@ -43,7 +43,7 @@ test: setup shim examples
 # the tests that are neither slow nor need a display, the network or root: under a minute
 test-fast: setup shim examples
 	$(MAKE) -s -C tests/programs
-	$(VENV)/bin/pytest -q -m "not slow and not gui and not net and not root"
+	$(VENV)/bin/pytest -q -n auto -m "not slow and not gui and not net and not root"
 
 # ruff and mypy (settings in pyproject.toml), and the shim built with gcc and
 # with clang, warnings as errors, apart from the build `make shim` keeps.
