@@ -40,6 +40,8 @@
 #define FD_REGULAR 32     /* known with FD_KNOWN */
 #define FD_PROC 64        /* known with FD_KNOWN: a file of /proc */
 #define FD_FLAGS 128      /* FD_NONBLOCK is known (from the call that made the descriptor) */
+/* a struct stat's st_dev holds the kernel's new_encode_dev(): major in bits 8..19 */
+#define DEV_MAJOR(dev) ((unsigned)((dev) >> 8 & 0xfff))
 #define PROC_SUPER_MAGIC 0x9fa0
 #define FD_MAX 65536
 static unsigned char fd_state[FD_MAX];
@@ -98,7 +100,7 @@ static int nonblocking(long fd)
          * would tell of them, not of the fiber's thread.  procfs has no
          * device (major 0), as tmpfs and overlayfs: only those are asked. */
         long sfs[15];  /* struct statfs: f_type first */
-        int proc = reg && (sb.st_dev >> 8 & 0xfff) == 0 &&
+        int proc = reg && DEV_MAJOR(sb.st_dev) == 0 &&
                    ferry_pass6(SYS_fstatfs, fd, (long)sfs, 0, 0, 0, 0) == 0 &&
                    sfs[0] == PROC_SUPER_MAGIC;
         st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
@@ -541,11 +543,26 @@ static void note_setsockopt(const long *a, long res)
         __atomic_and_fetch(&fd_state[a[0]], ~dir, __ATOMIC_RELAXED);
 }
 
-static long native(struct ferry_group *g, struct ferry_regs *r)
+/* A call made here, by the carrier, counted as one native call and crossing. */
+static long direct(struct ferry_group *g, long nr, long a, long b, long c, long d, long e, long f)
 {
     agg_stat(g, AGG_ST(native), 1);
     agg_stat(g, AGG_ST(crossings), 1);
-    return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
+    return ferry_pass6(nr, a, b, c, d, e, f);
+}
+
+static long native(struct ferry_group *g, struct ferry_regs *r)
+{
+    return direct(g, r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
+}
+
+/* The descriptor a successful fstat or newfstatat(fd, "", AT_EMPTY_PATH)
+ * looked at (its kind can be learnt from the answer), else -1. */
+static long stat_of_fd(long nr, const long *a)
+{
+    if (nr == SYS_fstat)
+        return a[0];
+    return nr == SYS_newfstatat && (a[3] & AT_EMPTY_PATH) && !*(const char *)a[1] ? a[0] : -1;
 }
 
 static void forget_fd(long fd)
@@ -804,9 +821,7 @@ static int send_now(struct ferry_group *g, struct ferry_regs *r, uint64_t *done_
         return 0;
     long flags = nr == SYS_sendto ? r->r10 : 0;
     long addr = nr == SYS_sendto ? r->r8 : 0, alen = nr == SYS_sendto ? r->r9 : 0;
-    long n = ferry_pass6(SYS_sendto, r->rdi, r->rsi, r->rdx, flags | MSG_DONTWAIT, addr, alen);
-    agg_stat(g, AGG_ST(native), 1);
-    agg_stat(g, AGG_ST(crossings), 1);
+    long n = direct(g, SYS_sendto, r->rdi, r->rsi, r->rdx, flags | MSG_DONTWAIT, addr, alen);
     if (n == -EAGAIN)
         return 0;
     r->rax = write_rest(r, n, done_at);  /* the rest, if any, waits for room on the ring */
@@ -822,15 +837,11 @@ static int read_file_now(struct ferry_group *g, struct ferry_regs *r)
 {
     long fd = r->rdi;
     struct kiovec v = {(const char *)r->rsi, (size_t)r->rdx};
-    long n = ferry_pass6(SYS_preadv2, fd, (long)&v, 1, -1, 0, RWF_NOWAIT);
-    agg_stat(g, AGG_ST(native), 1);
-    agg_stat(g, AGG_ST(crossings), 1);
+    long n = direct(g, SYS_preadv2, fd, (long)&v, 1, -1, 0, RWF_NOWAIT);
     if (n < 0)
         return 0;   /* EAGAIN, EOPNOTSUPP; any other error the routed call tells */
     while (n > 0 && n < r->rdx) {
-        long k = ferry_pass6(SYS_read, fd, r->rsi + n, r->rdx - n, 0, 0, 0);
-        agg_stat(g, AGG_ST(native), 1);
-        agg_stat(g, AGG_ST(crossings), 1);
+        long k = direct(g, SYS_read, fd, r->rsi + n, r->rdx - n, 0, 0, 0);
         if (k <= 0)
             break;  /* the end, or an error after some bytes: those bytes */
         n += k;
@@ -863,10 +874,10 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
     case SYS_newfstatat:
     case SYS_statx:
         r->rax = native(g, r);
-        if (r->rax == 0 && (nr == SYS_fstat || (nr == SYS_newfstatat && (r->r10 & AT_EMPTY_PATH) &&
-                                                !*(const char *)r->rsi))) {
+        long a[4] = {r->rdi, r->rsi, r->rdx, r->r10};
+        if (r->rax == 0 && stat_of_fd(nr, a) >= 0) {
             const struct stat *sb = (const struct stat *)(nr == SYS_fstat ? r->rsi : r->rdx);
-            learn_from_stat(fd, sb->st_mode, (unsigned)(sb->st_dev >> 8 & 0xfff));
+            learn_from_stat(stat_of_fd(nr, a), sb->st_mode, DEV_MAJOR(sb->st_dev));
         }
         return 1;
     case SYS_close:
@@ -885,10 +896,8 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
             return 0;   /* nonblocking: routed natively anyway */
         st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
         if (st & FD_SOCKET) {
-            long n = ferry_pass6(SYS_recvfrom, fd, r->rsi, r->rdx,
-                                 (nr == SYS_recvfrom ? r->r10 : 0) | MSG_DONTWAIT, 0, 0);
-            agg_stat(g, AGG_ST(native), 1);
-            agg_stat(g, AGG_ST(crossings), 1);
+            long n = direct(g, SYS_recvfrom, fd, r->rsi, r->rdx,
+                            (nr == SYS_recvfrom ? r->r10 : 0) | MSG_DONTWAIT, 0, 0);
             if (n == -EAGAIN)
                 return 0;
             r->rax = n;
@@ -902,9 +911,7 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
             return 0;
         } else {
             struct kmsghdr m = {0, 0, (struct kiovec *)r->rsi, (size_t)r->rdx, 0, 0, 0};
-            long n = ferry_pass6(SYS_sendmsg, fd, (long)&m, MSG_DONTWAIT, 0, 0, 0);
-            agg_stat(g, AGG_ST(native), 1);
-            agg_stat(g, AGG_ST(crossings), 1);
+            long n = direct(g, SYS_sendmsg, fd, (long)&m, MSG_DONTWAIT, 0, 0, 0);
             if (n == -EAGAIN)
                 return 0;
             r->rax = write_rest(r, n, done_at);
@@ -1032,8 +1039,7 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     }
     if ((nr == SYS_fstat || nr == SYS_newfstatat) && tr == AGG_TR_RING && res == 0) {
         stat_from_statx((struct stat *)(nr == SYS_fstat ? r->rsi : r->rdx), &req.stx);
-        if (nr == SYS_fstat || (req.args[3] & AT_EMPTY_PATH && !*(const char *)req.args[1]))
-            learn_from_stat(r->rdi, req.stx.stx_mode, req.stx.stx_dev_major);
+        learn_from_stat(stat_of_fd(nr, req.args), req.stx.stx_mode, req.stx.stx_dev_major);
     }
     if (nr == SYS_close)
         forget_fd(r->rdi);
