@@ -345,6 +345,14 @@ def _stage_libraries(tmp, mods, files, shim, link, image):
 
 
 def _manifest(path, kind, entry, rewritten, shim_sha, shim_id, records):
+    return manifest_of(path, kind, entry, rewritten,
+                       {"file": "libferry.so", "sha256": shim_sha, "build_id": shim_id}, records)
+
+
+def manifest_of(path, kind, entry, rewritten, shim, records, **extra):
+    """manifest.json of a program directory (docs/manifest.md), for ELF, a
+    static program (`static`) and PE (`binary_format`) alike; `shim` says
+    which shim the directory's files carry."""
     return {
         "format": "ferry-manifest",
         "version": 1,
@@ -352,9 +360,10 @@ def _manifest(path, kind, entry, rewritten, shim_sha, shim_id, records):
         "layout": layout.FORMAT,
         "input": str(path),
         "kind": kind,
+        **extra,
         "entry": entry,
         "rewritten": rewritten,
-        "shim": {"file": "libferry.so", "sha256": shim_sha, "build_id": shim_id},
+        "shim": shim,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "modules": records,
     }

@@ -22,7 +22,7 @@ import shutil
 import time
 from pathlib import Path
 
-from . import cache, layout, manifest, pe_kind, pe_load, pe_rewrite, pe_sites, shimlib
+from . import cache, manifest, pe_kind, pe_load, pe_rewrite, pe_sites, shimlib
 from .elfload import read_input
 from ..base.errors import FerryError, InputError
 
@@ -120,7 +120,7 @@ def _rewrite_module(image, tmp, name):
 
 def instrument(path, out_dir, progress):
     from .instrument import (AlreadyRewritten, Result, _current_manifest, _move_into_place, _served,
-                             output_dir, staging_dir)
+                             manifest_of, output_dir, staging_dir)
     started = time.monotonic()
     headers, _problem = pe_kind.parse_headers(read_input(Path(path)))
     if headers is not None and headers.is_dll:     # said first: whatever else is wrong with it
@@ -177,20 +177,11 @@ def instrument(path, out_dir, progress):
             records.append(rec)
             progress("advance", name)
         shutil.copy2(dll, tmp / "ferry.dll")
-        m = {
-            "format": "ferry-manifest", "version": 1, "ferry": _version(), "layout": layout.FORMAT,
-            "input": str(path), "kind": "executable", "binary_format": "pe", "entry": root,
-            "rewritten": root, "shim": {"file": "ferry.dll", "sha256": dll_sha},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "modules": records,
-        }
+        m = manifest_of(path, "executable", root, root, {"file": "ferry.dll", "sha256": dll_sha},
+                        records, binary_format="pe")
         manifest.write_json(tmp / "manifest.json", m)
         _move_into_place(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     progress("done", root)
     return Result(out_dir, out_dir / root, m, False, time.monotonic() - started)
-
-
-def _version():
-    from .instrument import FERRY_VERSION
-    return FERRY_VERSION

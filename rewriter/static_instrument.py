@@ -50,20 +50,9 @@ def instrument(path, out_dir, progress, started):
                         embed=lambda binary: static_embed.embed(binary, blob, path))
         record = common.module_record(image, mod, sites, cmap, root_name)
         progress("advance", mod.name)
-        m = {
-            "format": "ferry-manifest",
-            "version": 1,
-            "ferry": common.FERRY_VERSION,
-            "layout": common.layout.FORMAT,
-            "input": str(path),
-            "kind": "executable",
-            "static": True,
-            "entry": root_name,
-            "rewritten": root_name,
-            "shim": {"file": None, "embedded": static_embed.NAME, "sha256": shim_sha},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "modules": [record],
-        }
+        m = common.manifest_of(path, "executable", root_name, root_name,
+                               {"file": None, "embedded": static_embed.NAME, "sha256": shim_sha},
+                               [record], static=True)
         manifest.write_json(tmp / "manifest.json", m)
         common._move_into_place(tmp, out_dir)
     finally:
