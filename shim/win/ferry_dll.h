@@ -21,7 +21,12 @@ struct ferry_stub {
     uint8_t *entry;                     /* in the loaded ntdll */
     uint32_t ssn;
     char name[FERRY_WIN_NAME_MAX];
+    void *original;                     /* the call, uncounted (a trampoline's tail): wagg_native */
 };
+
+/* ferry_dll.c: the stubs table (index = call number), for the engine */
+int ferry_stub_count(void);
+const struct ferry_stub *ferry_stub_at(unsigned index);
 
 /* patch.c */
 int ferry_find_stubs(void *ntdll, struct ferry_stub *stubs, int cap);
