@@ -3,6 +3,8 @@
 #include <winternl.h>
 
 #include "ferry_dll.h"
+#include "wagg_fiber.h"
+#include "wagg_stats.h"
 #include "../src/procfile.h"
 
 #define WIN_MAX_BLOCKS 64       /* threads with a block of their own; more count in overflow */
@@ -113,6 +115,19 @@ static struct ferry_blk *thread_block(void)
  * reads: the trampolines stay as they are and the report holds only what the
  * program called. */
 static uint64_t own[FERRY_NR_MAX + 8] __attribute__((aligned(64)));
+uint64_t *const ferry_own_blk = own;
+/* the route hook's words (wagg_fiber.h): set in aggregate mode */
+uint32_t ferry_route_slot, ferry_block_slot;
+
+void *ferry_agg_area(void)
+{
+    return hdr ? hdr->aggregate : 0;
+}
+
+const struct ferry_proc_header *ferry_proc_header(void)
+{
+    return hdr;
+}
 
 static uint64_t own_calls_begin(void)
 {
@@ -361,6 +376,8 @@ static int env_mode(void)
         return FERRY_MODE_OFF;
     if (m[0] == 't' && m[1] == 'r')
         return FERRY_MODE_TRACE;
+    if (m[0] == 'a' && m[1] == 'g')
+        return FERRY_MODE_AGGREGATE;
     return FERRY_MODE_COUNT;
 }
 
@@ -562,8 +579,21 @@ long __stdcall ferry_terminate_process(void *process, long status)
     return st;
 }
 
+/* Aggregate mode: every counted stub looks at a route word of its own TLS
+ * slot (wagg_route.c), set while a carrier runs a fiber. */
+static void route_calls(void)
+{
+    DWORD i = TlsAlloc();
+    if (i == TLS_OUT_OF_INDEXES || i >= 64)
+        return;     /* no routing: the calls are counted, and fibers still run */
+    ferry_block_slot = tls_slot;
+    ferry_route_slot = TEB_TLS_SLOTS + 8 * i;
+    ferry_route_calls(ferry_route_slot);
+}
+
 static void start(HINSTANCE self)
 {
+    wagg_init_slots();
     static WCHAR *const dir = run_dir;
     int mode = env_mode();
     DWORD n = GetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", dir, 2048);
@@ -602,6 +632,8 @@ static void start(HINSTANCE self)
         return;
     tls_slot = TEB_TLS_SLOTS + 8 * tls_index;
     timed = mode == FERRY_MODE_TRACE;
+    if (mode == FERRY_MODE_AGGREGATE)
+        route_calls();
     uint64_t was = own_calls_begin();
     for (int i = 0; i < nmods; i++)
         patch_module(i);

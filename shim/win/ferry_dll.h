@@ -46,6 +46,11 @@ int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t 
 int ferry_link_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset, int timed,
                      uint64_t *const *slots);
 
+/* Route every counted stub through the route hook (wagg_route.c) when the
+ * TEB word at `slot` is set; before the stubs are patched */
+void ferry_route_calls(uint32_t slot);
+void wagg_route_entry(void);
+
 /* modules.c: the modules `ferry instrument` rewrote (a control block each) */
 struct _UNICODE_STRING;
 /* The stubs of the module at `base` if it is one, into out[0..cap) (named
