@@ -3,6 +3,7 @@
 #include <winternl.h>
 
 #include "ferry_dll.h"
+#include "wagg.h"
 #include "wagg_fiber.h"
 #include "wagg_stats.h"
 #include "../src/procfile.h"
@@ -81,6 +82,22 @@ static uint64_t real_ns(void)
     return (t - 116444736000000000ULL) * 100;      /* since 1601 in 100 ns -> Unix ns */
 }
 
+/* ns from TSC ticks without a division (on the way back to the program) */
+uint64_t ferry_ticks_ns(uint64_t dt)
+{
+    return dt < (1ULL << 32) ? (dt * ns_per_tick_q24) >> 24 : ((dt >> 16) * ns_per_tick_q24) >> 8;
+}
+
+int ferry_stub_count(void)
+{
+    return nstubs;
+}
+
+const struct ferry_stub *ferry_stub_at(unsigned index)
+{
+    return index < (unsigned)nstubs ? &stubs[index] : 0;
+}
+
 /* Called by ferry_claim_entry (claim.S): the calling thread's block. */
 void *ferry_claim_block(void)
 {
@@ -129,7 +146,7 @@ const struct ferry_proc_header *ferry_proc_header(void)
     return hdr;
 }
 
-static uint64_t own_calls_begin(void)
+uint64_t ferry_own_begin(void)
 {
     if (!tls_slot)      /* nothing patched: no call of ours is counted */
         return 0;
@@ -139,7 +156,7 @@ static uint64_t own_calls_begin(void)
     return was;
 }
 
-static void own_calls_end(uint64_t was)
+void ferry_own_end(uint64_t was)
 {
     if (!tls_slot)
         return;
@@ -162,8 +179,7 @@ void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32
         s->time_min = dt;
     if (dt > s->time_max)
         s->time_max = dt;
-    /* ns from ticks without a division on the way back to the program */
-    uint64_t ns = dt < (1ULL << 32) ? (dt * ns_per_tick_q24) >> 24 : ((dt >> 16) * ns_per_tick_q24) >> 8;
+    uint64_t ns = ferry_ticks_ns(dt);
     int bucket = ns ? 63 - __builtin_clzll(ns) : 0;
     s->hist[bucket < FERRY_HIST_BUCKETS ? bucket : FERRY_HIST_BUCKETS - 1]++;
     if (((uint32_t)status >> 30) == 3)
@@ -475,9 +491,9 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
                                          void *toa, uint32_t pflags, uint32_t tflags, void *params,
                                          void *info, void *attrs)
 {
-    uint64_t was = own_calls_begin();    /* the call itself was counted on its way in */
+    uint64_t was = ferry_own_begin();    /* the call itself was counted on its way in */
     long st = create_user_process(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
-    own_calls_end(was);
+    ferry_own_end(was);
     return st;
 }
 
@@ -537,9 +553,9 @@ static void CALLBACK late_load(ULONG reason, const struct loaded_dll *d, void *c
     (void)context;
     if (reason != 1 /* LDR_DLL_NOTIFICATION_REASON_LOADED */ || !hdr || nmods == MAX_MODULES)
         return;
-    uint64_t was = own_calls_begin();
+    uint64_t was = ferry_own_begin();
     take_late(d);
-    own_calls_end(was);
+    ferry_own_end(was);
 }
 
 typedef LONG (NTAPI *register_fn)(ULONG, void (CALLBACK *)(ULONG, const struct loaded_dll *, void *),
@@ -562,9 +578,9 @@ typedef long (__stdcall *terminate_fn)(void *, long);
 long __stdcall ferry_terminate_process(void *process, long status)
 {
     terminate_fn original = (terminate_fn)hooks.terminate_original;
-    uint64_t was = own_calls_begin();
+    uint64_t was = ferry_own_begin();
     DWORD pid = process && process != (void *)-1 ? GetProcessId(process) : 0;
-    own_calls_end(was);
+    ferry_own_end(was);
     if (!pid || pid == GetCurrentProcessId())
         return original(process, status);
     long st = original(process, status);
@@ -606,11 +622,13 @@ static void start(HINSTANCE self)
     DWORD np = GetEnvironmentVariableA("FERRY_WIN_PARENT", parent, sizeof(parent));
     for (DWORD i = 0; np < sizeof(parent) && i < np && parent[i] >= '0' && parent[i] <= '9'; i++)
         given_parent = given_parent * 10 + (parent[i] - '0');
+    wagg_configure();
     /* the program sees its environment as it was given, without Ferry's */
     SetEnvironmentVariableW(L"FERRY_MODE", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_DETOURS", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_PARENT", 0);
+    SetEnvironmentVariableW(L"FERRY_AGG", 0);
     if (mode == FERRY_MODE_OFF || n == 0 || n >= 2048)
         return;
     nntdll = ferry_find_stubs(GetModuleHandleW(L"ntdll.dll"), stubs, FERRY_WIN_MAX_STUBS);
@@ -634,17 +652,18 @@ static void start(HINSTANCE self)
     timed = mode == FERRY_MODE_TRACE;
     if (mode == FERRY_MODE_AGGREGATE)
         route_calls();
-    uint64_t was = own_calls_begin();
+    uint64_t was = ferry_own_begin();
     for (int i = 0; i < nmods; i++)
         patch_module(i);
     watch_loads();
-    own_calls_end(was);
+    ferry_own_end(was);
 }
 
 static void finish(void)
 {
     if (!hdr)
         return;
+    wagg_stats_publish_all();
     hdr->end_real_ns = real_ns();
     hdr->end_mono_ns = qpc_ns();
     hdr->end_tsc = __builtin_ia32_rdtsc();

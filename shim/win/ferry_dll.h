@@ -78,6 +78,7 @@ void ferry_copy_args(void);
 void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32_t index);
 
 /* freestanding helpers (ferry_dll.c) */
+uint64_t ferry_ticks_ns(uint64_t ticks);    /* TSC ticks -> ns, as calibrated at start */
 void ferry_zero(void *p, uint64_t n);
 void ferry_copy(void *d, const void *s, uint64_t n);
 

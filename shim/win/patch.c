@@ -10,6 +10,8 @@
 #define DATA_SIZE 8192          /* slots, unwind data and the function table */
 #define TIMED_FRAME_AT 27       /* where a timed trampoline's frame begins */
 #define TIMED_END 138
+#define ORIGINAL_AT 144         /* the uncounted entry (13 bytes), after every kind's code */
+_Static_assert(TIMED_END <= ORIGINAL_AT && ORIGINAL_AT + 13 <= TRAMP_SIZE, "the uncounted entry fits");
 #define REACH 0x7fff0000LL
 
 static int stub_shape(const uint8_t *p)
@@ -363,14 +365,20 @@ static uint8_t *make_trampolines(struct ferry_stub *stubs, int n, uint32_t first
         for (int k = 0; k < TRAMP_SIZE; k++)
             t[k] = 0xcc;
         uint32_t index = first + (uint32_t)i;    /* the call's number in the process file */
+        /* the engine's workers run a call the program made once, counted
+         * where it made it: this entry only loads the SSN and runs the stub */
+        emit_counted(t + ORIGINAL_AT, &stubs[i]);
+        stubs[i].original = t + ORIGINAL_AT;
         int terminate = hooks && same(stubs[i].name, "NtTerminateProcess");
         if (terminate)
             t = emit_exit_status(t, area + SLOT_EXIT);
         t = emit_count(t, area, index, tls_offset);
+        /* a hooked call's uncounted entry is its hook: ferry.dll still
+         * takes part in it (a child gets ferry.dll wherever it is created) */
         if (hooks && same(stubs[i].name, "NtCreateUserProcess"))
-            hooks->create_original = emit_hook(t, area, SLOT_CREATE, &stubs[i]);
+            hooks->create_original = emit_hook(stubs[i].original = t, area, SLOT_CREATE, &stubs[i]);
         else if (terminate)
-            hooks->terminate_original = emit_hook(t, area, SLOT_TERMINATE, &stubs[i]);
+            hooks->terminate_original = emit_hook(stubs[i].original = t, area, SLOT_TERMINATE, &stubs[i]);
         else if (timed && !never_returns(stubs[i].name)) {
             emit_timed(t, area, &stubs[i], index);
             table[ntable].BeginAddress = (DWORD)(t - area);

@@ -45,12 +45,15 @@ struct wagg_ring {
 };
 
 struct wagg_pool {
+    struct ferry_group *group;
+    unsigned index;
     struct ferry_pool_config cfg;
     struct wagg_ring req;           /* a: struct ferry_call *, b: struct wagg_client * */
     unsigned nworkers;
     void **threads;                 /* HANDLEs */
     uint32_t wake __attribute__((aligned(64)));     /* workers sleep on it (WaitOnAddress) */
     uint32_t sleepers;
+    uint64_t depth;                 /* calls in flight on the pool */
     struct ferry_pool_stats st;     /* updated with atomic adds */
 };
 
@@ -99,10 +102,32 @@ int wagg_index(const char *name);
 /* wagg_pool.c */
 int wagg_pool_start(struct ferry_group *g, unsigned pool, unsigned nworkers);
 void wagg_pools_stop(struct ferry_group *g);
+/* The wake protocol of workers and clients: a waker bumps `word` and wakes
+ * one sleeper if `sleepers` says one may sleep; a sleeper sleeps on `word`
+ * unless `ready` has something once it counted itself (or `also`).
+ * wagg_sleep: -1 if it did not sleep, 0 woken, 1 on a timeout (100 ns
+ * units, negative: relative; NULL: none).  Both keep their calls out of
+ * the program's counts. */
+int wagg_wake_one(uint32_t *word, const uint32_t *sleepers);       /* 1 if it woke one */
+int wagg_sleep(uint32_t *word, uint32_t *sleepers, const struct wagg_ring *ready, int also,
+               const void *timeout);
+/* wagg_config.c */
+int wagg_config_validate(const struct ferry_group_config *cfg);
+extern unsigned wagg_carriers;      /* FERRY_AGG carriers= (fiber mode) */
+extern int wagg_threads_fibers;     /* FERRY_AGG threads=fibers */
 
 /* wagg_client.c: the calling thread's client of `g` (made on first use), NULL without memory */
 struct wagg_client *wagg_client(struct ferry_group *g);
+int wagg_clients_idle(struct ferry_group *g);      /* 0, or -EBUSY: calls still out */
 void wagg_clients_free(struct ferry_group *g);
+/* One completion of the client's ring (done set): 0, or -1 when none. */
+int wagg_client_pop(struct wagg_client *cl, struct ferry_call **c, unsigned *pool);
+/* Sleep until the client's ring has a completion (after a short spin) or
+ * wagg_now_ns() reaches deadline_ns (UINT64_MAX: never): 0 or -ETIMEDOUT;
+ * the sleep is a crossing of `pool`, its time the pool's wait_ns. */
+int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned pool, uint64_t deadline_ns);
+/* a batch of n calls handed to `pool`: submitted, and its size's bucket */
+void wagg_batch(struct ferry_group *g, unsigned pool, unsigned n);
 /* Queue `c` on `pool` for the calling thread (no wake): 0, or -EAGAIN when
  * the pool's ring or the client's completion ring has no room (kick, reap,
  * then push again). */

@@ -117,7 +117,7 @@ static int fiber_new(struct wagg_carrier *c, struct ferry_fiber **out, void (*fn
     if (c->alive > c->peak)
         c->peak = c->alive;
     c->fibers++;
-    wagg_stat(c->g, WAGG_ST_FIBERS, 1);
+    wagg_add(c->g->st.fibers, 1);
     wagg_fiber_ready(c, f);
     if (out)
         *out = f;
@@ -125,55 +125,44 @@ static int fiber_new(struct wagg_carrier *c, struct ferry_fiber **out, void (*fn
 }
 
 /* Fibers whose routed calls completed, ready again; waits for one if
- * `wait` and nothing else can run (the time counted to `pool`). */
-static void collect(struct wagg_carrier *c, int wait, unsigned pool)
+ * `wait` and nothing else can run.  (The calls were counted by the pool's
+ * workers as they completed them, the wait by the client.) */
+static void collect(struct wagg_carrier *c, int wait)
 {
     struct ferry_call *done[64];
-    uint64_t t0 = wait ? __builtin_ia32_rdtsc() : 0;
     int n = wagg_reap_calls(c->g, done, 64, wait ? 1 : 0, UINT64_MAX);
-    if (wait)
-        wagg_stat_pool(c->g, pool, WAGG_PST_WAIT_NS, wagg_tsc_ns(__builtin_ia32_rdtsc() - t0));
+    c->handoffs += wait;
     for (int i = 0; i < n; i++) {
         struct ferry_fiber *f = (struct ferry_fiber *)((char *)done[i] -
                                                        __builtin_offsetof(struct ferry_fiber, call));
         f->parked = 0;
         c->out--;
         c->completed++;
-        wagg_stat_pool(c->g, f->pool, WAGG_PST_COMPLETED, 1);
-        wagg_stat(c->g, f->pool == WAGG_WORKER_POOL ? WAGG_ST_WORKER : WAGG_ST_AGGREGATED, 1);
         wagg_fiber_ready(c, f);
     }
 }
 
-/* Each pool's stored calls leave as one batch: one wake of its workers.
- * The pool the carrier then waits on (the first that had calls). */
-static unsigned kick(struct wagg_carrier *c)
+/* Each pool's stored calls leave as one batch: one wake of its workers
+ * (a crossing only if one sleeps). */
+static void kick(struct wagg_carrier *c)
 {
-    unsigned first = WAGG_NPOOLS;
     for (unsigned p = 0; p < WAGG_NPOOLS; p++) {
         unsigned n = c->stored[p];
         if (!n)
             continue;
         c->stored[p] = 0;
+        wagg_batch(c->g, p, n);
+        wagg_stat_depth(p, c->out);
         wagg_kick(c->g, p);
-        c->crossings++;
-        wagg_stat(c->g, WAGG_ST_CROSSINGS, 1);
-        wagg_stat_pool(c->g, p, WAGG_PST_ENTERS, 1);
-        wagg_stat_pool(c->g, p, WAGG_PST_SUBMITTED, n);
-        wagg_stat_pool(c->g, p, WAGG_PST_DEPTH_SUM, c->out);
-        wagg_stat_max_depth(c->g, p, c->out);
-        wagg_stat_batch(c->g, p, n);
-        if (first == WAGG_NPOOLS)
-            first = p;
+        c->handoffs++;
     }
-    return first == WAGG_NPOOLS ? 0 : first;
 }
 
 void wagg_carrier_drain(struct wagg_carrier *c)
 {
-    unsigned pool = kick(c);
+    kick(c);
     if (c->out)
-        collect(c, 1, pool);
+        collect(c, 1);
     else
         SwitchToThread();   /* rings full of other carriers' calls: theirs go first */
 }
@@ -187,7 +176,7 @@ static int schedule(struct wagg_carrier *c)
         if (c->out && !c->head)
             wagg_carrier_drain(c);
         else if (c->out)
-            collect(c, 0, 0);
+            collect(c, 0);
         struct ferry_fiber *f = take_ready(c);
         if (!f) {
             if (c->out)
@@ -233,16 +222,15 @@ int ferry_carrier_run(struct ferry_group *g, void (*main)(void *), void *arg)
     wagg_teb_set(wagg_carrier_slot, (uint64_t)(uintptr_t)c);
     wagg_ferry_mode(c);
     c->slot = wagg_stat_carrier_slot();
-    wagg_stat(g, WAGG_ST_CARRIERS, 1);
     int r = fiber_new(c, 0, main, arg, 0);
     if (r == 0)
         r = schedule(c);
     /* fibers that finished unjoined, and after a deadlock the stuck ones */
     while (c->all)
         fiber_free(c->all);
-    wagg_stat(g, WAGG_ST_SWITCHES, c->switches);
-    wagg_stat_carrier(c->slot, c->fibers, c->switches, c->peak);
-    wagg_stat_carrier_io(c->slot, c->crossings, c->completed);
+    wagg_add(g->st.switches, c->switches);
+    wagg_stat_carrier(c->slot, c->fibers, c->switches, c->peak, c->handoffs, c->completed);
+    wagg_stats_publish(g);
     __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_RELAXED);
     wagg_program_mode(c);
     wagg_teb_set(wagg_carrier_slot, 0);

@@ -48,7 +48,8 @@ struct wagg_carrier {
     unsigned stored[WAGG_NPOOLS];  /* routed calls not yet kicked, per pool */
     uint64_t blk;                  /* the thread's block slot in program mode */
     int slot;                      /* its row in the process file, or -1 */
-    uint64_t fibers, switches, peak, crossings, completed;
+    uint64_t fibers, switches, peak;
+    uint64_t handoffs, completed;  /* batches handed over and waits; calls completed */
 };
 
 /* The TEB offsets of the per-thread words: the route word and the block

@@ -109,8 +109,8 @@ int wagg_route_call(unsigned index, uint64_t *args, int64_t *result)
     unsigned pool = target == FERRY_ROUTE_WORKER ? WAGG_WORKER_POOL : target;
     if (target == FERRY_ROUTE_NATIVE || (target != FERRY_ROUTE_WORKER && target >= c->g->cfg.npools)
         || stays_here(index, args)) {
-        wagg_stat(c->g, WAGG_ST_NATIVE, 1);
-        wagg_stat(c->g, WAGG_ST_CROSSINGS, 1);
+        wagg_add(c->g->st.native, 1);
+        wagg_add(c->g->st.crossings, 1);
         return 0;
     }
     wagg_ferry_mode(c);
