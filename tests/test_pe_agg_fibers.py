@@ -94,6 +94,14 @@ def test_a_native_route_blocks_the_carrier(wine, win_programs, ferry_dll_built, 
     assert _line(native, "order:").split()[1:] == ["sleep-starts", "sleep-done:0", "other-runs"]
 
 
+def test_a_child_aggregates_by_the_same_profile(wine, win_programs, ferry_dll_built, tmp_path):
+    lines = _run(wine, win_programs, tmp_path, _profile(tmp_path, ROUTED), "child", "park", "sleep")
+    assert _line(lines, "order:").split()[1:] == ["sleep-starts", "other-runs", "sleep-done:0"]
+    r = ferry("report", "--json", tmp_path / "run", env=wine.env, timeout=180)
+    model = json.loads(r.stdout)
+    assert len(model["processes"]) == 2 and model["aggregation"]["processes"] == 1, model["aggregation"]
+
+
 def test_every_routed_result_is_the_native_one(wine, win_programs, ferry_dll_built, tmp_path):
     lines = _run(wine, win_programs, tmp_path, _profile(tmp_path, ROUTED), "results")
     native, fiber = _line(lines, "native "), _line(lines, "fiber ")

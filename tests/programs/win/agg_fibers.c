@@ -18,6 +18,8 @@
  *                            `park sleep`: the sleep alone
  *   agg_fibers results       calls made natively (before the carrier) and again
  *                            on a fiber: one line each with both results
+ *   agg_fibers child ARGS    itself with ARGS as a child process (CreateProcess),
+ *                            its exit code
  */
 #include <windows.h>
 #include <winternl.h>
@@ -324,6 +326,21 @@ int main(int argc, char **argv)
     HMODULE dll = GetModuleHandleA("ferry.dll");
     if (argc < 2)
         return 64;
+    if (!strcmp(argv[1], "child")) {
+        char cmd[4096], self_path[MAX_PATH];
+        GetModuleFileNameA(NULL, self_path, sizeof(self_path));
+        snprintf(cmd, sizeof(cmd), "\"%s\"", self_path);
+        for (int i = 2; i < argc; i++)
+            snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " %s", argv[i]);
+        STARTUPINFOA si = {.cb = sizeof(si)};
+        PROCESS_INFORMATION pi;
+        if (!CreateProcessA(NULL, cmd, NULL, NULL, TRUE, 0, NULL, NULL, &si, &pi))
+            return 6;
+        WaitForSingleObject(pi.hProcess, INFINITE);
+        DWORD code = 7;
+        GetExitCodeProcess(pi.hProcess, &code);
+        return (int)code;
+    }
     if (!dll) {
         printf("no ferry.dll\n");
         return 3;
