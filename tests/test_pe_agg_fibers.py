@@ -3,15 +3,13 @@
 group its profile gives (`ferry run -p PROFILE`), and says what happened; the
 report of such a run has the aggregation figures an ELF run's has."""
 import json
-from pathlib import Path
 
 import pytest
 
 from conftest import ferry
 from ferry.profiles import load
 from ferry.profiles import aggenv, routing
-
-ROOT = Path(__file__).resolve().parent.parent
+from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 ROUTED = """mode = "aggregate"
 [aggregate.pools.main]
@@ -22,13 +20,6 @@ files = "main"
 NtYieldExecution = "main"
 """
 NATIVE_WAITS = ROUTED.replace('waits = "main"', 'waits = "native"')
-
-
-@pytest.fixture(scope="module")
-def ferry_dll_built():
-    build = ROOT / "shim" / "build"
-    if not (build / "ferry.dll").is_file() or not (build / "ferry-launch.exe").is_file():
-        pytest.skip("ferry.dll is not built (mingw-w64 missing when `make shim` ran)")
 
 
 def _profile(tmp_path, text, name="pe.toml"):
