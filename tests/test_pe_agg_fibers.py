@@ -85,6 +85,13 @@ def test_a_native_route_blocks_the_carrier(wine, win_programs, ferry_dll_built, 
     assert _line(native, "order:").split()[1:] == ["sleep-starts", "sleep-done:0", "other-runs"]
 
 
+def test_a_stored_call_leaves_while_another_fiber_only_yields(wine, win_programs, ferry_dll_built,
+                                                              tmp_path):
+    lines = _run(wine, win_programs, tmp_path, _profile(tmp_path, ROUTED), "park", "spin")
+    assert _line(lines, "order:").split()[1:] == ["sleep-starts", "spinner-runs", "sleep-done:0",
+                                                  "spinner-saw-sleep-done"]
+
+
 def test_a_child_aggregates_by_the_same_profile(wine, win_programs, ferry_dll_built, tmp_path):
     lines = _run(wine, win_programs, tmp_path, _profile(tmp_path, ROUTED), "child", "park", "sleep")
     assert _line(lines, "order:").split()[1:] == ["sleep-starts", "other-runs", "sleep-done:0"]
