@@ -53,7 +53,6 @@ struct wagg_pool {
     void **threads;                 /* HANDLEs */
     uint32_t wake __attribute__((aligned(64)));     /* workers sleep on it (WaitOnAddress) */
     uint32_t sleepers;
-    uint64_t depth;                 /* calls in flight on the pool */
     struct ferry_pool_stats st;     /* updated with atomic adds */
 };
 

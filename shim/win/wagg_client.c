@@ -74,11 +74,6 @@ int wagg_push(struct ferry_group *g, unsigned pool, struct ferry_call *c)
         return -EAGAIN_;
     cl->inflight++;
     cl->pool_inflight[pool]++;
-    uint64_t depth = __atomic_add_fetch(&p->depth, 1, __ATOMIC_RELAXED);
-    uint64_t max = __atomic_load_n(&p->st.max_depth, __ATOMIC_RELAXED);
-    while (depth > max && !__atomic_compare_exchange_n(&p->st.max_depth, &max, depth, 1,
-                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
     return 0;
 }
 
@@ -99,6 +94,15 @@ void wagg_batch(struct ferry_group *g, unsigned pool, unsigned n)
         b++;
     wagg_add(s->batches[b], 1);
     wagg_add(s->submitted, n);
+    /* the depth as the submitting thread sees it (its calls out on the
+     * pool), once per batch: a pool-wide count kept per call would move a
+     * cache line between client and worker for every call */
+    struct wagg_client *cl = wagg_client(g);
+    uint64_t depth = cl ? cl->pool_inflight[pool] : 0;
+    uint64_t max = __atomic_load_n(&s->max_depth, __ATOMIC_RELAXED);
+    while (depth > max && !__atomic_compare_exchange_n(&s->max_depth, &max, depth, 1,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
 }
 
 int wagg_client_pop(struct wagg_client *cl, struct ferry_call **c, unsigned *pool)

@@ -44,7 +44,6 @@ static void complete(struct ferry_group *g, unsigned pool, struct ferry_call *c,
     c->result = wagg_native((unsigned)c->nr, (const uint64_t *)c->args);
     while (wagg_ring_push(&cl->done, c, (void *)(uintptr_t)pool))
         YieldProcessor();   /* never full: a client has at most WAGG_DONE_CAP calls out */
-    __atomic_fetch_sub(&g->pools[pool].depth, 1, __ATOMIC_RELAXED);
     wagg_add(g->pools[pool].st.completed, 1);
     if (pool == WAGG_WORKER_POOL)
         wagg_add(g->st.worker, 1);

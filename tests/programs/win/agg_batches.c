@@ -453,6 +453,25 @@ static void counted(int n)
     CHECK(F.destroy(g) == 0, "destroy");
 }
 
+/* the profile's settings as ferry_group_config_default gives them */
+static void profile(void)
+{
+    int (*aggregating)(void) = must(GetModuleHandleA("ferry.dll"), "ferry_is_aggregating");
+    struct ferry_group_config cfg;
+    CHECK(F.config_default(&cfg, 1) == 0, "config");
+    printf("aggregating %d workers %u npools %u\n", aggregating(), cfg.workers, cfg.npools);
+    for (unsigned i = 0; i < cfg.npools; i++) {
+        const struct ferry_pool_config *p = &cfg.pools[i];
+        printf("pool %u entries %u concurrency %u cpus %llx priority %d wait %d limit %u timeout %llu\n", i,
+               p->entries, p->concurrency, (unsigned long long)p->cpus, p->priority, (int)p->wait,
+               p->wait_limit, (unsigned long long)p->wait_timeout_ns);
+    }
+    static const char *const names[] = {"NtReadFile", "NtYieldExecution", "NtLockFile", "NtClose", 0};
+    for (int i = 0; names[i]; i++)
+        printf("route %s %lld %d\n", names[i], nr(names[i]), cfg.route[nr(names[i])]);
+    printf("env %s\n", getenv("FERRY_AGG") ? "FERRY_AGG" : "-");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -464,6 +483,8 @@ int main(int argc, char **argv)
         results(argv[2], argv[3]);
     } else if (!strcmp(t, "counted") && argc == 3) {
         counted(atoi(argv[2]));
+    } else if (!strcmp(t, "profile")) {
+        profile();
     } else if (!strcmp(t, "affinity")) {
         affinity();
     } else {
