@@ -29,6 +29,14 @@ def test_batch_contract(wine, win_programs, ferry_dll_built, tmp_path, mode):  #
     assert r.stdout.splitlines()[-1] == f"ok {mode}", r.stdout
 
 
+def test_each_thread_reaps_its_own(wine, win_programs, ferry_dll_built, tmp_path):  # noqa: F811
+    """Four threads batch on one pool while the main thread's read of an
+    empty pipe is pending: every thread reaps exactly its 8 calls per batch,
+    and no completion of theirs reaches the main thread's ring."""
+    r = _run(wine, win_programs["agg_batches"], tmp_path / "run", "threads", _win_path(tmp_path))
+    assert r.stdout.splitlines()[-1] == "ok threads", r.stdout
+
+
 def _win_path(path):
     return "Z:" + str(path).replace("/", "\\")
 

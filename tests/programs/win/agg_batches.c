@@ -4,7 +4,7 @@
  * until the program writes to the pipe, so "returned before X completed"
  * needs no clock (the Windows port of tests/programs/agg_policies.c).
  * Usage: agg_batches none|any|some_limit|some_timeout|all|adaptive|invalid|
- *                    stats|affinity|results MODE|counted N */
+ *                    stats|affinity|profile|threads DIR|results MODE DIR|counted N */
 #include <windows.h>
 #include <stdio.h>
 #include <string.h>
@@ -453,6 +453,74 @@ static void counted(int n)
     CHECK(F.destroy(g) == 0, "destroy");
 }
 
+/* Four threads batch at once on one pool while the main thread has a read
+ * pending: each thread reaps exactly its own calls, and nothing of theirs
+ * reaches the main thread's ring. */
+struct client_arg {
+    struct ferry_group *g;
+    int id, bad;
+    HANDLE file;
+};
+
+static DWORD WINAPI client_main(void *p)
+{
+    struct client_arg *a = p;
+    struct ferry_call c[8];
+    struct iosb io;
+    char buf[8];
+    LARGE_INTEGER off;
+    for (int round = 0; round < 200; round++) {
+        for (int i = 0; i < 7; i++)
+            c[i] = nop();
+        off.QuadPart = round % 4;
+        memset(buf, 0, sizeof buf);
+        c[7] = rw("NtReadFile", a->file, &io, buf, 2, &off);
+        int r = F.submit(a->g, 0, c, 8, FERRY_WAIT_NONE, 0, 0);
+        int got = r < 0 ? r : r + F.reap(a->g, 0, 8 - r);
+        if (got != 8 || c[7].result != 0 || io.info != 2 || buf[0] != 'a' + a->id + round % 4 ||
+            buf[1] != buf[0] + 1)
+            a->bad++;
+    }
+    return 0;
+}
+
+static void threads(const char *dir)
+{
+    struct ferry_group *g = group(4);
+    struct ferry_call pending[1];
+    struct iosb io;
+    char b[4];
+    pending[0] = rw("NtReadFile", r1, &io, b, sizeof b, 0);
+    CHECK(F.submit(g, 0, pending, 1, FERRY_WAIT_NONE, 0, 0) == 0, "pending read");
+    struct client_arg args[4];
+    HANDLE th[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16], text[8];
+        snprintf(name, sizeof name, "t%d", i);
+        for (int k = 0; k < 7; k++)
+            text[k] = (char)('a' + i + k);
+        args[i] = (struct client_arg){g, i, 0, open_file(dir, name, 1)};
+        DWORD n;
+        WriteFile(args[i].file, text, 7, &n, 0);
+        th[i] = CreateThread(0, 0, client_main, &args[i], 0, 0);
+    }
+    WaitForMultipleObjects(4, th, TRUE, INFINITE);
+    for (int i = 0; i < 4; i++) {
+        CHECK(args[i].bad == 0, "thread %d: %d rounds wrong", i, args[i].bad);
+        CloseHandle(th[i]);
+        CloseHandle(args[i].file);
+    }
+    CHECK(F.reap(g, 0, 0) == 0 && !pending[0].done, "the main thread's ring got another's completion");
+    put(w1, "m");
+    CHECK(F.reap(g, 0, 1) == 1 && pending[0].done && io.info == 1, "pending read %llx", pending[0].result);
+    struct ferry_group_stats st;
+    F.stats(g, &st);
+    CHECK(st.pools[0].submitted == 1 + 4 * 200 * 8 && st.pools[0].completed == st.pools[0].submitted,
+          "submitted %llu completed %llu", (unsigned long long)st.pools[0].submitted,
+          (unsigned long long)st.pools[0].completed);
+    CHECK(F.destroy(g) == 0, "destroy");
+}
+
 /* the profile's settings as ferry_group_config_default gives them */
 static void profile(void)
 {
@@ -483,6 +551,9 @@ int main(int argc, char **argv)
         results(argv[2], argv[3]);
     } else if (!strcmp(t, "counted") && argc == 3) {
         counted(atoi(argv[2]));
+    } else if (!strcmp(t, "threads") && argc == 3) {
+        CreatePipe(&r1, &w1, 0, 0);
+        threads(argv[2]);
     } else if (!strcmp(t, "profile")) {
         profile();
     } else if (!strcmp(t, "affinity")) {
