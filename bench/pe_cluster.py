@@ -32,6 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pe_wine import session
+
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
 BATCHES = [1 << i for i in range(11)]
@@ -65,19 +67,8 @@ def main():
         subprocess.run(["x86_64-w64-mingw32-gcc", "-O2", "-o", str(exe), str(ROOT / "bench" / "pe_cluster.c")],
                        check=True)
         subprocess.run(["gcc", "-O2", "-o", str(linux), str(ROOT / "bench" / "pe_cluster_linux.c")], check=True)
-        prefix = tmp / "prefix"
-        prefix.mkdir()
-        env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
-        env.update(WINEPREFIX=str(prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=",
-                   FERRY_DATA=str(tmp / "ferry-data"))
-        server = subprocess.Popen(["wineserver", "-p", "-f"], env=env)
-        try:
-            with open(tmp / "wineboot.log", "wb") as log:
-                subprocess.run(["wine", "wineboot", "-u"], env=env, stdout=log, stderr=log, check=True)
+        with session(tmp) as env:
             return measure(exe, linux, env, tmp)
-        finally:
-            subprocess.run(["wineserver", "-k"], env=env)
-            server.wait(timeout=60)
 
 
 def run(argv, env):
@@ -112,7 +103,8 @@ def measure(exe, linux, env, tmp):
           f"pool of {WORKERS} worker(s)")
     print(f"wine {med['wine']:.1f} (of which Linux sched_yield {med['linux']:.1f}, wine's own "
           f"{med['wine'] - med['linux']:.1f}); native under ferry.dll {native:.1f}")
-    print(f"{'batch':>6} {'native':>9} {'raw':>9} {'ratio':>6} {'nop':>9}" + (f" {'fiber':>9} {'ratio':>6}" if fiber else ""))
+    head = f"{'batch':>6} {'native':>9} {'raw':>9} {'ratio':>6} {'nop':>9}"
+    print(head + (f" {'fiber':>9} {'ratio':>6}" if fiber else ""))
     for b in BATCHES:
         line = f"{b:>6} {native:>9.1f} {col['raw'][b]:>9.1f} {col['raw'][b] / native:>6.2f} {col['nop'][b]:>9.1f}"
         if fiber:

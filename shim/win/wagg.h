@@ -92,6 +92,9 @@ int wagg_ring_empty(const struct wagg_ring *r);
  * way its stub would, WITHOUT counting it (a routed call is counted once,
  * where the program made it).  FERRY_NR_NOP: 0.  Unknown: STATUS_INVALID_SYSTEM_SERVICE. */
 long long wagg_native(unsigned index, const uint64_t *args);
+/* the call `c` describes, as wagg_native runs it (any nr: FERRY_NR_NOP gives
+ * 0, a number no stub has STATUS_INVALID_SYSTEM_SERVICE, as the kernel would) */
+long long wagg_run(const struct ferry_call *c);
 /* non-zero if the call acts on the calling thread itself (its context, its
  * alerts, its windows: NtUser and NtGdi calls) and so cannot run on a worker */
 int wagg_must_native(long long nr, const long long *args);

@@ -41,7 +41,7 @@ int wagg_sleep(uint32_t *word, uint32_t *sleepers, const struct wagg_ring *ready
 
 static void complete(struct ferry_group *g, unsigned pool, struct ferry_call *c, struct wagg_client *cl)
 {
-    c->result = wagg_native((unsigned)c->nr, (const uint64_t *)c->args);
+    c->result = wagg_run(c);
     while (wagg_ring_push(&cl->done, c, (void *)(uintptr_t)pool))
         YieldProcessor();   /* never full: a client has at most WAGG_DONE_CAP calls out */
     wagg_add(g->pools[pool].st.completed, 1);

@@ -35,7 +35,7 @@ static void reap_until(struct ferry_group *g, struct wagg_client *cl, unsigned p
 /* Calls that belong to the calling thread run on it, at once. */
 static void run_here(struct ferry_group *g, struct ferry_call *c, struct batch *b)
 {
-    c->result = wagg_native((unsigned)c->nr, (const uint64_t *)c->args);
+    c->result = wagg_run(c);
     c->done = 1;
     b->done++;
     wagg_add(g->st.native, 1);

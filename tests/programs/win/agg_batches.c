@@ -12,6 +12,7 @@
 #include "../../../shim/include/ferry.h"
 
 #define BAD_HANDLE_STATUS ((long long)(int)0xC0000008)   /* STATUS_INVALID_HANDLE */
+#define BAD_SERVICE ((long long)(int)0xC000001C)       /* STATUS_INVALID_SYSTEM_SERVICE */
 #define EINVAL_ (-22)
 #define EBUSY_ (-16)
 
@@ -234,6 +235,14 @@ static void invalid(struct ferry_group *g)
     CHECK(F.submit(0, 0, c, 1, FERRY_WAIT_ALL, 0, 0) == EINVAL_, "no group");
     CHECK(F.submit(g, 0, 0, 1, FERRY_WAIT_ALL, 0, 0) == EINVAL_, "no calls");
     CHECK(F.reap(g, 3, 0) == EINVAL_, "reap pool 3");
+    /* numbers no stub has: what the kernel says of a bad service number,
+     * and nothing else in the batch is touched */
+    struct ferry_call k[5] = {nop(), call(100000, 0, 0, 0, 0), call(-5, 0, 0, 0, 0), call(0xffffffffLL, 0, 0, 0, 0),
+                              nop()};
+    CHECK(F.submit(g, 0, k, 5, FERRY_WAIT_ALL, 0, 0) == 5, "bad numbers");
+    CHECK(k[0].result == 0 && k[4].result == 0 && k[1].result == BAD_SERVICE && k[2].result == BAD_SERVICE &&
+          k[3].result == BAD_SERVICE, "results %llx %llx %llx %llx %llx", k[0].result, k[1].result, k[2].result,
+          k[3].result, k[4].result);
     struct ferry_group_config cfg;
     struct ferry_group *other = 0;
     F.config_default(&cfg, 0);
