@@ -4,8 +4,9 @@
  * until the program writes to the pipe, so "returned before X completed"
  * needs no clock (the Windows port of tests/programs/agg_policies.c).
  * Usage: agg_batches none|any|some_limit|some_timeout|all|adaptive|invalid|
- *                    stats|affinity|profile|threads DIR|results MODE DIR|counted N */
+ *                    stats|affinity|priority|profile|threads DIR|results MODE DIR|counted N */
 #include <windows.h>
+#include <tlhelp32.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -322,6 +323,45 @@ static void affinity(void)
     CHECK(si.dwNumberOfProcessors >= 63 || F.create(&g, &cfg) == EINVAL_, "a CPU that is not there");
 }
 
+/* The threads of this process at relative priority `rel` (THREAD_PRIORITY_*):
+ * Windows says the base priority (8 + rel in a normal process), wine rel. */
+static int threads_at(int rel)
+{
+    HANDLE snap = CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
+    THREADENTRY32 te;
+    te.dwSize = sizeof(te);
+    int n = 0;
+    for (BOOL ok = Thread32First(snap, &te); ok; ok = Thread32Next(snap, &te))
+        n += te.th32OwnerProcessID == GetCurrentProcessId() && (te.tpBasePri == rel || te.tpBasePri == 8 + rel);
+    CloseHandle(snap);
+    return n;
+}
+
+/* A pool's workers run at the priority its nice value maps to. */
+static void priority(void)
+{
+    static const int nice[] = {-20, -10, 10, 19}, rel[] = {2, 1, -1, -2};
+    for (int i = 0; i < 4; i++) {
+        int before = threads_at(rel[i]);
+        struct ferry_group_config cfg;
+        F.config_default(&cfg, 0);
+        cfg.pools[0].concurrency = 3;
+        cfg.pools[0].priority = nice[i];
+        struct ferry_group *g = 0;
+        CHECK(F.create(&g, &cfg) == 0, "create");
+        struct ferry_call c[8];
+        for (int k = 0; k < 8; k++)
+            c[k] = nop();
+        /* every worker has set its priority once it has taken a call or slept */
+        CHECK(F.submit(g, 0, c, 8, FERRY_WAIT_ALL, 0, 0) == 8, "batch");
+        int at = 0;
+        for (int tries = 0; tries < 1000 && (at = threads_at(rel[i]) - before) < 3; tries++)
+            Sleep(1);
+        CHECK(at == 3, "nice %d: %d workers at priority %d", nice[i], at, rel[i]);
+        CHECK(F.destroy(g) == 0, "destroy");
+    }
+}
+
 /* ---- results: the same calls natively and through a pool ---------------- */
 
 typedef uint64_t (*call16)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
@@ -565,6 +605,8 @@ int main(int argc, char **argv)
         threads(argv[2]);
     } else if (!strcmp(t, "profile")) {
         profile();
+    } else if (!strcmp(t, "priority")) {
+        priority();
     } else if (!strcmp(t, "affinity")) {
         affinity();
     } else {
