@@ -37,6 +37,14 @@ def test_each_thread_reaps_its_own(wine, win_programs, ferry_dll_built, tmp_path
     assert r.stdout.splitlines()[-1] == "ok threads", r.stdout
 
 
+def test_no_group_in_mode_off(wine, win_programs, ferry_dll_built, tmp_path):  # noqa: F811
+    """-p off: ferry.dll is there but runs none of the program's calls, so a
+    group cannot be made (-ENOSYS, mingw's number)."""
+    r = ferry("run", "-p", "off", "-o", tmp_path / "run", "--", win_programs["agg_batches"], "off",
+              env=wine.env, timeout=180)
+    assert (r.returncode, r.stdout.splitlines()[-1:]) == (0, ["ok off"]), (r.stdout, r.stderr)
+
+
 def _win_path(path):
     return "Z:" + str(path).replace("/", "\\")
 

@@ -13,6 +13,7 @@
 #ifndef WAGG_H
 #define WAGG_H
 
+#include <errno.h>      /* the -errno values are the program's, mingw's numbers */
 #include <stdint.h>
 
 #include "ferry.h"
@@ -23,12 +24,6 @@
 #define WAGG_DONE_CAP 4096                  /* a client's completion ring: its most calls in flight */
 #define WAGG_MAX_CLIENTS 256                /* threads using one group */
 
-#define ENOMEM_ 12
-#define EAGAIN_ 11
-#define EINVAL_ 22
-#define EBUSY_ 16
-#define ENOSYS_ 38
-#define ETIMEDOUT_ 110
 
 /* A bounded ring of pointer pairs, safe for many producers and many
  * consumers (each cell's sequence number says whose turn it is). */

@@ -48,7 +48,7 @@ int wagg_clients_idle(struct ferry_group *g)
 {
     for (uint32_t i = 0; i < g->nclients; i++)
         if (__atomic_load_n(&g->clients[i]->inflight, __ATOMIC_ACQUIRE))
-            return -EBUSY_;
+            return -EBUSY;
     return 0;
 }
 
@@ -65,13 +65,13 @@ int wagg_push(struct ferry_group *g, unsigned pool, struct ferry_call *c)
 {
     struct wagg_client *cl = wagg_client(g);
     if (!cl)
-        return -ENOMEM_;
+        return -ENOMEM;
     if (cl->inflight >= WAGG_DONE_CAP)
-        return -EAGAIN_;
+        return -EAGAIN;
     struct wagg_pool *p = &g->pools[pool];
     c->done = 0;
     if (wagg_ring_push(&p->req, c, cl))
-        return -EAGAIN_;
+        return -EAGAIN;
     cl->inflight++;
     cl->pool_inflight[pool]++;
     return 0;
@@ -134,7 +134,7 @@ int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned poo
     if (deadline_ns != UINT64_MAX) {
         uint64_t now = wagg_now_ns();
         if (now >= deadline_ns)
-            return -ETIMEDOUT_;
+            return -ETIMEDOUT;
         rel.QuadPart = -(LONGLONG)((deadline_ns - now + 99) / 100);
         timeout = &rel;
     }
@@ -145,7 +145,7 @@ int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned poo
         wagg_add(g->pools[pool].st.enters, 1);
         wagg_add(g->pools[pool].st.wait_ns, ferry_ticks_ns(__builtin_ia32_rdtsc() - t0));
     }
-    return r == 1 ? -ETIMEDOUT_ : 0;
+    return r == 1 ? -ETIMEDOUT : 0;
 }
 
 int wagg_reap_calls(struct ferry_group *g, struct ferry_call **out, unsigned cap, unsigned min,
@@ -153,7 +153,7 @@ int wagg_reap_calls(struct ferry_group *g, struct ferry_call **out, unsigned cap
 {
     struct wagg_client *cl = wagg_client(g);
     if (!cl)
-        return -ENOMEM_;
+        return -ENOMEM;
     uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : wagg_now_ns() + timeout_ns;
     unsigned got = 0, pool;
     struct ferry_call *c;

@@ -108,5 +108,5 @@ int wagg_index(const char *name)
 __declspec(dllexport) int ferry_call_number(const char *name)
 {
     int i = name ? wagg_index(name) : -1;
-    return i >= 0 ? i : -2;     /* -ENOENT */
+    return i >= 0 ? i : -ENOENT;
 }

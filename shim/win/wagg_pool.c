@@ -97,7 +97,7 @@ int wagg_pool_start(struct ferry_group *g, unsigned pool, unsigned nworkers)
     p->index = pool;
     p->threads = VirtualAlloc(0, nworkers * sizeof(void *), MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
     if (!p->threads)
-        return -ENOMEM_;
+        return -ENOMEM;
     uint64_t was = ferry_own_begin();
     for (; p->nworkers < nworkers; p->nworkers++) {
         HANDLE h = CreateThread(0, 64 * 1024, worker_main, p, STACK_SIZE_PARAM_IS_A_RESERVATION, 0);
@@ -106,7 +106,7 @@ int wagg_pool_start(struct ferry_group *g, unsigned pool, unsigned nworkers)
         p->threads[p->nworkers] = h;
     }
     ferry_own_end(was);
-    return p->nworkers == nworkers ? 0 : -ENOMEM_;
+    return p->nworkers == nworkers ? 0 : -ENOMEM;
 }
 
 void wagg_pools_stop(struct ferry_group *g)

@@ -7,6 +7,7 @@
  *                    stats|affinity|priority|profile|threads DIR|results MODE DIR|counted N */
 #include <windows.h>
 #include <tlhelp32.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,8 +15,6 @@
 
 #define BAD_HANDLE_STATUS ((long long)(int)0xC0000008)   /* STATUS_INVALID_HANDLE */
 #define BAD_SERVICE ((long long)(int)0xC000001C)       /* STATUS_INVALID_SYSTEM_SERVICE */
-#define EINVAL_ (-22)
-#define EBUSY_ (-16)
 
 static struct {
     int (*config_default)(struct ferry_group_config *, int);
@@ -229,13 +228,13 @@ static void invalid(struct ferry_group *g)
     struct ferry_call c[1] = {nop()};
     struct iosb io;
     char b[4];
-    CHECK(F.submit(g, 1, c, 1, FERRY_WAIT_ALL, 0, 0) == EINVAL_, "pool 1 of 1");
-    CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_SOME, 0, 1000) == EINVAL_, "some limit 0");
-    CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_SOME, 1, 0) == EINVAL_, "some timeout 0");
-    CHECK(F.submit(g, 0, c, 1, (enum ferry_wait)7, 0, 0) == EINVAL_, "wait 7");
-    CHECK(F.submit(0, 0, c, 1, FERRY_WAIT_ALL, 0, 0) == EINVAL_, "no group");
-    CHECK(F.submit(g, 0, 0, 1, FERRY_WAIT_ALL, 0, 0) == EINVAL_, "no calls");
-    CHECK(F.reap(g, 3, 0) == EINVAL_, "reap pool 3");
+    CHECK(F.submit(g, 1, c, 1, FERRY_WAIT_ALL, 0, 0) == -EINVAL, "pool 1 of 1");
+    CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_SOME, 0, 1000) == -EINVAL, "some limit 0");
+    CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_SOME, 1, 0) == -EINVAL, "some timeout 0");
+    CHECK(F.submit(g, 0, c, 1, (enum ferry_wait)7, 0, 0) == -EINVAL, "wait 7");
+    CHECK(F.submit(0, 0, c, 1, FERRY_WAIT_ALL, 0, 0) == -EINVAL, "no group");
+    CHECK(F.submit(g, 0, 0, 1, FERRY_WAIT_ALL, 0, 0) == -EINVAL, "no calls");
+    CHECK(F.reap(g, 3, 0) == -EINVAL, "reap pool 3");
     /* numbers no stub has: what the kernel says of a bad service number,
      * and nothing else in the batch is touched */
     struct ferry_call k[5] = {nop(), call(100000, 0, 0, 0, 0), call(-5, 0, 0, 0, 0), call(0xffffffffLL, 0, 0, 0, 0),
@@ -248,21 +247,22 @@ static void invalid(struct ferry_group *g)
     struct ferry_group *other = 0;
     F.config_default(&cfg, 0);
     cfg.pools[0].entries = 3;
-    CHECK(F.create(&other, &cfg) == EINVAL_, "entries 3");
+    CHECK(F.create(&other, &cfg) == -EINVAL, "entries 3");
     F.config_default(&cfg, 0);
     cfg.route[nr("NtReadFile")] = 5;
-    CHECK(F.create(&other, &cfg) == EINVAL_, "route to pool 5 of 1");
+    CHECK(F.create(&other, &cfg) == -EINVAL, "route to pool 5 of 1");
     F.config_default(&cfg, 0);
     cfg.route[nr("NtContinue")] = 0;
-    CHECK(F.create(&other, &cfg) == EINVAL_, "NtContinue routed to a pool");
+    CHECK(F.create(&other, &cfg) == -EINVAL, "NtContinue routed to a pool");
     F.config_default(&cfg, 0);
     cfg.npools = 0;
-    CHECK(F.create(&other, &cfg) == EINVAL_, "no pool");
-    CHECK(F.config_default(0, 0) == EINVAL_, "no config");
+    CHECK(F.create(&other, &cfg) == -EINVAL, "no pool");
+    CHECK(F.config_default(0, 0) == -EINVAL, "no config");
+    CHECK(F.number("NtNoSuchCall") == -ENOENT && F.number(0) == -ENOENT, "unknown name");
     /* a read still out: a worker writes into the caller's memory */
     c[0] = rw("NtReadFile", r1, &io, b, sizeof b, 0);
     CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_NONE, 0, 0) == 0, "read queued");
-    CHECK(F.destroy(g) == EBUSY_, "destroy with a call out");
+    CHECK(F.destroy(g) == -EBUSY, "destroy with a call out");
     put(w1, "!");
     CHECK(F.reap(g, 0, 1) == 1 && c[0].result == 0 && io.info == 1, "read %llx", c[0].result);
 }
@@ -320,7 +320,7 @@ static void affinity(void)
     struct ferry_group *g = 0;
     F.config_default(&cfg, 0);
     cfg.pools[0].cpus = 1ULL << 63;
-    CHECK(si.dwNumberOfProcessors >= 63 || F.create(&g, &cfg) == EINVAL_, "a CPU that is not there");
+    CHECK(si.dwNumberOfProcessors >= 63 || F.create(&g, &cfg) == -EINVAL, "a CPU that is not there");
 }
 
 /* The threads of this process at relative priority `rel` (THREAD_PRIORITY_*):
@@ -605,6 +605,12 @@ int main(int argc, char **argv)
         threads(argv[2]);
     } else if (!strcmp(t, "profile")) {
         profile();
+    } else if (!strcmp(t, "off")) {
+        /* FERRY_MODE=off: ferry.dll runs none of the program's calls */
+        struct ferry_group_config cfg;
+        struct ferry_group *g = 0;
+        F.config_default(&cfg, 0);
+        CHECK(F.create(&g, &cfg) == -ENOSYS && !g, "a group in mode off");
     } else if (!strcmp(t, "priority")) {
         priority();
     } else if (!strcmp(t, "affinity")) {
