@@ -44,10 +44,10 @@ static int start(struct ferry_group *g)
 __declspec(dllexport) int ferry_group_create(struct ferry_group **out, const struct ferry_group_config *cfg)
 {
     if (!out || !cfg)
-        return -EINVAL_;
+        return -EINVAL;
     const struct ferry_stub *first = ferry_stub_at(0);
     if (!first || !first->original)
-        return -ENOSYS_;    /* ferry.dll is not running the program's calls (FERRY_MODE=off) */
+        return -ENOSYS;    /* ferry.dll is not running the program's calls (FERRY_MODE=off) */
     int r = wagg_config_validate(cfg);
     if (r)
         return r;
@@ -55,7 +55,7 @@ __declspec(dllexport) int ferry_group_create(struct ferry_group **out, const str
     struct ferry_group *g = VirtualAlloc(0, sizeof(*g), MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
     ferry_own_end(was);
     if (!g)
-        return -ENOMEM_;
+        return -ENOMEM;
     ferry_copy(&g->cfg, cfg, sizeof(*cfg));
     r = start(g);
     if (r) {
@@ -73,9 +73,9 @@ __declspec(dllexport) int ferry_group_create(struct ferry_group **out, const str
 __declspec(dllexport) int ferry_group_destroy(struct ferry_group *g)
 {
     if (!g)
-        return -EINVAL_;
+        return -EINVAL;
     if (__atomic_load_n(&g->carriers, __ATOMIC_ACQUIRE))
-        return -EBUSY_;
+        return -EBUSY;
     int r = wagg_clients_idle(g);
     if (r)
         return r;
@@ -91,7 +91,7 @@ __declspec(dllexport) int ferry_group_destroy(struct ferry_group *g)
 __declspec(dllexport) int ferry_group_stats(struct ferry_group *g, struct ferry_group_stats *out)
 {
     if (!g || !out)
-        return -EINVAL_;
+        return -EINVAL;
     ferry_zero(out, sizeof(*out));
     out->aggregated = __atomic_load_n(&g->st.aggregated, __ATOMIC_RELAXED);
     out->native = __atomic_load_n(&g->st.native, __ATOMIC_RELAXED);
