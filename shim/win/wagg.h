@@ -146,5 +146,6 @@ void ferry_own_end(uint64_t was);
  * takes Ferry's settings out of the program's environment */
 void wagg_configure(void);
 uint64_t wagg_now_ns(void);
+uint64_t wagg_deadline(uint64_t timeout_ns);    /* now + timeout; UINT64_MAX for none or too far */
 
 #endif
