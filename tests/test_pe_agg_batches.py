@@ -23,7 +23,7 @@ def _run(wine, exe, run_dir, *args):
     return r
 
 
-@pytest.mark.parametrize("mode", POLICIES + ["invalid", "stats", "affinity", "priority"])
+@pytest.mark.parametrize("mode", POLICIES + ["invalid", "stats", "big", "affinity", "priority"])
 def test_batch_contract(wine, win_programs, ferry_dll_built, tmp_path, mode):  # noqa: F811
     r = _run(wine, win_programs["agg_batches"], tmp_path / "run", mode)
     assert r.stdout.splitlines()[-1] == f"ok {mode}", r.stdout

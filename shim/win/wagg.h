@@ -139,14 +139,11 @@ int wagg_kick(struct ferry_group *g, unsigned pool);     /* 1 if it woke one (a 
 int wagg_reap_calls(struct ferry_group *g, struct ferry_call **out, unsigned cap, unsigned min,
                     uint64_t timeout_ns);
 
-/* ferry.dll's own calls (waits, wakes, thread starts) kept out of the
- * program's counts (ferry_dll.c) */
-uint64_t ferry_own_begin(void);
-void ferry_own_end(uint64_t was);
 /* wagg_group.c: FERRY_AGG / FERRY_MODE read at start-up, before ferry.dll
  * takes Ferry's settings out of the program's environment */
 void wagg_configure(void);
 const char *wagg_profile_text(void);
 uint64_t wagg_now_ns(void);
+uint64_t wagg_deadline(uint64_t timeout_ns);    /* now + timeout; UINT64_MAX for none or too far */
 
 #endif

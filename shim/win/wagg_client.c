@@ -124,6 +124,12 @@ uint64_t wagg_now_ns(void)
     return ferry_ticks_ns(__builtin_ia32_rdtsc());
 }
 
+uint64_t wagg_deadline(uint64_t timeout_ns)
+{
+    uint64_t now = wagg_now_ns();
+    return timeout_ns >= UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+}
+
 int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned pool, uint64_t deadline_ns)
 {
     for (int k = 0; k < SPIN; k++) {
@@ -156,7 +162,7 @@ int wagg_reap_calls(struct ferry_group *g, struct ferry_call **out, unsigned cap
     struct wagg_client *cl = wagg_client(g);
     if (!cl)
         return -ENOMEM;
-    uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : wagg_now_ns() + timeout_ns;
+    uint64_t deadline = wagg_deadline(timeout_ns);
     unsigned got = 0, pool;
     struct ferry_call *c;
     for (;;) {

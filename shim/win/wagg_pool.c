@@ -73,8 +73,10 @@ static DWORD WINAPI worker_main(void *arg)
         void *c, *cl;
         if (wagg_ring_pop(&p->req, &c, &cl) == 0) {
             idle = 0;
-            /* a batch's one wake reaches one worker; the next one it wakes */
-            if (!wagg_ring_empty(&p->req))
+            /* a batch's one wake reaches one worker; the next one it wakes
+             * (a wake missed here costs parallelism, not progress: this
+             * worker comes back for the rest) */
+            if (__atomic_load_n(&p->sleepers, __ATOMIC_RELAXED) && !wagg_ring_empty(&p->req))
                 wagg_wake_one(&p->wake, &p->sleepers);
             complete(g, p->index, c, cl);
             continue;
@@ -100,7 +102,8 @@ int wagg_pool_start(struct ferry_group *g, unsigned pool, unsigned nworkers)
         return -ENOMEM;
     uint64_t was = ferry_own_begin();
     for (; p->nworkers < nworkers; p->nworkers++) {
-        HANDLE h = CreateThread(0, 64 * 1024, worker_main, p, STACK_SIZE_PARAM_IS_A_RESERVATION, 0);
+        /* reserved, committed as used: a call may raise and unwind on it */
+        HANDLE h = CreateThread(0, 256 * 1024, worker_main, p, STACK_SIZE_PARAM_IS_A_RESERVATION, 0);
         if (!h)
             break;
         p->threads[p->nworkers] = h;

@@ -62,7 +62,7 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
             run_here(g, c, &b);
             continue;
         }
-        while (wagg_push(g, pool, c)) {
+        while (wagg_push(g, pool, c) == -EAGAIN) {
             /* no room: what is queued leaves, and room is made by reaping */
             if (queued) {
                 wagg_batch(g, pool, queued);
@@ -93,7 +93,7 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
         break;
     case FERRY_WAIT_SOME:
         want = limit < n ? limit : n;
-        deadline = wagg_now_ns() + timeout_ns;
+        deadline = wagg_deadline(timeout_ns);
         break;
     default:    /* any; adaptive has no other work to weigh here: any */
         want = n ? 1 : 0;

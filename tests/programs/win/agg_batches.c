@@ -4,7 +4,7 @@
  * until the program writes to the pipe, so "returned before X completed"
  * needs no clock (the Windows port of tests/programs/agg_policies.c).
  * Usage: agg_batches none|any|some_limit|some_timeout|all|adaptive|invalid|
- *                    stats|affinity|priority|profile|threads DIR|results MODE DIR|counted N */
+ *                    stats|big|affinity|priority|off|profile|threads DIR|results MODE DIR|counted N */
 #include <windows.h>
 #include <tlhelp32.h>
 #include <errno.h>
@@ -286,6 +286,44 @@ static void stats(struct ferry_group *g)
     CHECK(p->max_depth >= 1 && p->max_depth <= 64, "max depth %llu", (unsigned long long)p->max_depth);
     CHECK(st.crossings == p->enters, "crossings %llu, enters %llu", (unsigned long long)st.crossings,
           (unsigned long long)p->enters);
+}
+
+/* Batches larger than the pool's ring (16) and than a thread's completion
+ * ring (4096): ferry_submit makes room by reaping, and every call completes
+ * once, with its own result. */
+static void big(void)
+{
+    struct ferry_group_config cfg;
+    F.config_default(&cfg, 0);
+    cfg.pools[0].entries = 16;
+    cfg.pools[0].concurrency = 2;
+    struct ferry_group *g = 0;
+    CHECK(F.create(&g, &cfg) == 0, "create");
+    static struct ferry_call c[6000];
+    long long close = nr("NtClose");
+    for (int i = 0; i < 6000; i++)
+        c[i] = i % 100 == 7 ? call(close, 0x7ffffff0, 0, 0, 0) : nop();
+    CHECK(F.submit(g, 0, c, 6000, FERRY_WAIT_ALL, 0, 0) == 6000, "all of 6000");
+    int bad = 0;
+    for (int i = 0; i < 6000; i++)
+        bad += !c[i].done || c[i].result != (i % 100 == 7 ? BAD_HANDLE_STATUS : 0);
+    CHECK(bad == 0, "%d calls wrong", bad);
+    for (int i = 0; i < 6000; i++)
+        c[i] = nop();
+    int r = F.submit(g, 0, c, 6000, FERRY_WAIT_NONE, 0, 0);
+    CHECK(r >= 6000 - 4096 && r <= 6000, "none of 6000: %d", r);
+    int got = r < 0 ? 0 : r;
+    while (got < 6000 && (r = F.reap(g, 0, 1)) > 0)
+        got += r;
+    int done = 0;
+    for (int i = 0; i < 6000; i++)
+        done += c[i].done;
+    CHECK(got == 6000 && done == 6000, "reaped %d, %d done", got, done);
+    struct ferry_group_stats st;
+    F.stats(g, &st);
+    CHECK(st.pools[0].submitted == 12000 && st.pools[0].completed == 12000, "submitted %llu completed %llu",
+          (unsigned long long)st.pools[0].submitted, (unsigned long long)st.pools[0].completed);
+    CHECK(F.destroy(g) == 0, "destroy");
 }
 
 /* A pool pinned to CPU k runs every call on CPU k. */
@@ -611,6 +649,8 @@ int main(int argc, char **argv)
         struct ferry_group *g = 0;
         F.config_default(&cfg, 0);
         CHECK(F.create(&g, &cfg) == -ENOSYS && !g, "a group in mode off");
+    } else if (!strcmp(t, "big")) {
+        big();
     } else if (!strcmp(t, "priority")) {
         priority();
     } else if (!strcmp(t, "affinity")) {
