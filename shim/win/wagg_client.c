@@ -68,6 +68,9 @@ int wagg_push(struct ferry_group *g, unsigned pool, struct ferry_call *c)
         return -ENOMEM;
     if (cl->inflight >= WAGG_DONE_CAP)
         return -EAGAIN;
+    int r = wagg_pool_ensure(g, pool);
+    if (r)
+        return r;
     struct wagg_pool *p = &g->pools[pool];
     c->done = 0;
     if (wagg_ring_push(&p->req, c, cl))

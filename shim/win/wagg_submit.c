@@ -62,7 +62,8 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
             run_here(g, c, &b);
             continue;
         }
-        while (wagg_push(g, pool, c) == -EAGAIN) {
+        int r;
+        while ((r = wagg_push(g, pool, c)) == -EAGAIN) {
             /* no room: what is queued leaves, and room is made by reaping */
             if (queued) {
                 wagg_batch(g, pool, queued);
@@ -77,6 +78,8 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
                 ferry_own_end(was);
             }
         }
+        if (r)
+            return r;   /* what was queued still completes into this thread's ring */
         queued++;
     }
     if (queued) {
