@@ -49,7 +49,9 @@ struct wagg_pool {
     uint32_t wake __attribute__((aligned(64)));     /* workers sleep on it (WaitOnAddress) */
     uint32_t sleepers;
     uint32_t up;                    /* its ring and workers exist */
-    struct ferry_pool_stats st;     /* updated with atomic adds */
+    /* updated with atomic adds; a line of their own, as workers write
+     * `completed` for every call */
+    struct ferry_pool_stats st __attribute__((aligned(64)));
 };
 
 /* One thread's use of one group. */
