@@ -69,6 +69,15 @@ static int raw(long n, unsigned workers, int nop)
     config_default(&cfg, 0);
     cfg.pools[0].entries = MAX_BATCH;
     cfg.pools[0].concurrency = workers;
+    /* the program's thread on CPU 0, the pool's workers on the others: a
+     * waiting client spins on its ring, and a worker sharing its CPU would
+     * wait for it (the figures then depend on where the scheduler put them) */
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    if (si.dwNumberOfProcessors >= 2) {
+        SetThreadAffinityMask(GetCurrentThread(), 1);
+        cfg.pools[0].cpus = (si.dwNumberOfProcessors >= 64 ? ~0ULL : (1ULL << si.dwNumberOfProcessors) - 1) & ~1ULL;
+    }
     struct ferry_group *g;
     int r = create(&g, &cfg);
     if (r) {

@@ -5,7 +5,8 @@ Per-call cost of NtYieldExecution for batch sizes 1, 2, 4, ..., 1024:
   native   the call made directly, under `ferry run -p count` (ferry.dll's
            counting trampoline on the way): what the pool is compared with
   raw      B calls per ferry_submit (FERRY_WAIT_ALL) on a pool of WORKERS of
-           ferry.dll's worker threads, each running its calls one by one
+           ferry.dll's worker threads, each running its calls one by one; the
+           program's thread pinned to CPU 0, the workers to the other CPUs
   nop      as raw with FERRY_NR_NOP, which makes no system call: the pool's
            own cost per call (rings, wakes, completions), the floor under raw
   linux    sched_yield(2) from a Linux program: the kernel's part of `wine`

@@ -116,3 +116,14 @@ def test_ferry_agg_reaches_the_group(wine, win_programs, ferry_dll_built, tmp_pa
     bad, got = _profile(wine, exe, tmp_path / "bad", "pool=64,2;route=1:9")
     assert "FERRY_AGG is malformed" in bad.stderr and "workers 4 npools 1" in bad.stdout, (bad.stdout, bad.stderr)
     assert got == routes
+
+
+def test_workers_take_no_block_of_the_programs(wine, win_programs, ferry_dll_built, tmp_path):  # noqa: F811
+    """80 worker threads over 40 groups, more than the process file's 64
+    thread blocks: every call the report counts is the program's own (the
+    5 yields of a thread it starts last are there, none is a worker's)."""
+    _run(wine, win_programs["agg_batches"], tmp_path / "run", "groups", "40")
+    r = ferry("report", "--json", tmp_path / "run", env=wine.env, timeout=180)
+    assert r.returncode == 0, r.stderr
+    threads = [t for t in json.loads(r.stdout)["threads"] if t["calls"]]
+    assert [t["syscalls"].get("NtYieldExecution") for t in threads[1:]] == [5], threads

@@ -98,10 +98,30 @@ const struct ferry_stub *ferry_stub_at(unsigned index)
     return index < (unsigned)nstubs ? &stubs[index] : 0;
 }
 
+/* Blocks that threads of ferry.dll gave back: the next thread takes one
+ * before a new one (the file holds WIN_MAX_BLOCKS). */
+static uint32_t given_back[WIN_MAX_BLOCKS];
+static uint32_t ngiven;
+static long given_lock;
+
+static void given_lock_take(void)
+{
+    while (__atomic_exchange_n(&given_lock, 1, __ATOMIC_ACQUIRE))
+        YieldProcessor();
+}
+
 /* Called by ferry_claim_entry (claim.S): the calling thread's block. */
 void *ferry_claim_block(void)
 {
-    uint32_t idx = __atomic_fetch_add(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+    uint32_t idx = WIN_MAX_BLOCKS;
+    if (__atomic_load_n(&ngiven, __ATOMIC_RELAXED)) {
+        given_lock_take();
+        if (ngiven)
+            idx = given_back[--ngiven];
+        __atomic_store_n(&given_lock, 0, __ATOMIC_RELEASE);
+    }
+    if (idx == WIN_MAX_BLOCKS)
+        idx = __atomic_fetch_add(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
     void *b;
     if (idx < WIN_MAX_BLOCKS) {
         struct ferry_blk *blk = (struct ferry_blk *)(blocks + (uint64_t)idx * block_size);
@@ -154,6 +174,23 @@ uint64_t ferry_own_begin(void)
     __asm__ volatile("movq %%gs:(%1), %0" : "=r"(was) : "r"(off));
     __asm__ volatile("movq %0, %%gs:(%1)" : : "r"((uint64_t)own), "r"(off) : "memory");
     return was;
+}
+
+/* Called first thing by a thread ferry.dll made: from now on it counts
+ * nothing, and the block the loader's start of a thread made it take (wine
+ * makes an NtContinue there) goes back, emptied, for another thread. */
+void ferry_own_thread(void)
+{
+    struct ferry_blk *b = thread_block();
+    ferry_own_begin();
+    uint8_t *p = (uint8_t *)b;
+    if (!blocks || p < blocks || p >= blocks + (uint64_t)WIN_MAX_BLOCKS * block_size)
+        return;
+    __atomic_store_n(&b->in_use, 0, __ATOMIC_RELEASE);
+    ferry_zero(p, __builtin_offsetof(struct ferry_blk, events));
+    given_lock_take();
+    given_back[ngiven++] = (uint32_t)((p - blocks) / block_size);
+    __atomic_store_n(&given_lock, 0, __ATOMIC_RELEASE);
 }
 
 void ferry_own_end(uint64_t was)

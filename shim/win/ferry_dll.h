@@ -82,6 +82,7 @@ void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32
  * the calling thread counts into a block nobody reads (ferry_dll.c) */
 uint64_t ferry_own_begin(void);
 void ferry_own_end(uint64_t was);
+void ferry_own_thread(void);            /* first thing in a thread of ferry.dll's */
 
 /* freestanding helpers (ferry_dll.c) */
 uint64_t ferry_ticks_ns(uint64_t ticks);    /* TSC ticks -> ns, as calibrated at start */

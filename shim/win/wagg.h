@@ -48,7 +48,10 @@ struct wagg_pool {
     void **threads;                 /* HANDLEs */
     uint32_t wake __attribute__((aligned(64)));     /* workers sleep on it (WaitOnAddress) */
     uint32_t sleepers;
-    struct ferry_pool_stats st;     /* updated with atomic adds */
+    uint32_t up;                    /* its ring and workers exist */
+    /* updated with atomic adds; a line of their own, as workers write
+     * `completed` for every call */
+    struct ferry_pool_stats st __attribute__((aligned(64)));
 };
 
 /* One thread's use of one group. */
@@ -99,6 +102,9 @@ int wagg_index(const char *name);
 
 /* wagg_pool.c */
 int wagg_pool_start(struct ferry_group *g, unsigned pool, unsigned nworkers);
+/* wagg_group.c: `pool`'s ring and workers made if not yet (WAGG_WORKER_POOL
+ * starts on first use): 0 or -errno */
+int wagg_pool_ensure(struct ferry_group *g, unsigned pool);
 void wagg_pools_stop(struct ferry_group *g);
 /* The wake protocol of workers and clients: a waker bumps `word` and wakes
  * one sleeper if `sleepers` says one may sleep; a sleeper sleeps on `word`

@@ -68,6 +68,11 @@ int wagg_push(struct ferry_group *g, unsigned pool, struct ferry_call *c)
         return -ENOMEM;
     if (cl->inflight >= WAGG_DONE_CAP)
         return -EAGAIN;
+    /* pools of the configuration run from the group's start: no look at
+     * the pool's state (a line workers write) per call */
+    int r = pool == WAGG_WORKER_POOL ? wagg_pool_ensure(g, pool) : 0;
+    if (r)
+        return r;
     struct wagg_pool *p = &g->pools[pool];
     c->done = 0;
     if (wagg_ring_push(&p->req, c, cl))

@@ -14,27 +14,43 @@ static unsigned pow2_at_least(unsigned n)
     return p;
 }
 
+static int pool_up(struct ferry_group *g, unsigned i)
+{
+    struct wagg_pool *p = &g->pools[i];
+    int worker_pool = i == WAGG_WORKER_POOL;
+    if (!worker_pool)
+        p->cfg = g->cfg.pools[i];
+    else
+        p->cfg = (struct ferry_pool_config){.entries = 1024, .sqpoll_cpu = -1};
+    /* the workers' ring holds a pool's every call: no fewer cells than workers */
+    unsigned nworkers = worker_pool ? (g->cfg.workers ? g->cfg.workers : 4)
+                      : (p->cfg.concurrency ? p->cfg.concurrency : 4);
+    unsigned cells = p->cfg.entries ? p->cfg.entries : REQ_RING_DEFAULT;
+    int r = wagg_ring_init(&p->req, pow2_at_least(cells > nworkers ? cells : nworkers));
+    if (!r)
+        r = wagg_pool_start(g, i, nworkers);
+    if (!r)
+        __atomic_store_n(&p->up, 1, __ATOMIC_RELEASE);
+    return r;
+}
+
+/* FERRY_ROUTE_WORKER's pool starts with the first call routed to it: most
+ * groups never route one there, though the default table names some */
+int wagg_pool_ensure(struct ferry_group *g, unsigned pool)
+{
+    if (__atomic_load_n(&g->pools[pool].up, __ATOMIC_ACQUIRE))
+        return 0;
+    while (__atomic_exchange_n(&g->lock, 1, __ATOMIC_ACQUIRE))
+        YieldProcessor();
+    int r = g->pools[pool].up ? 0 : pool_up(g, pool);
+    __atomic_store_n(&g->lock, 0, __ATOMIC_RELEASE);
+    return r;
+}
+
 static int start(struct ferry_group *g)
 {
-    int worker_routes = 0;
-    for (int nr = 0; nr < FERRY_NR_MAX; nr++)
-        worker_routes |= g->cfg.route[nr] == FERRY_ROUTE_WORKER;
-    for (unsigned i = 0; i < WAGG_NPOOLS; i++) {
-        int worker_pool = i == WAGG_WORKER_POOL;
-        if (worker_pool ? !worker_routes : i >= g->cfg.npools)
-            continue;
-        struct wagg_pool *p = &g->pools[i];
-        if (!worker_pool)
-            p->cfg = g->cfg.pools[i];
-        else
-            p->cfg = (struct ferry_pool_config){.entries = 1024, .sqpoll_cpu = -1};
-        /* the workers' ring holds a pool's every call: no fewer cells than workers */
-        unsigned nworkers = worker_pool ? (g->cfg.workers ? g->cfg.workers : 4)
-                          : (p->cfg.concurrency ? p->cfg.concurrency : 4);
-        unsigned cells = p->cfg.entries ? p->cfg.entries : REQ_RING_DEFAULT;
-        int r = wagg_ring_init(&p->req, pow2_at_least(cells > nworkers ? cells : nworkers));
-        if (!r)
-            r = wagg_pool_start(g, i, nworkers);
+    for (unsigned i = 0; i < g->cfg.npools; i++) {
+        int r = pool_up(g, i);
         if (r)
             return r;
     }

@@ -61,7 +61,7 @@ static int priority_of(int nice)
 
 static DWORD WINAPI worker_main(void *arg)
 {
-    ferry_own_begin();      /* nothing a worker does is the program's call */
+    ferry_own_thread();     /* nothing a worker does is the program's call */
     struct wagg_pool *p = arg;
     struct ferry_group *g = p->group;
     if (p->cfg.cpus)
@@ -102,7 +102,7 @@ int wagg_pool_start(struct ferry_group *g, unsigned pool, unsigned nworkers)
         return -ENOMEM;
     uint64_t was = ferry_own_begin();
     for (; p->nworkers < nworkers; p->nworkers++) {
-        /* reserved, committed as used: a call may raise and unwind on it */
+        /* the stack reserved, committed as used: a call may raise and unwind on it */
         HANDLE h = CreateThread(0, 256 * 1024, worker_main, p, STACK_SIZE_PARAM_IS_A_RESERVATION, 0);
         if (!h)
             break;
@@ -128,6 +128,7 @@ void wagg_pools_stop(struct ferry_group *g)
             VirtualFree(p->threads, 0, MEM_RELEASE);
         p->threads = 0;
         p->nworkers = 0;
+        p->up = 0;
         wagg_ring_free(&p->req);
     }
     ferry_own_end(was);

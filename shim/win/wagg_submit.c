@@ -62,21 +62,26 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
             run_here(g, c, &b);
             continue;
         }
-        while (wagg_push(g, pool, c) == -EAGAIN) {
+        int r;
+        while ((r = wagg_push(g, pool, c)) == -EAGAIN) {
             /* no room: what is queued leaves, and room is made by reaping */
             if (queued) {
                 wagg_batch(g, pool, queued);
                 wagg_kick(g, pool);
                 queued = 0;
             }
-            if (cl->inflight)
-                reap_until(g, cl, pool, &b, b.done + 1, UINT64_MAX);
-            else {
+            if (cl->inflight) {
+                /* any completion makes room, this batch's or an earlier one's */
+                wagg_client_wait(g, cl, pool, UINT64_MAX);
+                reap(cl, &b);
+            } else {
                 uint64_t was = ferry_own_begin();
                 SwitchToThread();   /* other threads' calls fill the ring */
                 ferry_own_end(was);
             }
         }
+        if (r)
+            return r;   /* what was queued still completes into this thread's ring */
         queued++;
     }
     if (queued) {

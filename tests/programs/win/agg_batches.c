@@ -4,7 +4,8 @@
  * until the program writes to the pipe, so "returned before X completed"
  * needs no clock (the Windows port of tests/programs/agg_policies.c).
  * Usage: agg_batches none|any|some_limit|some_timeout|all|adaptive|invalid|
- *                    stats|big|affinity|priority|off|profile|threads DIR|results MODE DIR|counted N */
+ *                    stats|big|affinity|priority|off|profile|threads DIR|results MODE DIR|
+ *                    counted N|groups N */
 #include <windows.h>
 #include <tlhelp32.h>
 #include <errno.h>
@@ -627,6 +628,30 @@ static void profile(void)
     printf("env %s\n", getenv("FERRY_AGG") ? "FERRY_AGG" : "-");
 }
 
+/* n groups of 2 workers made and ended one after the other, then a thread
+ * of the program's own makes 5 NtYieldExecution: the report must have them
+ * (ferry.dll's workers must not use up the process file's blocks). */
+static DWORD WINAPI five_yields(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5; i++)
+        SwitchToThread();
+    return 0;
+}
+
+static void groups(int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct ferry_group *g = group(2);
+        struct ferry_call c[4] = {nop(), nop(), nop(), nop()};
+        CHECK(F.submit(g, 0, c, 4, FERRY_WAIT_ALL, 0, 0) == 4, "batch");
+        CHECK(F.destroy(g) == 0, "destroy");
+    }
+    HANDLE t = CreateThread(0, 0, five_yields, 0, 0, 0);
+    WaitForSingleObject(t, INFINITE);
+    CloseHandle(t);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -636,6 +661,8 @@ int main(int argc, char **argv)
     const char *t = argv[1];
     if (!strcmp(t, "results") && argc == 4) {
         results(argv[2], argv[3]);
+    } else if (!strcmp(t, "groups") && argc == 3) {
+        groups(atoi(argv[2]));
     } else if (!strcmp(t, "counted") && argc == 3) {
         counted(atoi(argv[2]));
     } else if (!strcmp(t, "threads") && argc == 3) {
