@@ -141,18 +141,8 @@ void agg_stats_group(struct ferry_group *g)
     a->version = FERRY_AGG_VERSION;
     if (a->npools < g->cfg.npools)
         a->npools = g->cfg.npools;
-    for (unsigned i = 0; i < g->cfg.npools; i++) {
-        const struct ferry_pool_config *pc = &g->cfg.pools[i];
-        struct ferry_agg_pool_row *p = &a->pools[i];
-        p->entries = pc->entries ? pc->entries : 256;
-        p->concurrency = pc->concurrency;
-        p->cpus = pc->cpus;
-        p->sqpoll_cpu = pc->sqpoll_cpu;
-        p->priority = pc->priority;
-        p->wait = pc->wait;
-        p->wait_limit = pc->wait_limit;
-        p->wait_timeout_ns = pc->wait_timeout_ns;
-    }
+    for (unsigned i = 0; i < g->cfg.npools; i++)
+        ferry_agg_pool_row_set(&a->pools[i], &g->cfg.pools[i]);
     ferry_memcpy(a->route, g->cfg.route, sizeof(a->route));
     __atomic_add_fetch(&a->groups, 1, __ATOMIC_RELAXED);
     __atomic_store_n((uint64_t *)a->magic, *(const uint64_t *)FERRY_AGG_MAGIC, __ATOMIC_RELEASE);

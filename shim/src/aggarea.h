@@ -65,4 +65,17 @@ struct ferry_agg_area {
 
 _Static_assert(sizeof(struct ferry_agg_pool_row) == 256, "aggregation area layout");
 
+/* A pool's settings as the file shows them (both engines, Linux and ferry.dll) */
+static inline void ferry_agg_pool_row_set(struct ferry_agg_pool_row *p, const struct ferry_pool_config *pc)
+{
+    p->entries = pc->entries ? pc->entries : 256;
+    p->concurrency = pc->concurrency;
+    p->cpus = pc->cpus;
+    p->sqpoll_cpu = pc->sqpoll_cpu;
+    p->priority = pc->priority;
+    p->wait = pc->wait;
+    p->wait_limit = pc->wait_limit;
+    p->wait_timeout_ns = pc->wait_timeout_ns;
+}
+
 #endif

@@ -62,18 +62,8 @@ void wagg_stats_group(struct ferry_group *g)
     a->version = FERRY_AGG_VERSION;
     if (a->npools < cfg->npools)
         a->npools = cfg->npools;
-    for (unsigned i = 0; i < cfg->npools && i < FERRY_MAX_POOLS; i++) {
-        const struct ferry_pool_config *pc = &cfg->pools[i];
-        struct ferry_agg_pool_row *p = &a->pools[i];
-        p->entries = pc->entries ? pc->entries : 256;
-        p->concurrency = pc->concurrency;
-        p->cpus = pc->cpus;
-        p->sqpoll_cpu = pc->sqpoll_cpu;
-        p->priority = pc->priority;
-        p->wait = pc->wait;
-        p->wait_limit = pc->wait_limit;
-        p->wait_timeout_ns = pc->wait_timeout_ns;
-    }
+    for (unsigned i = 0; i < cfg->npools && i < FERRY_MAX_POOLS; i++)
+        ferry_agg_pool_row_set(&a->pools[i], &cfg->pools[i]);
     ferry_copy(a->route, cfg->route, sizeof(a->route));
     add(&a->groups, 1);
     uint64_t magic;
