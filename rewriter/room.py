@@ -33,6 +33,12 @@ _SHDR = struct.Struct("<IIQQQQIIQQ")
 # new .dynstr/.dynamic ones), so leave some beyond that.
 _SPARE_ENTRIES = 16
 _Q_SIZE = 16
+# P's file offset must equal its address less the image's base (see make_room),
+# and its address lies above the whole image: memory past the file's contents
+# (.bss) becomes file bytes.  Beyond this the file would be absurd (a damaged
+# p_memsz asks for gigabytes); a real program with that much .bss and no gap is
+# refused with the reason.
+_MAX_SHIFT = 256 << 20
 
 
 def _align_up(value, align):
@@ -72,6 +78,10 @@ def make_room(data, path):
     gap = max((2 * entries + _SPARE_ENTRIES) * _PHDR.size, widest + _PHDR.size)
     q_off = _align_up(p_off + table + gap, PAGE)
     shift = _align_up(q_off + _Q_SIZE - cut, PAGE)
+    if shift > _MAX_SHIFT:
+        raise FerryError(path, f"no room to add segments: its segments reach {end_vaddr - base:#x} bytes "
+                               f"past its base but its file ends at {cut:#x} (a p_memsz too large?), and "
+                               f"the new segments would need {shift >> 20} MiB of file")
 
     new = []
     last_load = max(i for i, p in enumerate(phdrs) if p[0] == PT_LOAD)

@@ -114,6 +114,29 @@ def test_missing_library_is_named(tmp_path):
     assert "libgone.so" in r.stderr
 
 
+def _address_space_limit():
+    """In the child: at most 3 GiB of address space, so that a rewriter that tries
+    to allocate what a damaged header asks for fails here instead of taking the
+    machine's memory."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def test_a_segment_claiming_gigabytes_of_memory_is_refused_not_allocated(tmp_path):
+    # Found by hypothesis: one byte of /usr/bin/true's first LOAD p_memsz made it
+    # 8 GiB; making room for the new segments then allocated it as file bytes.
+    data = bytearray(SMALL_PROGRAM)
+    e_phoff = struct.unpack_from("<Q", data, 32)[0]
+    first_load = next(i for i in range(16) if struct.unpack_from("<I", data, e_phoff + 56 * i)[0] == 1)
+    data[e_phoff + 56 * first_load + 44] = 2       # p_memsz += 8 GiB
+    path = tmp_path / "prog"
+    path.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    r = ferry("instrument", path, "-o", out, preexec_fn=_address_space_limit)
+    _assert_clean_failure(r, path, out)
+    assert "p_memsz" in r.stderr
+
+
 mutation = st.one_of(
     st.tuples(st.just("truncate"), st.integers(0, len(SMALL_PROGRAM) - 1), st.just(0)),
     st.tuples(st.just("byte"), st.integers(0, 4095), st.integers(0, 255)),
@@ -141,7 +164,8 @@ def _instrument_mutated(tmp_path_factory, name, original, mutations):
     path = tmp / name
     path.write_bytes(_mutate(original, mutations))
     out = tmp / "out"
-    _assert_complete_or_clean_failure(ferry("instrument", path, "-o", out), path, out)
+    r = ferry("instrument", path, "-o", out, preexec_fn=_address_space_limit)
+    _assert_complete_or_clean_failure(r, path, out)
     return path
 
 
