@@ -61,7 +61,7 @@ struct target {
 static struct {
     uint64_t lo, hi;
     char path[256];
-} remapped[MAX_REMAPPED];
+} remapped[MAX_REMAPPED] FERRY_COLD;
 static int nremapped;
 
 const char *ferry_plans_module_at(uint64_t addr)
@@ -107,7 +107,7 @@ extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), voi
 /* Addresses where a stopped thread will resume (`ferry attach` passes them):
  * the windows over them stay as they are. */
 #define MAX_AVOID 256
-static uint64_t avoid[MAX_AVOID];
+static uint64_t avoid[MAX_AVOID] FERRY_COLD;
 static int navoid;
 
 void ferry_plans_avoid(const char *list)

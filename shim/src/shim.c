@@ -242,8 +242,8 @@ void ferry_on_dl_change(void)
  * cannot change: it leaves the settings in /tmp/ferry-attach.<pid>, one
  * VAR=value per line, which count only if written by this process's user
  * and by nobody else. */
-static char attach_buf[8192];
-static char *attach_env[64];
+static char attach_buf[8192] FERRY_COLD;
+static char *attach_env[64] FERRY_COLD;
 
 static char **attach_settings(void)
 {

@@ -262,9 +262,17 @@ void ferry_store_span(int which, uint64_t tsc)
         ferry_hdr->start_spans[which] = tsc;
 }
 
+/* Blocks claimed so far: the table beyond them is all zeros, and scanning
+ * it (8 KiB) faulted in its pages in every process. */
+static uint32_t claimed_blocks(const struct ferry_proc_header *h)
+{
+    uint32_t n = h ? __atomic_load_n(&h->nblocks, __ATOMIC_ACQUIRE) : 0;
+    return n < FERRY_MAX_BLOCKS ? n : FERRY_MAX_BLOCKS;
+}
+
 static struct ferry_blk *claim(void)
 {
-    for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++) {
+    for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++) {
         struct ferry_blk *b = __atomic_load_n(&st.blocks[i], __ATOMIC_ACQUIRE);
         if (!b)
             continue;
@@ -324,7 +332,7 @@ void ferry_store_after_fork(void)
 {
     /* Everything mapped is the parent's (shared with its file): leave it
      * alone, and start a file of our own. */
-    for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++)
+    for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++)
         st.blocks[i] = 0;
     FERRY_THR->blk = 0;
     FERRY_THR->spare = 0;
