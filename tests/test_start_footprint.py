@@ -2,9 +2,10 @@
 record it touches is a page of the run's file to fault in, allocate and
 write back, in every process.  A start writes its header's first page and
 the pages its counts need, and nothing for what did not happen."""
+import collections
 import os
 
-from conftest import ferry
+from conftest import PROGRAMS, ferry
 from ferry import catchdata, procfile
 from ferry.rundata import load_run
 
@@ -25,3 +26,49 @@ def test_catch_area_written_only_once_a_call_is_caught(tmp_path):
     assert area == bytes(4096), "the catch area's page was written though nothing was caught"
     model = load_run(run_dir)
     assert model["catch_all"]["enabled"]
+
+
+LOADER = os.path.realpath("/lib64/ld-linux-x86-64.so.2")
+
+
+def _is_loader(module):
+    return os.path.realpath(module) == LOADER
+
+
+def _loader_plan():
+    from ferry.rewriter import cache
+    return cache.root() / "plans" / cache.exec_key(LOADER)
+
+
+def test_loader_plan_waits_for_the_first_load(tmp_path, test_programs, monkeypatch):
+    """ld.so's plan (made once the catch-all caught its calls in a dlopen) is
+    applied when the list of modules first changes: a process that loads
+    nothing more is spared mapping ld.so's patched copy, and one that loads
+    a library has every call counted, as strace counts them."""
+    from test_run_matches_strace import _program_calls_after_shim_start, _trace
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    argv = [PROGRAMS / "dlopen_main", PROGRAMS / "libsite.so", 5]
+    first = ferry("run", "-o", tmp_path / "first", "--", *argv, timeout=120)
+    assert first.returncode == 0 and "5 of 5" in first.stdout, first.stderr
+    assert _loader_plan().is_file(), "the first run's dlopen did not get ld.so planned"
+
+    quiet = ferry("run", "--no-learn", "-o", tmp_path / "quiet", "--", "sh", "-c", "/bin/true; :",
+                  timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    (true,) = _records(tmp_path / "quiet", "/usr/bin/true")
+    assert true.modules and not [m for m in true.modules if _is_loader(m[0])], true.modules
+
+    lines, run_dir = _trace(tmp_path, [str(a) for a in argv])
+    (main,) = _records(run_dir, str(PROGRAMS / "dlopen_main"))
+    assert [m for m in main.modules if _is_loader(m[0])], main.modules
+    model = load_run(run_dir)
+    root = model["info"]["pid"]
+    seen, started = _program_calls_after_shim_start(lines, run_dir, root)
+    assert root in started
+    counted = collections.Counter({s["name"]: s["calls"] for s in model["syscalls"]})
+    shim_own = collections.Counter(model["shim_calls"])
+    assert counted["getppid"] == 5 and counted["openat"] >= 1
+    assert seen == counted + shim_own, {
+        name: (seen[name], counted[name], shim_own[name])
+        for name in set(seen) | set(counted) | set(shim_own)
+        if seen[name] != counted[name] + shim_own[name]}

@@ -153,6 +153,25 @@ static int has_ctl(struct dl_phdr_info *info)
 
 extern char __ehdr_start[] __attribute__((visibility("hidden")));
 
+/* Code address of a module ferry_plans_apply leaves for later (0: none). */
+static uint64_t deferred;
+
+void ferry_plans_defer(uint64_t addr)
+{
+    deferred = addr;
+}
+
+static int holds_code_at(const struct dl_phdr_info *info, uint64_t addr)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && addr >= lo && addr - lo < ph->p_memsz)
+            return 1;
+    }
+    return 0;
+}
+
 static int has_slash(const char *s)
 {
     for (; *s; s++)
@@ -177,7 +196,8 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data)
      * no directory in it): a plan is for a file, found by its path; the shim
      * never patches itself (a program may link it for its API). */
     if (!info->dlpi_name || !has_slash(info->dlpi_name) || has_ctl(info) ||
-        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS)
+        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS ||
+        (deferred && holds_code_at(info, deferred)))
         return 0;
     size_t n = ferry_strlen(info->dlpi_name);
     if (n >= sizeof(all->t[0].path))
