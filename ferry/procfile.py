@@ -252,9 +252,9 @@ def read(path):
 
 def record_offsets(f, size=None, name=None):
     """Where the records of an open file of proc/ start: 0 in a file of one
-    record; each slot claimed so far in a slot file, less those at its end
-    that the file does not reach yet (their process was killed between
-    claiming the slot and growing the file: nothing was recorded there)."""
+    record; each slot claimed so far in a slot file: the file grows by each
+    slot as it is claimed (runs of earlier versions also counted them in the
+    head's `next`, and may have claimed slots the file never reached)."""
     f.seek(0)
     head = f.read(SLOTS_HEAD)
     if head[:len(SLOTS_MAGIC)] != SLOTS_MAGIC:
@@ -262,17 +262,13 @@ def record_offsets(f, size=None, name=None):
     if len(head) < SLOTS_HEAD:
         raise ProcFileError(name or f.name, "truncated process file (a slot file shorter than its head)")
     sh = SLOTS.unpack(head)
-    version, capacity, stride, claimed, ready = (sh["version"], sh["capacity"], sh["stride"], sh["next"],
-                                                 sh["ready"])
+    version, capacity, stride, ready = sh["version"], sh["capacity"], sh["stride"], sh["ready"]
     if not ready:
         return []  # its first process is still making it: nothing recorded yet
     if version != SLOTS_VERSION or stride < HEADER_SIZE or stride % 4096:
         raise ProcFileError(name or f.name, "corrupt slot file head")
     size = os.fstat(f.fileno()).st_size if size is None else size
-    bases = [SLOTS_HEAD + i * stride for i in range(min(claimed, capacity))]
-    while bases and bases[-1] + stride > size:
-        bases.pop()
-    return bases
+    return [SLOTS_HEAD + i * stride for i in range(min((size - SLOTS_HEAD) // stride, capacity))]
 
 
 def read_all(path):

@@ -4,8 +4,13 @@ write back, in every process.  A start writes its header's first page and
 the pages its counts need, and nothing for what did not happen."""
 import collections
 import os
+import re
+import shutil
+import subprocess
 
-from conftest import PROGRAMS, ferry
+import pytest
+
+from conftest import FERRY, PROGRAMS, ferry
 from ferry import catchdata, procfile
 from ferry.rundata import load_run
 
@@ -72,3 +77,21 @@ def test_loader_plan_waits_for_the_first_load(tmp_path, test_programs, monkeypat
         name: (seen[name], counted[name], shim_own[name])
         for name in set(seen) | set(counted) | set(shim_own)
         if seen[name] != counted[name] + shim_own[name]}
+
+
+def test_a_start_maps_its_slot_and_nothing_else_of_the_file(tmp_path):
+    """A slot is claimed under the file's lock, the head read (pread), not
+    mapped: mapping the head cost its mapping and two faults of its page."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
+    subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=mmap", "-o", str(log), *FERRY, "run",
+                    "--no-learn", "-o", str(run_dir), "--", "sh", "-c", "/bin/true; /bin/true"],
+                   check=True, capture_output=True, timeout=300)
+    maps = [line for line in log.read_text().splitlines() if re.search(r"\.ferry>, ", line)]
+    starts = len(procfile.read_dir(run_dir / "proc"))
+    assert starts >= 3
+    heads = [line for line in maps if re.search(r"\.ferry>, 0\)", line)]
+    assert not heads, heads
+    # one mapping per process that mapped its record (vfork children write theirs)
+    assert 0 < len(maps) <= starts, maps

@@ -154,11 +154,11 @@ struct ferry_proc_header {
 /* A slot file: this head, then `capacity` slots of `stride` bytes each, slot
  * i at FERRY_SLOTS_HEAD + i * stride, each a process record as above.  Made
  * by the first process of its user, owned by that user and writable by
- * nobody else; a process claims a slot with one atomic add on `next`, and
- * grows the file (sparse, under the file's lock) to the end of its slot if
- * it does not reach there yet.  A slot claimed by a process killed
- * before it grew the file may lie past its end.  Creating a file per process cost
- * each an inode (50-170 us on ext4), two per command a shell starts. */
+ * nobody else; under the file's lock (flock), a process takes the slot
+ * that starts where the file ends and grows the file (sparse) by it: the
+ * slots claimed are the ones the file's size holds.  (`next` counted them
+ * in runs of earlier versions; it stays 0.)  Creating a file per process
+ * cost each an inode (50-170 us on ext4), two per command a shell starts. */
 #define FERRY_SLOTS_MAGIC "FERRYSLOTS\0v1\0\0\0"
 #define FERRY_SLOTS_VERSION 1
 #define FERRY_SLOTS_HEAD 4096
@@ -169,7 +169,7 @@ struct ferry_slots_head {
     uint32_t version;               /* 16 */
     uint32_t capacity;              /* 20: slots in the file */
     uint64_t stride;                /* 24: bytes per slot */
-    uint32_t next;                  /* 32: slots claimed (may pass capacity) */
+    uint32_t next;                  /* 32: 0 (earlier versions: slots claimed) */
     uint32_t ready;                 /* 36: 1 once the file is sized and this head written */
 };
 
