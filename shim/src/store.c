@@ -553,9 +553,18 @@ _Static_assert(HEAD_AT(start_spans) + sizeof(((struct ferry_proc_header *)0)->st
         ferry_memcpy((buf) + HEAD_AT(field), &v_, sizeof(v_));                  \
     } while (0)
 
+/* Bytes of the module table from its start that hold entries, in whole
+ * pages: the pages a child's record needs of it (the parent's modules). */
+static size_t modules_used(void)
+{
+    size_t n = ferry_hdr->nmodules < FERRY_MAX_MODULES ? ferry_hdr->nmodules : FERRY_MAX_MODULES;
+    return (n * sizeof(ferry_hdr->modules[0]) + 4095) & ~4095UL;
+}
+
 /* The first pages of a vfork child's record in one write: the parent's,
  * with the child's identity, state, end and exec path in place (written
- * field by field, they were eight more system calls for every child). */
+ * field by field, they were eight more system calls for every child), and
+ * the parent's module table as far as it holds entries. */
 static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state, int exit_code,
                              const char *exec_path, uint32_t kind)
 {
@@ -592,7 +601,7 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state
         iov[n++] = (struct iovec){path, len + 1};
         rest = HEAD_AT(exec_path) + len + 1;
     }
-    iov[n++] = (struct iovec){(void *)(h + rest), HEAD_PAGES - rest};
+    iov[n++] = (struct iovec){(void *)(h + rest), HEAD_PAGES + modules_used() - rest};
     ferry_raw6(SYS_pwritev, fd, (long)iov, n, (long)base, 0, 0);
 }
 
@@ -613,7 +622,8 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     /* The rest of the parent's header but its waits (the child waited for
      * none: nwaits is 0) and its tally (the child's own goes last). */
     const char *h = (const char *)ferry_hdr;
-    pwrite_used(fd, h + HEAD_PAGES, HEAD_AT(waits) - HEAD_PAGES, base + HEAD_PAGES, 0);
+    size_t mods = HEAD_PAGES + modules_used();
+    pwrite_used(fd, h + mods, HEAD_AT(waits) - mods, base + mods, 0);
     pwrite_used(fd, h + HEAD_AT(catchall), FERRY_PROC_HEADER_SIZE - HEAD_AT(catchall),
                 base + HEAD_AT(catchall), 0);
     uint64_t touched[SPARE_PAGES];
