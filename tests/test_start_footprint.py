@@ -95,3 +95,19 @@ def test_a_start_maps_its_slot_and_nothing_else_of_the_file(tmp_path):
     assert not heads, heads
     # one mapping per process that mapped its record (vfork children write theirs)
     assert 0 < len(maps) <= starts, maps
+
+
+def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path):
+    """A shell's child passes on an environment that lies mostly back to
+    back; its exec hook reads the heads of the entries (to take Ferry's out)
+    as one piece and the few others apart, not one piece each (each piece
+    read costs the kernel a page lookup)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
+    env = dict(os.environ, **{f"PIECES_TEST_VAR_{i}": "x" * i for i in range(40)})
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=process_vm_readv", "-o", str(log), *FERRY,
+                    "run", "--no-learn", "-o", str(run_dir), "--", "sh", "-c",
+                    "export CHANGED=1; /bin/true"], env=env, check=True, capture_output=True, timeout=300)
+    pieces = [int(m.group(1)) for m in re.finditer(r"\], (\d+), 0\) = \d+", log.read_text())]
+    assert pieces and max(pieces) <= 3, sorted(pieces)
