@@ -7,15 +7,20 @@ from .base.syscall_table import name_of
 
 AREA = layout("ferry_catch_area")
 SITE = layout("ferry_catch_site")
-OFFSET = layout("ferry_proc_header").offset("catchall")
+HEADER = layout("ferry_proc_header")
+OFFSET = HEADER.offset("catchall")
+ON = HEADER.offset("catchall_on")
 MAGIC = constant("FERRY_CATCH_MAGIC")
 OFFSET_VALID = constant("FERRY_CATCH_OFFSET_VALID")
 
 
 def parse(data):
     """The area of one process file as a dict, or None when the catch-all was
-    not on in that process."""
+    not on in that process.  The area is written from the first call caught:
+    until then only the header says that the catch-all ran."""
     if data[OFFSET:OFFSET + len(MAGIC)] != MAGIC:
+        if int.from_bytes(data[ON:ON + 4], "little"):
+            return {"enabled": True, "caught": 0, "overflow": 0, "sites": []}
         return None
     area = AREA.unpack(data, OFFSET)
     sites = []

@@ -45,7 +45,7 @@ def add(run_dir, info):
     calls = processes = None
     try:
         from .rundata import load_run
-        model = load_run(run_dir)
+        model = load_run(run_dir, reuse=True)
         calls, processes = model["totals"]["calls"], model["totals"]["processes"]
     except Exception:
         pass  # a damaged run is still indexed, without totals

@@ -138,7 +138,7 @@ def learn(out_dir):
     from .rewriter.instrument import instrument
     from .rundata import LEARNABLE, LEARNED, load_run
     try:
-        model = load_run(out_dir)
+        model = load_run(out_dir, reuse=True)
     except FerryError:
         return []
     done, failed = [], {}

@@ -69,14 +69,11 @@ void ferry_catchall_thread(void)
     long r = ferry_raw6(SYS_prctl, PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, start,
                         (unsigned long)__etext - start, (long)FERRY_THR->selector_at, 0);
     FERRY_THR->armed = r == 0;
-    if (FERRY_THR->armed && ferry_hdr) {
-        /* a fork child's file is new: say again that it is caught */
-        struct ferry_catch_area *a = (struct ferry_catch_area *)ferry_hdr->catchall;
-        if (!a->enabled) {
-            ferry_memcpy(a->magic, FERRY_CATCH_MAGIC, 8);
-            a->enabled = 1;
-        }
-    }
+    /* a fork child's file is new: say again that it is caught (in the
+     * header's first page, which every start writes: the area's own page
+     * is touched only once a call is caught) */
+    if (FERRY_THR->armed && ferry_hdr && !ferry_hdr->catchall_on)
+        ferry_hdr->catchall_on = 1;
 }
 
 void ferry_catchall_fork_child(void)
@@ -239,6 +236,10 @@ static void record_site(uint64_t addr, long nr)
     if (!h)
         return;
     struct ferry_catch_area *a = (struct ferry_catch_area *)h->catchall;
+    if (!a->enabled) {
+        ferry_memcpy(a->magic, FERRY_CATCH_MAGIC, 8);
+        a->enabled = 1;
+    }
     __atomic_add_fetch(&a->caught, 1, __ATOMIC_RELAXED);
     uint32_t n = __atomic_load_n(&a->nsites, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n && i < FERRY_CATCH_SITES; i++) {

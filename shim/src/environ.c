@@ -53,7 +53,7 @@ static void compact_strings(char **orig, size_t n, char **kept)
     char *end = orig[n - 1] + ferry_strlen(orig[n - 1]) + 1;
     /* Through a copy: the entries kept are not in address order (a value
      * given back lives where its marker was). */
-    static char copy[65536];
+    static char copy[65536] FERRY_COLD;
     size_t used = 0;
     for (char **k = kept; *k; k++) {
         if (*k < orig[0] || *k >= end)
@@ -100,7 +100,7 @@ void ferry_environ_restore(char **envp)
         }
     }
     /* The original order of the strings, for compact_strings. */
-    static char *orig[4096];
+    static char *orig[4096] FERRY_COLD;
     size_t norig = 0;
     for (char **e = envp; *e && norig < sizeof(orig) / sizeof(orig[0]); e++)
         orig[norig++] = *e;

@@ -300,6 +300,7 @@ enum env_kind {
 struct env_extra {
     char preload[2100], libpath[2100];
     char was_preload[1100], was_libpath[1100];
+    char *span;   /* ENV_SPAN bytes for reading the environment (NULL: none) */
 };
 
 /* "NAME=ours[:old]" into `dst`, and the marker the new program's shim uses
@@ -336,6 +337,12 @@ static int prepend_var(const char *name, const char *ours, const char *old, char
  * ~200 system calls for a usual environment. */
 #define ENV_BATCH 32
 #define ENV_HEAD 64
+/* The heads of a batch are read in one piece when they lie within this
+ * many bytes of each other (a kernel-made environment lies back to back on
+ * the stack): each piece read costs the kernel a page lookup, and 32 of
+ * them were half the hook's time in a vfork child. */
+#define ENV_SPAN (16 * 1024)
+_Static_assert((MAX_ENV + MAX_ARGS) * sizeof(char *) + ENV_SPAN <= 64 * 1024, "fits ferry_vfork_scratch()");
 
 struct env_batch {
     char *ptr[ENV_BATCH];
@@ -345,7 +352,61 @@ struct env_batch {
     int last;       /* the array ends in this batch */
 };
 
-static int read_env_batch(char *const *array, size_t from, struct env_batch *b)
+/* The heads of batch `b` in one read: those that lie within ENV_SPAN bytes
+ * of each other as one piece (into `span`), each of the others on its
+ * own; a shell keeps most of its environment where the kernel put it, and
+ * the few it changed elsewhere.  0 when that read cannot be made whole (a
+ * gap between mappings inside the span): then each head is read apart. */
+static int read_heads_at_once(long pid, struct env_batch *b, char *span)
+{
+    if (!span || !b->count)
+        return 0;
+    /* the window of ENV_SPAN bytes that starts at a head and holds most */
+    uintptr_t lo = 0;
+    size_t most = 0;
+    for (size_t i = 0; i < b->count; i++) {
+        uintptr_t from = (uintptr_t)b->ptr[i];
+        size_t n = 0;
+        for (size_t k = 0; k < b->count; k++) {
+            uintptr_t p = (uintptr_t)b->ptr[k];
+            n += p >= from && p + (uintptr_t)b->len[k] - from <= ENV_SPAN;
+        }
+        if (n > most) {
+            most = n;
+            lo = from;
+        }
+    }
+    uintptr_t hi = lo;
+    for (size_t k = 0; k < b->count; k++) {
+        uintptr_t p = (uintptr_t)b->ptr[k];
+        if (p >= lo && p + (uintptr_t)b->len[k] - lo <= ENV_SPAN && p + (uintptr_t)b->len[k] > hi)
+            hi = p + (uintptr_t)b->len[k];
+    }
+    struct iovec lv[ENV_BATCH + 1], rv[ENV_BATCH + 1];
+    size_t n = 0;
+    long total = (long)(hi - lo);
+    lv[n] = (struct iovec){span, hi - lo};
+    rv[n++] = (struct iovec){(void *)lo, hi - lo};
+    for (size_t k = 0; k < b->count; k++) {
+        uintptr_t p = (uintptr_t)b->ptr[k];
+        if (p >= lo && p + (uintptr_t)b->len[k] <= hi)
+            continue;
+        lv[n] = (struct iovec){b->head[k], (size_t)b->len[k]};
+        rv[n++] = (struct iovec){(void *)p, (size_t)b->len[k]};
+        total += b->len[k];
+    }
+    if (n > ENV_BATCH / 2 ||  /* scattered: no better than a piece each */
+        ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)n, (long)rv, (long)n, 0) != total)
+        return 0;
+    for (size_t k = 0; k < b->count; k++) {
+        uintptr_t p = (uintptr_t)b->ptr[k];
+        if (p >= lo && p + (uintptr_t)b->len[k] <= hi)
+            ferry_memcpy(b->head[k], span + (p - lo), (size_t)b->len[k]);
+    }
+    return 1;
+}
+
+static int read_env_batch(char *const *array, size_t from, struct env_batch *b, char *span)
 {
     long pid = ferry_raw0(SYS_getpid);
     /* pointers up to the end of the page the next one is on */
@@ -373,6 +434,8 @@ static int read_env_batch(char *const *array, size_t from, struct env_batch *b)
         total += b->len[i];
         b->count++;
     }
+    if (read_heads_at_once(pid, b, span))
+        return 0;
     if (b->count && ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)b->count, (long)rv,
                                (long)b->count, 0) != total)
         return -1;
@@ -387,7 +450,7 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
     char old_preload[1024], old_libpath[1024];
     struct env_batch batch;
     for (size_t i = 0; user_envp; i += batch.count) {
-        if (read_env_batch(user_envp, i, &batch))
+        if (read_env_batch(user_envp, i, &batch, x->span))
             return 0;
         for (size_t k = 0; k < batch.count; k++) {
             char *p = batch.ptr[k], *head = batch.head[k];
@@ -563,8 +626,10 @@ long ferry_exec(const struct ferry_regs *r)
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
     char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[1024];
     struct env_extra extra, *x = &extra;
-    /* Off the stack in a vfork child: posix_spawn's is too small for them. */
+    /* Off the stack in a vfork child: posix_spawn's is too small for them
+     * (and for a span of the environment, which other execs read by parts). */
     char **env = ferry_vfork_scratch(), **args;
+    x->span = env ? (char *)(env + MAX_ENV + MAX_ARGS) : 0;
     if (!env)
         env = __builtin_alloca((MAX_ENV + MAX_ARGS) * sizeof(char *));
     args = env + MAX_ENV;

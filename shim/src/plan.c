@@ -61,7 +61,7 @@ struct target {
 static struct {
     uint64_t lo, hi;
     char path[256];
-} remapped[MAX_REMAPPED];
+} remapped[MAX_REMAPPED] FERRY_COLD;
 static int nremapped;
 
 const char *ferry_plans_module_at(uint64_t addr)
@@ -107,7 +107,7 @@ extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), voi
 /* Addresses where a stopped thread will resume (`ferry attach` passes them):
  * the windows over them stay as they are. */
 #define MAX_AVOID 256
-static uint64_t avoid[MAX_AVOID];
+static uint64_t avoid[MAX_AVOID] FERRY_COLD;
 static int navoid;
 
 void ferry_plans_avoid(const char *list)
@@ -153,6 +153,25 @@ static int has_ctl(struct dl_phdr_info *info)
 
 extern char __ehdr_start[] __attribute__((visibility("hidden")));
 
+/* Code address of a module ferry_plans_apply leaves for later (0: none). */
+static uint64_t deferred;
+
+void ferry_plans_defer(uint64_t addr)
+{
+    deferred = addr;
+}
+
+static int holds_code_at(const struct dl_phdr_info *info, uint64_t addr)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && addr >= lo && addr - lo < ph->p_memsz)
+            return 1;
+    }
+    return 0;
+}
+
 static int has_slash(const char *s)
 {
     for (; *s; s++)
@@ -177,7 +196,8 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data)
      * no directory in it): a plan is for a file, found by its path; the shim
      * never patches itself (a program may link it for its API). */
     if (!info->dlpi_name || !has_slash(info->dlpi_name) || has_ctl(info) ||
-        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS)
+        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS ||
+        (deferred && holds_code_at(info, deferred)))
         return 0;
     size_t n = ferry_strlen(info->dlpi_name);
     if (n >= sizeof(all->t[0].path))

@@ -37,6 +37,10 @@ void ferry_plans_avoid(const char *list);
 
 int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t));
 
+/* The module whose code holds `addr` is passed over by ferry_plans_apply
+ * (neither patched nor marked as tried) until this is called again with 0. */
+void ferry_plans_defer(uint64_t addr);
+
 /* The file of the module whose text at `addr` is mapped from its plan's
  * patched copy; "" where `addr` is in trampolines mapped from the cache
  * (no module of their own); NULL elsewhere. */

@@ -134,7 +134,10 @@ struct ferry_proc_header {
     uint32_t names_size;            /* 228: bytes of the name table (0: none) */
     uint64_t names_offset;          /* 232: file offset of the name table: one
                                        NUL-padded 64-byte name per call number */
-    uint64_t reserved0[2];          /* 240 */
+    uint32_t catchall_on;           /* 240: 1 when the catch-all ran in this process; its
+                                       area (catchall, below) is written from the first
+                                       call it caught: a page less for each process */
+    uint32_t reserved0[3];          /* 244 */
     char exe[1024];                 /* 256 */
     uint32_t cmdline_len;           /* 1280 */
     uint32_t reserved1;
@@ -151,11 +154,11 @@ struct ferry_proc_header {
 /* A slot file: this head, then `capacity` slots of `stride` bytes each, slot
  * i at FERRY_SLOTS_HEAD + i * stride, each a process record as above.  Made
  * by the first process of its user, owned by that user and writable by
- * nobody else; a process claims a slot with one atomic add on `next`, and
- * grows the file (sparse, under the file's lock) to the end of its slot if
- * it does not reach there yet.  A slot claimed by a process killed
- * before it grew the file may lie past its end.  Creating a file per process cost
- * each an inode (50-170 us on ext4), two per command a shell starts. */
+ * nobody else; under the file's lock (flock), a process takes the slot
+ * that starts where the file ends and grows the file (sparse) by it: the
+ * slots claimed are the ones the file's size holds.  (`next` counted them
+ * in runs of earlier versions; it stays 0.)  Creating a file per process
+ * cost each an inode (50-170 us on ext4), two per command a shell starts. */
 #define FERRY_SLOTS_MAGIC "FERRYSLOTS\0v1\0\0\0"
 #define FERRY_SLOTS_VERSION 1
 #define FERRY_SLOTS_HEAD 4096
@@ -166,13 +169,15 @@ struct ferry_slots_head {
     uint32_t version;               /* 16 */
     uint32_t capacity;              /* 20: slots in the file */
     uint64_t stride;                /* 24: bytes per slot */
-    uint32_t next;                  /* 32: slots claimed (may pass capacity) */
+    uint32_t next;                  /* 32: 0 (earlier versions: slots claimed) */
     uint32_t ready;                 /* 36: 1 once the file is sized and this head written */
 };
 
 /* The catch-all's record (header offset 53248): every site outside the
  * patched code whose calls Syscall User Dispatch caught, with the file and
- * file offset of its mapping so that `ferry run` can plan that module. */
+ * file offset of its mapping so that `ferry run` can plan that module.
+ * Written from the first call caught (the header's catchall_on says the
+ * catch-all ran); all zeros until then. */
 #define FERRY_CATCH_MAGIC "FERRYCAT"
 #define FERRY_CATCH_SITES 31
 #define FERRY_CATCH_OFFSET_VALID 1  /* flags: path and offset name a file */
@@ -246,6 +251,7 @@ _Static_assert(sizeof(struct ferry_proc_header) == FERRY_PROC_HEADER_SIZE, "head
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, uid) == 152, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, names_offset) == 232, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, start_spans) == 160, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, catchall_on) == 240, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 1288, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 5384, "header layout");

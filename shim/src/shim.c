@@ -211,28 +211,54 @@ static void configure(char **envp)
  * padding, so that nothing else is overwritten. */
 extern struct r_debug _r_debug __attribute__((weak));
 
-static void hook_dl_changes(void)
+/* 1 when ld.so's _dl_debug_state jumps to ferry_dl_hook (now, or already:
+ * a plan that maps ld.so's patched copy over its text takes the jump away,
+ * and this puts it back). */
+static int hook_dl_changes(void)
 {
     if (!&_r_debug || !_r_debug.r_brk)
-        return;
+        return 0;
     unsigned char *p = (unsigned char *)_r_debug.r_brk;
-    if (p[0] != 0xc3 || ((unsigned long)p & 15) != 0)
-        return;
-    for (int i = 1; i < 5; i++)
-        if (p[i] != 0x66 && p[i] != 0x90 && p[i] != 0x2e && p[i] != 0x0f)
-            return;
     long rel = (long)((unsigned char *)ferry_dl_hook - (p + 5));
     if (rel != (int)rel)
-        return;
+        return 0;
     unsigned char jmp[5] = {0xe9};
     int32_t rel32 = (int32_t)rel;
     ferry_memcpy(jmp + 1, &rel32, 4);
-    ferry_write_text(p, jmp, sizeof(jmp));
+    if (ferry_memeq(p, jmp, sizeof(jmp)))
+        return 1;
+    if (p[0] != 0xc3 || ((unsigned long)p & 15) != 0)
+        return 0;
+    for (int i = 1; i < 5; i++)
+        if (p[i] != 0x66 && p[i] != 0x90 && p[i] != 0x2e && p[i] != 0x0f)
+            return 0;
+    return ferry_write_text(p, jmp, sizeof(jmp)) == 0;
+}
+
+/* ld.so's own plan waits for the first change of the module list (a
+ * dlopen, an NSS or iconv module): ld.so makes no call of its own before
+ * one, and a process that loads nothing more is spared mapping its patched
+ * copy, ~35 us of every start.  Until then its calls (the first load's
+ * search for its file, before ld.so says it adds it) reach the catch-all,
+ * which counts them as the plan would; so only with the catch-all on, and
+ * never under attach, whose threads are stopped only while it starts. */
+static int ld_plan_deferred;
+
+static void apply_ld_plan(void)
+{
+    ld_plan_deferred = 0;
+    ferry_plans_defer(0);
+    ferry_plans_apply(ferry_cache_root(), enable_planned);
+    hook_dl_changes();
 }
 
 void ferry_on_dl_change(void)
 {
-    if (&_r_debug && _r_debug.r_state == RT_CONSISTENT && active) {
+    if (!active)
+        return;
+    if (ld_plan_deferred)
+        apply_ld_plan();  /* under ld.so's load lock: no other thread runs its calls */
+    if (&_r_debug && _r_debug.r_state == RT_CONSISTENT) {
         ferry_modules_enable();
         ferry_plans_apply(ferry_cache_root(), enable_planned);
     }
@@ -242,8 +268,8 @@ void ferry_on_dl_change(void)
  * cannot change: it leaves the settings in /tmp/ferry-attach.<pid>, one
  * VAR=value per line, which count only if written by this process's user
  * and by nobody else. */
-static char attach_buf[8192];
-static char *attach_env[64];
+static char attach_buf[8192] FERRY_COLD;
+static char *attach_env[64] FERRY_COLD;
 
 static char **attach_settings(void)
 {
@@ -312,10 +338,17 @@ void ferry_start(int argc, char **argv, char **envp)
     ferry_modules_enable();
     ferry_store_span(FERRY_SPAN_MODULES, ferry_rdtsc());
     ferry_plans_avoid(ferry_env_lookup(envp, "FERRY_AVOID"));
+    const char *catch_all = ferry_env_lookup(envp, "FERRY_CATCH_ALL");
+    ld_plan_deferred = own_env == envp && catch_all && ferry_memeq(catch_all, "1", 2) &&
+                       hook_dl_changes();
+    if (ld_plan_deferred)
+        ferry_plans_defer(_r_debug.r_brk);
     ferry_plans_apply(ferry_cache_root(), enable_planned);
     ferry_store_span(FERRY_SPAN_PLANS, ferry_rdtsc());
     hook_dl_changes();
     ferry_catchall_start(envp);
+    if (ld_plan_deferred && !ferry_catchall_on)
+        apply_ld_plan();  /* no catch-all after all: nothing would count ld.so's calls */
     ferry_store_span(FERRY_SPAN_CATCHALL, ferry_rdtsc());
     if (ferry_catchall_on)
         for (unsigned i = 0; i < sizeof(masked) / sizeof(masked[0]); i++)

@@ -25,14 +25,11 @@
  * default trace profile's slots (264 MiB) ~4000 to a file, the largest
  * event buffers' (512 GiB) 2. */
 #define MAX_BYTES (1ULL << 40)
-/* How long a file another process is still making is waited for (yields)
- * before it is taken for one whose maker died, and passed over. */
-#define WAIT_ROUNDS 4000
 
-/* The head slots were last claimed from: a vfork child claims from it
+/* The file slots were last claimed from: a vfork child claims from it
  * without mapping anything. */
 static struct {
-    struct ferry_slots_head *head;
+    int valid;
     uint32_t file;
     uint32_t uid;
     uint64_t stride;
@@ -62,16 +59,6 @@ static int file_name(char *out, size_t cap, const char *dir, uint32_t uid, uint3
     return b.overflow ? -ENAMETOOLONG : 0;
 }
 
-/* The head's page, shared; like the slots, read with no pages ahead: the
- * ones that follow it are holes. */
-static long map_head_page(long fd, uint64_t *tally)
-{
-    long p = sc(tally, SYS_mmap, 0, FERRY_SLOTS_HEAD, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (!IS_ERR(p))
-        sc(tally, SYS_madvise, p, FERRY_SLOTS_HEAD, MADV_RANDOM, 0, 0, 0);
-    return p;
-}
-
 static long open_file(const char *dir, uint32_t uid, uint32_t k, int flags, uint64_t *tally)
 {
     char path[2300];
@@ -85,7 +72,9 @@ static int trusted(const struct stat *s, uint32_t uid)
     return S_ISREG(s->st_mode) && s->st_uid == uid && !(s->st_mode & 022);
 }
 
-/* A new file's head: the file grows by a slot as each is claimed. */
+/* A new file's head, written by whoever first holds the file's lock and
+ * finds it empty (its maker, or another process that opened it before its
+ * maker took the lock).  Whoever takes the lock after finds it whole. */
 static int make_head(long fd, uint64_t stride, uint64_t *tally)
 {
     uint64_t cap = MAX_BYTES / stride;
@@ -93,71 +82,66 @@ static int make_head(long fd, uint64_t stride, uint64_t *tally)
         cap = FERRY_SLOTS_MAX;
     if (!cap)
         cap = 1;
-    if (sc(tally, SYS_ftruncate, fd, FERRY_SLOTS_HEAD, 0, 0, 0, 0))
+    struct ferry_slots_head h;
+    ferry_memset(&h, 0, sizeof(h));
+    ferry_memcpy(h.magic, FERRY_SLOTS_MAGIC, 16);
+    h.version = FERRY_SLOTS_VERSION;
+    h.capacity = (uint32_t)cap;
+    h.stride = stride;
+    h.ready = 1;
+    if (sc(tally, SYS_ftruncate, fd, FERRY_SLOTS_HEAD, 0, 0, 0, 0) ||
+        sc(tally, SYS_pwrite64, fd, (long)&h, sizeof(h), 0, 0, 0) != (long)sizeof(h))
         return -EIO;
-    long p = map_head_page(fd, tally);
-    if (IS_ERR(p))
-        return -ENOMEM;
-    struct ferry_slots_head *h = (void *)p;
-    ferry_memcpy(h->magic, FERRY_SLOTS_MAGIC, 16);
-    h->version = FERRY_SLOTS_VERSION;
-    h->capacity = (uint32_t)cap;
-    h->stride = stride;
-    __atomic_store_n(&h->ready, 1, __ATOMIC_RELEASE);
-    sc(tally, SYS_munmap, p, FERRY_SLOTS_HEAD, 0, 0, 0, 0);
     return 0;
 }
 
-/* The head of an open file, mapped, once its maker is done with it; NULL
- * when it is not one this process may use. */
-static struct ferry_slots_head *map_head(long fd, uint32_t uid, uint64_t stride, uint64_t *size,
-                                         uint64_t *tally)
+/* Claim the next slot of the open file `fd`, under its lock: the file's
+ * size says how many are claimed (slot i ends at FERRY_SLOTS_HEAD + (i + 1)
+ * * stride), and it grows by the slot claimed.  The head is read, not
+ * mapped: mapping it (and the two faults of its page) cost more than the
+ * rest of the claim.  ftruncate only sets the size (fallocate allocated a
+ * block of disk for every process, ~3% of a /bin/true's start).  0 with
+ * *off set; -ENOSPC when the file is full; another -errno when it is not
+ * a file this process may use (someone else's, another stride). */
+static int claim(long fd, uint32_t uid, uint64_t stride, uint64_t *off, uint64_t *tally)
 {
-    struct stat s;
-    for (int round = 0; round < WAIT_ROUNDS; round++) {
-        if (sc(tally, SYS_fstat, fd, (long)&s, 0, 0, 0, 0) || !trusted(&s, uid))
-            return 0;
-        if ((uint64_t)s.st_size >= FERRY_SLOTS_HEAD)
-            break;
-        sc(tally, SYS_sched_yield, 0, 0, 0, 0, 0, 0);  /* its maker is sizing it */
-    }
-    if ((uint64_t)s.st_size < FERRY_SLOTS_HEAD)
-        return 0;
-    *size = (uint64_t)s.st_size;
-    long p = map_head_page(fd, tally);
-    if (IS_ERR(p))
-        return 0;
-    struct ferry_slots_head *h = (void *)p;
-    for (int round = 0; round < WAIT_ROUNDS && !__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE); round++)
-        sc(tally, SYS_sched_yield, 0, 0, 0, 0, 0, 0);
-    if (__atomic_load_n(&h->ready, __ATOMIC_ACQUIRE) && ferry_memeq(h->magic, FERRY_SLOTS_MAGIC, 16) &&
-        h->stride == stride)
-        return h;
-    sc(tally, SYS_munmap, p, FERRY_SLOTS_HEAD, 0, 0, 0, 0);
-    return 0;
-}
-
-/* The file reaches at least to the end of the slot at `off`, so that no
- * page of it is past the end.  Its size grows under the file's lock: two
- * processes' ftruncate could otherwise shrink it below the other's slot.
- * ftruncate only sets the size (fallocate allocated a block of disk for
- * every process, ~3% of a /bin/true's start), and the size is the room of
- * the slots claimed, no more: a copy of the run that fills holes writes no
- * room nobody claimed.  `size`: the file's, as last seen. */
-static int extend(long fd, uint64_t off, uint64_t stride, uint64_t size, uint64_t *tally)
-{
-    uint64_t end = off + stride;
-    if (size >= end)
-        return 0;  /* a later slot's process grew it past this one */
     long rc = sc(tally, SYS_flock, fd, LOCK_EX, 0, 0, 0, 0);
     if (rc)
         return (int)rc;
     struct stat s;
+    struct ferry_slots_head h;
     rc = sc(tally, SYS_fstat, fd, (long)&s, 0, 0, 0, 0);
-    if (!rc && (uint64_t)s.st_size < end)
-        rc = sc(tally, SYS_ftruncate, fd, (long)end, 0, 0, 0, 0);
+    if (!rc && !trusted(&s, uid))
+        rc = -EACCES;
+    if (!rc && (uint64_t)s.st_size < FERRY_SLOTS_HEAD) {
+        rc = make_head(fd, stride, tally);
+        s.st_size = FERRY_SLOTS_HEAD;
+    }
+    if (!rc && sc(tally, SYS_pread64, fd, (long)&h, sizeof(h), 0, 0, 0) != (long)sizeof(h))
+        rc = -EIO;
+    if (!rc && (!ferry_memeq(h.magic, FERRY_SLOTS_MAGIC, 16) || h.version != FERRY_SLOTS_VERSION ||
+                !h.ready || h.stride != stride))
+        rc = -EINVAL;
+    uint64_t idx = 0;
+    if (!rc) {
+        idx = ((uint64_t)s.st_size - FERRY_SLOTS_HEAD + stride - 1) / stride;
+        if (idx >= h.capacity)
+            rc = -ENOSPC;
+    }
+    if (!rc) {
+        *off = FERRY_SLOTS_HEAD + idx * stride;
+        rc = sc(tally, SYS_ftruncate, fd, (long)(*off + stride), 0, 0, 0, 0);
+    }
     sc(tally, SYS_flock, fd, LOCK_UN, 0, 0, 0, 0);
     return (int)rc;
+}
+
+static void remember(uint32_t k, uint32_t uid, uint64_t stride)
+{
+    cur.valid = 1;
+    cur.file = k;
+    cur.uid = uid;
+    cur.stride = stride;
 }
 
 struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint64_t map_size,
@@ -165,18 +149,12 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
 {
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     uint64_t *t = 0;  /* nothing tallied before the first file is open */
-    uint32_t k = (cur.head && cur.uid == uid && cur.stride == stride) ? cur.file : 0;
+    uint32_t k = (cur.valid && cur.uid == uid && cur.stride == stride) ? cur.file : 0;
     for (; k < MAX_FILES; k++) {
         long fd = open_file(dir, uid, k, O_RDWR, t);
         if (fd == -ENOENT) {
             fd = open_file(dir, uid, k, O_RDWR | O_CREAT | O_EXCL, t);
-            if (fd >= 0) {
-                t = tally;
-                if (make_head(fd, stride, t)) {
-                    sc(t, SYS_close, fd, 0, 0, 0, 0, 0);
-                    continue;
-                }
-            } else if (fd == -EEXIST /* made meanwhile */)
+            if (fd == -EEXIST /* made meanwhile */)
                 fd = open_file(dir, uid, k, O_RDWR, t);
         }
         if (fd == -EACCES || fd == -ELOOP)
@@ -184,34 +162,23 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
         if (fd < 0)
             break;
         t = tally;
-        uint64_t size = 0;
-        struct ferry_slots_head *h = map_head(fd, uid, stride, &size, t);
-        uint32_t idx = h ? __atomic_fetch_add(&h->next, 1, __ATOMIC_ACQ_REL) : 0;
+        uint64_t off = 0;
+        int rc = claim(fd, uid, stride, &off, t);
         long p = -1;
-        uint64_t off = FERRY_SLOTS_HEAD + (uint64_t)idx * stride;
-        int grown = h && idx < h->capacity && extend(fd, off, stride, size, t) == 0;
-        /* a file system that cannot hold even a file's first slot holds none */
-        int hopeless = h && idx == 0 && !grown;
-        if (grown) {
+        if (!rc) {
             p = sc(t, SYS_mmap, 0, (long)map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)off);
             if (!IS_ERR(p)) {
                 /* before the first touch: no readahead over the slot's holes */
                 sc(t, SYS_madvise, p, (long)map_size, MADV_RANDOM, 0, 0, 0);
-                *slot = (struct ferry_slot){k, idx, off};
+                *slot = (struct ferry_slot){k, (uint32_t)((off - FERRY_SLOTS_HEAD) / stride), off};
+                remember(k, uid, stride);
             }
         }
         sc(t, SYS_close, fd, 0, 0, 0, 0, 0);
-        if (h && h != cur.head) {
-            if (cur.head)
-                sc(t, SYS_munmap, (long)cur.head, FERRY_SLOTS_HEAD, 0, 0, 0, 0);
-            cur.head = h;
-            cur.file = k;
-            cur.uid = uid;
-            cur.stride = stride;
-        }
         if (!IS_ERR(p))
             return (struct ferry_proc_header *)p;
-        if (hopeless)
+        /* a file system that cannot hold even a file's first slot holds none */
+        if (rc != -ENOSPC && rc != -EACCES && rc != -EINVAL)
             break;
     }
     return 0;
@@ -220,20 +187,19 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
 int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, uint64_t *tally)
 {
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
-    struct ferry_slots_head *h = cur.head;
-    if (!h || cur.uid != uid || cur.stride != stride)
+    if (!cur.valid || cur.uid != uid || cur.stride != stride)
         return -ENOENT;
-    uint32_t idx = __atomic_fetch_add(&h->next, 1, __ATOMIC_ACQ_REL);
-    if (idx >= h->capacity)
-        return -ENOSPC;
-    *slot = (struct ferry_slot){cur.file, idx, FERRY_SLOTS_HEAD + (uint64_t)idx * stride};
-    uint64_t size = 0;
-    int fd = ferry_slot_reopen(dir, slot, tally, 0, &size);
-    if (fd >= 0 && extend(fd, slot->off, stride, size, tally)) {
+    long fd = open_file(dir, uid, cur.file, O_RDWR, tally);
+    if (fd < 0)
+        return (int)fd;
+    uint64_t off = 0;
+    int rc = claim(fd, uid, stride, &off, tally);
+    if (rc) {
         sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
-        return -ENOSPC;
+        return rc;
     }
-    return fd;
+    *slot = (struct ferry_slot){cur.file, (uint32_t)((off - FERRY_SLOTS_HEAD) / stride), off};
+    return (int)fd;
 }
 
 int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *tally, int sized,

@@ -1,7 +1,8 @@
 /* Process records as slots of a few files shared by the processes of one
  * user (procfile.h, struct ferry_slots_head): a process start opens an
- * existing file and takes a slot with one atomic add, where it used to
- * create a file (an inode, and a directory entry) of its own. */
+ * existing file and takes the next slot under its lock (the file grows by
+ * it), where it used to create a file (an inode, and a directory entry) of
+ * its own. */
 #ifndef FERRY_SLOTS_H
 #define FERRY_SLOTS_H
 

@@ -262,9 +262,17 @@ void ferry_store_span(int which, uint64_t tsc)
         ferry_hdr->start_spans[which] = tsc;
 }
 
+/* Blocks claimed so far: the table beyond them is all zeros, and scanning
+ * it (8 KiB) faulted in its pages in every process. */
+static uint32_t claimed_blocks(const struct ferry_proc_header *h)
+{
+    uint32_t n = h ? __atomic_load_n(&h->nblocks, __ATOMIC_ACQUIRE) : 0;
+    return n < FERRY_MAX_BLOCKS ? n : FERRY_MAX_BLOCKS;
+}
+
 static struct ferry_blk *claim(void)
 {
-    for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++) {
+    for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++) {
         struct ferry_blk *b = __atomic_load_n(&st.blocks[i], __ATOMIC_ACQUIRE);
         if (!b)
             continue;
@@ -324,7 +332,7 @@ void ferry_store_after_fork(void)
 {
     /* Everything mapped is the parent's (shared with its file): leave it
      * alone, and start a file of our own. */
-    for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++)
+    for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++)
         st.blocks[i] = 0;
     FERRY_THR->blk = 0;
     FERRY_THR->spare = 0;
@@ -545,9 +553,18 @@ _Static_assert(HEAD_AT(start_spans) + sizeof(((struct ferry_proc_header *)0)->st
         ferry_memcpy((buf) + HEAD_AT(field), &v_, sizeof(v_));                  \
     } while (0)
 
+/* Bytes of the module table from its start that hold entries, in whole
+ * pages: the pages a child's record needs of it (the parent's modules). */
+static size_t modules_used(void)
+{
+    size_t n = ferry_hdr->nmodules < FERRY_MAX_MODULES ? ferry_hdr->nmodules : FERRY_MAX_MODULES;
+    return (n * sizeof(ferry_hdr->modules[0]) + 4095) & ~4095UL;
+}
+
 /* The first pages of a vfork child's record in one write: the parent's,
  * with the child's identity, state, end and exec path in place (written
- * field by field, they were eight more system calls for every child). */
+ * field by field, they were eight more system calls for every child), and
+ * the parent's module table as far as it holds entries. */
 static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state, int exit_code,
                              const char *exec_path, uint32_t kind)
 {
@@ -584,7 +601,7 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state
         iov[n++] = (struct iovec){path, len + 1};
         rest = HEAD_AT(exec_path) + len + 1;
     }
-    iov[n++] = (struct iovec){(void *)(h + rest), HEAD_PAGES - rest};
+    iov[n++] = (struct iovec){(void *)(h + rest), HEAD_PAGES + modules_used() - rest};
     ferry_raw6(SYS_pwritev, fd, (long)iov, n, (long)base, 0, 0);
 }
 
@@ -605,7 +622,8 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
     /* The rest of the parent's header but its waits (the child waited for
      * none: nwaits is 0) and its tally (the child's own goes last). */
     const char *h = (const char *)ferry_hdr;
-    pwrite_used(fd, h + HEAD_PAGES, HEAD_AT(waits) - HEAD_PAGES, base + HEAD_PAGES, 0);
+    size_t mods = HEAD_PAGES + modules_used();
+    pwrite_used(fd, h + mods, HEAD_AT(waits) - mods, base + mods, 0);
     pwrite_used(fd, h + HEAD_AT(catchall), FERRY_PROC_HEADER_SIZE - HEAD_AT(catchall),
                 base + HEAD_AT(catchall), 0);
     uint64_t touched[SPARE_PAGES];

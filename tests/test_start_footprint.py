@@ -1,0 +1,113 @@
+"""What an enabled process's start writes of its record: each page of the
+record it touches is a page of the run's file to fault in, allocate and
+write back, in every process.  A start writes its header's first page and
+the pages its counts need, and nothing for what did not happen."""
+import collections
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import FERRY, PROGRAMS, ferry
+from ferry import catchdata, procfile
+from ferry.rundata import load_run
+
+
+def _records(run_dir, exe):
+    return [r for r in procfile.read_dir(run_dir / "proc") if r.exe == exe]
+
+
+def test_catch_area_written_only_once_a_call_is_caught(tmp_path):
+    run_dir = tmp_path / "run"
+    r = ferry("run", "-p", "trace", "--no-learn", "-o", run_dir, "--", "sh", "-c", "/bin/true; :",
+              timeout=120)
+    assert r.returncode == 0, r.stderr
+    (true,) = _records(run_dir, "/usr/bin/true")
+    assert true.caught == {"enabled": True, "caught": 0, "overflow": 0, "sites": []}
+    with open(true.file, "rb") as f:
+        area = os.pread(f.fileno(), 4096, true.offset + catchdata.OFFSET)
+    assert area == bytes(4096), "the catch area's page was written though nothing was caught"
+    model = load_run(run_dir)
+    assert model["catch_all"]["enabled"]
+
+
+LOADER = os.path.realpath("/lib64/ld-linux-x86-64.so.2")
+
+
+def _is_loader(module):
+    return os.path.realpath(module) == LOADER
+
+
+def _loader_plan():
+    from ferry.rewriter import cache
+    return cache.root() / "plans" / cache.exec_key(LOADER)
+
+
+def test_loader_plan_waits_for_the_first_load(tmp_path, test_programs, monkeypatch):
+    """ld.so's plan (made once the catch-all caught its calls in a dlopen) is
+    applied when the list of modules first changes: a process that loads
+    nothing more is spared mapping ld.so's patched copy, and one that loads
+    a library has every call counted, as strace counts them."""
+    from test_run_matches_strace import _program_calls_after_shim_start, _trace
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    argv = [PROGRAMS / "dlopen_main", PROGRAMS / "libsite.so", 5]
+    first = ferry("run", "-o", tmp_path / "first", "--", *argv, timeout=120)
+    assert first.returncode == 0 and "5 of 5" in first.stdout, first.stderr
+    assert _loader_plan().is_file(), "the first run's dlopen did not get ld.so planned"
+
+    quiet = ferry("run", "--no-learn", "-o", tmp_path / "quiet", "--", "sh", "-c", "/bin/true; :",
+                  timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    (true,) = _records(tmp_path / "quiet", "/usr/bin/true")
+    assert true.modules and not [m for m in true.modules if _is_loader(m[0])], true.modules
+
+    lines, run_dir = _trace(tmp_path, [str(a) for a in argv])
+    (main,) = _records(run_dir, str(PROGRAMS / "dlopen_main"))
+    assert [m for m in main.modules if _is_loader(m[0])], main.modules
+    model = load_run(run_dir)
+    root = model["info"]["pid"]
+    seen, started = _program_calls_after_shim_start(lines, run_dir, root)
+    assert root in started
+    counted = collections.Counter({s["name"]: s["calls"] for s in model["syscalls"]})
+    shim_own = collections.Counter(model["shim_calls"])
+    assert counted["getppid"] == 5 and counted["openat"] >= 1
+    assert seen == counted + shim_own, {
+        name: (seen[name], counted[name], shim_own[name])
+        for name in set(seen) | set(counted) | set(shim_own)
+        if seen[name] != counted[name] + shim_own[name]}
+
+
+def test_a_start_maps_its_slot_and_nothing_else_of_the_file(tmp_path):
+    """A slot is claimed under the file's lock, the head read (pread), not
+    mapped: mapping the head cost its mapping and two faults of its page."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
+    subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=mmap", "-o", str(log), *FERRY, "run",
+                    "--no-learn", "-o", str(run_dir), "--", "sh", "-c", "/bin/true; /bin/true"],
+                   check=True, capture_output=True, timeout=300)
+    maps = [line for line in log.read_text().splitlines() if re.search(r"\.ferry>, ", line)]
+    starts = len(procfile.read_dir(run_dir / "proc"))
+    assert starts >= 3
+    heads = [line for line in maps if re.search(r"\.ferry>, 0\)", line)]
+    assert not heads, heads
+    # one mapping per process that mapped its record (vfork children write theirs)
+    assert 0 < len(maps) <= starts, maps
+
+
+def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path):
+    """A shell's child passes on an environment that lies mostly back to
+    back; its exec hook reads the heads of the entries (to take Ferry's out)
+    as one piece and the few others apart, not one piece each (each piece
+    read costs the kernel a page lookup)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
+    env = dict(os.environ, **{f"PIECES_TEST_VAR_{i}": "x" * i for i in range(40)})
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=process_vm_readv", "-o", str(log), *FERRY,
+                    "run", "--no-learn", "-o", str(run_dir), "--", "sh", "-c",
+                    "export CHANGED=1; /bin/true"], env=env, check=True, capture_output=True, timeout=300)
+    pieces = [int(m.group(1)) for m in re.finditer(r"\], (\d+), 0\) = \d+", log.read_text())]
+    assert pieces and max(pieces) <= 3, sorted(pieces)
