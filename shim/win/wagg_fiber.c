@@ -212,6 +212,61 @@ void wagg_carrier_drain(struct wagg_carrier *c)
         SwitchToThread();   /* rings full of other carriers' calls: theirs go first */
 }
 
+/* Windows fibers share the thread's TEB, and with it two fields that are a
+ * thread's own to the code above ntdll: the last error, and WinSockData,
+ * ws2_32's per-thread data, whose synchronous event every blocking Winsock
+ * call waits on (wine's ws2_32: NtDeviceIoControlFile with that event, then
+ * a wait on it).  Two fibers sharing one event each see the other's
+ * completion.  Each fiber keeps its own, as a thread would; a finished
+ * fiber's goes to the next fiber of the carrier (ws2_32 frees a thread's at
+ * its exit, and knows nothing of fibers: freeing it is not ours to do). */
+#define TEB_LAST_ERROR 0x68
+#define TEB_WINSOCK_DATA 0x1738
+
+static uint64_t teb_get(uint64_t off)
+{
+    uint64_t v;
+    __asm__ volatile("movq %%gs:(%1), %0" : "=r"(v) : "r"(off));
+    return v;
+}
+
+static void teb_set(uint64_t off, uint64_t v)
+{
+    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"(v), "r"(off) : "memory");
+}
+
+static uint32_t teb_get32(uint64_t off)
+{
+    uint32_t v;
+    __asm__ volatile("movl %%gs:(%1), %0" : "=r"(v) : "r"(off));
+    return v;
+}
+
+static void teb_set32(uint64_t off, uint32_t v)
+{
+    __asm__ volatile("movl %0, %%gs:(%1)" : : "r"(v), "r"(off) : "memory");
+}
+
+static void run(struct ferry_fiber *f)
+{
+    struct wagg_carrier *c = f->c;
+    uint64_t own_ws = teb_get(TEB_WINSOCK_DATA);
+    uint32_t own_le = teb_get32(TEB_LAST_ERROR);
+    if (!f->winsock && c->nwinsock_spare)
+        f->winsock = c->winsock_spare[--c->nwinsock_spare];
+    teb_set(TEB_WINSOCK_DATA, (uint64_t)f->winsock);
+    teb_set32(TEB_LAST_ERROR, f->last_error);
+    SwitchToFiber(f->handle);
+    f->winsock = (void *)teb_get(TEB_WINSOCK_DATA);
+    f->last_error = teb_get32(TEB_LAST_ERROR);
+    teb_set(TEB_WINSOCK_DATA, own_ws);
+    teb_set32(TEB_LAST_ERROR, own_le);
+    if (f->done && f->winsock && c->nwinsock_spare < sizeof(c->winsock_spare) / sizeof(void *)) {
+        c->winsock_spare[c->nwinsock_spare++] = f->winsock;
+        f->winsock = 0;
+    }
+}
+
 /* The scheduler, on the thread's own fiber, in ferry mode: runs ready fibers
  * in turn; when none is, the stored calls leave and it waits for routed
  * calls to complete.  Stored calls also leave once every fiber that was
@@ -235,7 +290,7 @@ static int schedule(struct wagg_carrier *c)
             kick(c);    /* a round since the oldest stored call */
         c->cur = f;
         c->switches++;
-        SwitchToFiber(f->handle);
+        run(f);
         c->cur = 0;
         if (!f->done)
             continue;

@@ -35,6 +35,8 @@ struct ferry_fiber {
     int parked;                    /* its routed call is out (wagg_route_call) */
     unsigned pool;                 /* where that call went */
     uint64_t ready_seq;            /* when it was last made ready */
+    void *winsock;                 /* its TEB WinSockData (see schedule, wagg_fiber.c) */
+    uint32_t last_error;           /* its TEB LastErrorValue */
     struct ferry_call call;        /* that call; the carrier finds the fiber from it */
 };
 
@@ -56,6 +58,8 @@ struct wagg_carrier {
     int slot;                      /* its row in the process file, or -1 */
     uint64_t fibers, switches, peak;
     uint64_t crossings, completed; /* wakes of workers and sleeps on its ring; calls completed */
+    void *winsock_spare[64];       /* finished fibers' WinSockData, for the next ones */
+    unsigned nwinsock_spare;
 };
 
 /* The TEB offsets of the per-thread words: the route word and the block

@@ -17,9 +17,9 @@
  *    windows and GDI state: every NtUser and NtGdi call), and the process's
  *    end and children (NtTerminateProcess, NtCreateUserProcess: ferry.dll's
  *    hooks);
- *  - here: a wait that is alertable (user APCs run only on the thread that
- *    waits: on a worker they would run there, or never), and I/O given an
- *    APC routine (it is queued to the thread that started the I/O).
+ *  - here: I/O given an APC routine (it is queued to the thread that
+ *    started the I/O), and the alertable waits other than the three that
+ *    probe_alertable handles (user APCs run only on the thread that waits).
  * A routed wait on a mutant is owned by the worker that waited: programs
  * that route waits must not use mutants on fibers (docs/aggregate.md).
  */
@@ -33,7 +33,9 @@
  * with APC, the APC routine (a pointer). */
 #define KNOWN 0x80
 #define APC 0x40
+#define PROBE 0x20   /* an alertable wait that can be probed (probe_alertable) */
 #define ARG 0x0f
+#define ALERTABLE 2  /* stays_here: probe it, then route it not alertable */
 static uint8_t apc_arg[FERRY_WIN_MAX_STUBS];
 
 static int same(const char *a, const char *b)
@@ -49,7 +51,8 @@ static uint8_t apc_arg_of(const char *name)
         const char *name;
         uint8_t arg;
     } calls[] = {
-        {"NtWaitForSingleObject", 2}, {"NtWaitForMultipleObjects", 4}, {"NtDelayExecution", 1},
+        {"NtWaitForSingleObject", PROBE | 2}, {"NtWaitForMultipleObjects", PROBE | 4},
+        {"NtDelayExecution", PROBE | 1},
         {"NtSignalAndWaitForSingleObject", 3}, {"NtRemoveIoCompletionEx", 6},
         {"NtWaitForKeyedEvent", 3}, {"NtReleaseKeyedEvent", 3},
         {"NtReadFile", APC | 3}, {"NtWriteFile", APC | 3}, {"NtDeviceIoControlFile", APC | 3},
@@ -77,7 +80,39 @@ static int stays_here(unsigned index, const uint64_t *args)
     if (!(a & ARG))
         return 0;
     uint64_t v = args[(a & ARG) - 1];
-    return a & APC ? v != 0 : (v & 0xff) != 0;
+    if (a & APC)
+        return v != 0;
+    if (!(v & 0xff))
+        return 0;
+    return a & PROBE ? ALERTABLE : 1;
+}
+
+/* An alertable wait of a fiber (wine's ws2_32 waits so for every blocking
+ * Winsock call): what it would find at once, it finds here, natively, with
+ * a zero timeout: APCs already queued to the thread run now (STATUS_USER_APC),
+ * an object already signalled is taken.  Only a wait that would sleep goes
+ * to the pool, made not alertable there: APCs queued to the carrier while it
+ * waits run at the fiber's next alertable wait instead of ending this one.
+ * 1 with *result when the probe answered. */
+static int probe_alertable(unsigned index, uint64_t *args, int64_t *result)
+{
+    const struct ferry_stub *s = ferry_stub_at(index);
+    int delay = s && same(s->name, "NtDelayExecution");
+    unsigned alert = (apc_arg[index] & ARG) - 1;
+    unsigned timeout = alert + 1;     /* the argument after the flag, in each of the three */
+    LARGE_INTEGER zero = {.QuadPart = 0};
+    uint64_t probe[FERRY_CALL_ARGS];
+    for (int i = 0; i < FERRY_CALL_ARGS; i++)
+        probe[i] = args[i];
+    probe[timeout] = (uint64_t)&zero;
+    int64_t r = wagg_native(index, probe);
+    /* a delay of zero always "succeeds": only an APC that ran answers it */
+    if (delay ? r == STATUS_USER_APC : r != STATUS_TIMEOUT) {
+        *result = r;
+        return 1;
+    }
+    args[alert] &= ~(uint64_t)0xff;
+    return 0;
 }
 
 /* Store the fiber's call on `pool` (it leaves with the carrier's next kick,
@@ -116,11 +151,17 @@ int wagg_route_call(unsigned index, uint64_t *args, int64_t *result)
         return 0;
     unsigned target = c->g->cfg.route[index];
     unsigned pool = target == FERRY_ROUTE_WORKER ? WAGG_WORKER_POOL : target;
+    int here = 0;
     if (target == FERRY_ROUTE_NATIVE || (target != FERRY_ROUTE_WORKER && target >= c->g->cfg.npools)
-        || stays_here(index, args)) {
+        || (here = stays_here(index, args)) == 1) {
         wagg_add(c->g->st.native, 1);
         wagg_add(c->g->st.crossings, 1);
         return 0;
+    }
+    if (here == ALERTABLE && probe_alertable(index, args, result)) {
+        wagg_add(c->g->st.native, 1);
+        wagg_add(c->g->st.crossings, 1);
+        return 1;
     }
     wagg_ferry_mode(c);
     *result = aggregate(c, pool, index, args);
