@@ -48,6 +48,7 @@ class WinServer:
             err = self.proc.stderr.read().decode(errors="replace").strip()
             raise AssertionError(f"server did not start (exit {self.proc.returncode}); "
                                  f"stdout {line!r}; stderr:\n{err}")
+        assert line == f"listening on {port}\n".encode(), line   # the Linux server's line, byte for byte
         self.port = port
 
     def stop(self):

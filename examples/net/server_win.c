@@ -22,6 +22,8 @@
 #include <windows.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <io.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -635,6 +637,9 @@ static void wake_acceptors(long n)
 
 int main(int argc, char **argv)
 {
+    /* Lines end in \n as the Linux server's do, for the tools that read them. */
+    _setmode(_fileno(stdout), _O_BINARY);
+    _setmode(_fileno(stderr), _O_BINARY);
     struct net_options o;
     net_parse_options(argc, argv, &o);
     if (o.model == MODEL_CLUSTER)
