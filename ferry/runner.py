@@ -251,9 +251,6 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     if not argv:
         raise FerryError("ferry run", "no command given (usage: ferry run [OPTIONS] -- COMMAND ARGS...)")
     launch = prepare(argv, progress)
-    if launch.how == "wine" and profile.mode == "aggregate":
-        from .injector.pe_launch import program_env
-        program_env({}, profile, out_dir)     # refuses, before the run directory exists
     if profile.mode == "aggregate" and (launch.manifest or {}).get("static"):
         # the shim inside a static program has no engine (shim/src/static_noagg.c)
         raise FerryError(launch.original, "statically linked: aggregation profiles are not "

@@ -114,13 +114,15 @@ def program_env(base, profile, out_dir, image=None):
     """The environment of `wine` for an enabled PE program: its own, and the
     variables ferry.dll reads (and takes out of the program's environment):
     the mode, the run directory, and detours.dll for the children; the
-    launcher's FERRY_WIN_IMAGE when the program runs from its rewritten image."""
-    if profile.mode == "aggregate":
-        raise FerryError(profile.name, "aggregation profiles do not run Windows programs yet "
-                                       "(use -p trace, count or off)")
+    launcher's FERRY_WIN_IMAGE when the program runs from its rewritten image;
+    in mode aggregate the profile's [aggregate] settings (FERRY_AGG, its routes
+    by Nt name: docs/aggregate.md)."""
+    from ..profiles.aggenv import encode
     detours = detours_dll()
     env = dict(base, FERRY_MODE=profile.mode, FERRY_WIN_RUN_DIR=win_path(out_dir),
                FERRY_WIN_DETOURS=win_path(detours) if detours else "")
+    if profile.mode == "aggregate":
+        env["FERRY_AGG"] = encode(profile, windows=True)
     if image:
         env["FERRY_WIN_IMAGE"] = win_path(image)
     return env

@@ -1,6 +1,8 @@
 """FERRY_AGG: a profile's [aggregate] settings as the shim reads them (docs/aggregate.md,
 "FERRY_AGG"). `encode(profile)` writes the string; `decode(text)` reads one back into
 the same `Config` that `config(profile)` gives, so the two can be compared.
+`encode(profile, windows=True)` is a Windows program's (ferry.dll's): routes name
+Nt calls (`NtReadFile:0`), which ferry.dll numbers from the ntdll it finds loaded.
 """
 from dataclasses import dataclass, field
 
@@ -30,22 +32,23 @@ class Config:
     threads: str = "native"                        # "fibers": the program's threads run as fibers
     quiet: str = "ring"                            # "direct": the quiet path (ferry.h)
     pools: list = field(default_factory=list)      # PoolConfig, index = pool number
-    route: dict = field(default_factory=dict)      # nr -> pool index, "n" or "w"
+    route: dict = field(default_factory=dict)      # nr (Nt name) -> pool index, "n" or "w"
 
 
-def config(profile):
-    """The engine's view of a profile: numbers only, groups expanded, pools numbered."""
+def config(profile, windows=False):
+    """The engine's view of a profile: groups expanded, pools numbered; the route by
+    syscall number, or for a Windows program (ferry.dll) by Nt name."""
     pools = [PoolConfig(p.entries, p.concurrency, p.cpu_mask,
                         -1 if p.sqpoll is None else p.sqpoll, p.priority, p.wait,
                         p.wait_limit, p.wait_timeout_ns) for p in profile.agg_pools]
     index = {p.name: i for i, p in enumerate(profile.agg_pools)}
     return Config(profile.agg_workers, profile.agg_fiber_stack, profile.agg_carriers,
                   profile.agg_threads, profile.agg_quiet, pools,
-                  routing.expand(profile.agg_route, index))
+                  (routing.expand_windows if windows else routing.expand)(profile.agg_route, index))
 
 
-def encode(profile):
-    c = config(profile)
+def encode(profile, windows=False):
+    c = config(profile, windows)
     items = [f"workers={c.workers}", f"stack={c.stack}", f"carriers={c.carriers}"]
     if c.threads == "fibers":
         items.append("threads=fibers")
@@ -89,7 +92,7 @@ def _route(text, npools, route):
         nr, sep, target = pair.partition(":")
         if not sep:
             raise ValueError(f"route: {pair!r} is not nr:target")
-        n = _int(nr, "route syscall", 0)
+        n = nr if routing.is_nt_name(nr) else _int(nr, "route syscall", 0)
         if target in (ROUTE_NATIVE, ROUTE_WORKER):
             route[n] = target
         else:

@@ -243,12 +243,12 @@ def route(value, key):
         raise wrong_type(key, "a table ([aggregate.route]: syscall or group = target)", value)
     for k, target in value.items():
         where = f"{key}.{key_name(k)}"
-        if k not in NUMBERS and k not in routing.ROUTE_KEYS:
+        if k not in NUMBERS and k not in routing.ROUTE_KEYS and not routing.is_nt_name(k):
             raise Invalid(where, f"unknown syscall or group{suggest(k, [*routing.ROUTE_KEYS, *NUMBERS])}"
                                  f"; groups: {', '.join(routing.ROUTE_KEYS)}")
         if not isinstance(target, str):
             raise wrong_type(where, 'a pool name, "native" or "worker"', target)
-        if k in routing.MUST_NATIVE and target != routing.NATIVE:
+        if routing.must_stay_native(k) and target != routing.NATIVE:
             raise Invalid(where, f"{k} must stay native (it acts on the calling thread or "
                                  f'never returns): route it to "native" or leave it out')
     return dict(value)

@@ -123,10 +123,20 @@ struct ferry_fiber *ferry_fiber_self(void);
  * (-errno on failure) once complete; calls[i].done says which are.  Returns
  * how many completed, or -errno when the batch could not be submitted. */
 #define FERRY_NR_NOP (-1L)  /* an io_uring no-op (IORING_OP_NOP): result 0 */
+#ifdef _WIN32
+/* ferry.dll: `long` is 32 bits (LLP64) and an Nt* call takes up to 4 register
+ * and 12 stack arguments; nr is ferry.dll's stub index, result the NTSTATUS
+ * (sign-extended) */
+typedef long long ferry_word;
+#define FERRY_CALL_ARGS 16
+#else
+typedef long ferry_word;
+#define FERRY_CALL_ARGS 6
+#endif
 struct ferry_call {
-    long nr;
-    long args[6];
-    long result;
+    ferry_word nr;
+    ferry_word args[FERRY_CALL_ARGS];
+    ferry_word result;
     int done;
 };
 int ferry_submit(struct ferry_group *g, unsigned pool, struct ferry_call *calls, unsigned n,

@@ -3,6 +3,9 @@
 #include <winternl.h>
 
 #include "ferry_dll.h"
+#include "wagg.h"
+#include "wagg_fiber.h"
+#include "wagg_stats.h"
 #include "../src/procfile.h"
 
 #define WIN_MAX_BLOCKS 64       /* threads with a block of their own; more count in overflow */
@@ -79,6 +82,22 @@ static uint64_t real_ns(void)
     return (t - 116444736000000000ULL) * 100;      /* since 1601 in 100 ns -> Unix ns */
 }
 
+/* ns from TSC ticks without a division (on the way back to the program) */
+uint64_t ferry_ticks_ns(uint64_t dt)
+{
+    return dt < (1ULL << 32) ? (dt * ns_per_tick_q24) >> 24 : ((dt >> 16) * ns_per_tick_q24) >> 8;
+}
+
+int ferry_stub_count(void)
+{
+    return nstubs;
+}
+
+const struct ferry_stub *ferry_stub_at(unsigned index)
+{
+    return index < (unsigned)nstubs ? &stubs[index] : 0;
+}
+
 /* Called by ferry_claim_entry (claim.S): the calling thread's block. */
 void *ferry_claim_block(void)
 {
@@ -113,8 +132,21 @@ static struct ferry_blk *thread_block(void)
  * reads: the trampolines stay as they are and the report holds only what the
  * program called. */
 static uint64_t own[FERRY_NR_MAX + 8] __attribute__((aligned(64)));
+uint64_t *const ferry_own_blk = own;
+/* the route hook's words (wagg_fiber.h): set in aggregate mode */
+uint32_t ferry_route_slot, ferry_block_slot;
 
-static uint64_t own_calls_begin(void)
+void *ferry_agg_area(void)
+{
+    return hdr ? hdr->aggregate : 0;
+}
+
+const struct ferry_proc_header *ferry_proc_header(void)
+{
+    return hdr;
+}
+
+uint64_t ferry_own_begin(void)
 {
     if (!tls_slot)      /* nothing patched: no call of ours is counted */
         return 0;
@@ -124,7 +156,7 @@ static uint64_t own_calls_begin(void)
     return was;
 }
 
-static void own_calls_end(uint64_t was)
+void ferry_own_end(uint64_t was)
 {
     if (!tls_slot)
         return;
@@ -147,8 +179,7 @@ void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32
         s->time_min = dt;
     if (dt > s->time_max)
         s->time_max = dt;
-    /* ns from ticks without a division on the way back to the program */
-    uint64_t ns = dt < (1ULL << 32) ? (dt * ns_per_tick_q24) >> 24 : ((dt >> 16) * ns_per_tick_q24) >> 8;
+    uint64_t ns = ferry_ticks_ns(dt);
     int bucket = ns ? 63 - __builtin_clzll(ns) : 0;
     s->hist[bucket < FERRY_HIST_BUCKETS ? bucket : FERRY_HIST_BUCKETS - 1]++;
     if (((uint32_t)status >> 30) == 3)
@@ -361,6 +392,8 @@ static int env_mode(void)
         return FERRY_MODE_OFF;
     if (m[0] == 't' && m[1] == 'r')
         return FERRY_MODE_TRACE;
+    if (m[0] == 'a' && m[1] == 'g')
+        return FERRY_MODE_AGGREGATE;
     return FERRY_MODE_COUNT;
 }
 
@@ -458,9 +491,9 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
                                          void *toa, uint32_t pflags, uint32_t tflags, void *params,
                                          void *info, void *attrs)
 {
-    uint64_t was = own_calls_begin();    /* the call itself was counted on its way in */
+    uint64_t was = ferry_own_begin();    /* the call itself was counted on its way in */
     long st = create_user_process(ph, th, pa, ta, poa, toa, pflags, tflags, params, info, attrs);
-    own_calls_end(was);
+    ferry_own_end(was);
     return st;
 }
 
@@ -520,9 +553,9 @@ static void CALLBACK late_load(ULONG reason, const struct loaded_dll *d, void *c
     (void)context;
     if (reason != 1 /* LDR_DLL_NOTIFICATION_REASON_LOADED */ || !hdr || nmods == MAX_MODULES)
         return;
-    uint64_t was = own_calls_begin();
+    uint64_t was = ferry_own_begin();
     take_late(d);
-    own_calls_end(was);
+    ferry_own_end(was);
 }
 
 typedef LONG (NTAPI *register_fn)(ULONG, void (CALLBACK *)(ULONG, const struct loaded_dll *, void *),
@@ -545,9 +578,9 @@ typedef long (__stdcall *terminate_fn)(void *, long);
 long __stdcall ferry_terminate_process(void *process, long status)
 {
     terminate_fn original = (terminate_fn)hooks.terminate_original;
-    uint64_t was = own_calls_begin();
+    uint64_t was = ferry_own_begin();
     DWORD pid = process && process != (void *)-1 ? GetProcessId(process) : 0;
-    own_calls_end(was);
+    ferry_own_end(was);
     if (!pid || pid == GetCurrentProcessId())
         return original(process, status);
     long st = original(process, status);
@@ -562,8 +595,21 @@ long __stdcall ferry_terminate_process(void *process, long status)
     return st;
 }
 
+/* Aggregate mode: every counted stub looks at a route word of its own TLS
+ * slot (wagg_route.c), set while a carrier runs a fiber. */
+static void route_calls(void)
+{
+    DWORD i = TlsAlloc();
+    if (i == TLS_OUT_OF_INDEXES || i >= 64)
+        return;     /* no routing: the calls are counted, and fibers still run */
+    ferry_block_slot = tls_slot;
+    ferry_route_slot = TEB_TLS_SLOTS + 8 * i;
+    ferry_route_calls(ferry_route_slot);
+}
+
 static void start(HINSTANCE self)
 {
+    wagg_init_slots();
     static WCHAR *const dir = run_dir;
     int mode = env_mode();
     DWORD n = GetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", dir, 2048);
@@ -576,11 +622,13 @@ static void start(HINSTANCE self)
     DWORD np = GetEnvironmentVariableA("FERRY_WIN_PARENT", parent, sizeof(parent));
     for (DWORD i = 0; np < sizeof(parent) && i < np && parent[i] >= '0' && parent[i] <= '9'; i++)
         given_parent = given_parent * 10 + (parent[i] - '0');
+    wagg_configure();
     /* the program sees its environment as it was given, without Ferry's */
     SetEnvironmentVariableW(L"FERRY_MODE", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_RUN_DIR", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_DETOURS", 0);
     SetEnvironmentVariableW(L"FERRY_WIN_PARENT", 0);
+    SetEnvironmentVariableW(L"FERRY_AGG", 0);
     if (mode == FERRY_MODE_OFF || n == 0 || n >= 2048)
         return;
     nntdll = ferry_find_stubs(GetModuleHandleW(L"ntdll.dll"), stubs, FERRY_WIN_MAX_STUBS);
@@ -602,17 +650,20 @@ static void start(HINSTANCE self)
         return;
     tls_slot = TEB_TLS_SLOTS + 8 * tls_index;
     timed = mode == FERRY_MODE_TRACE;
-    uint64_t was = own_calls_begin();
+    if (mode == FERRY_MODE_AGGREGATE)
+        route_calls();
+    uint64_t was = ferry_own_begin();
     for (int i = 0; i < nmods; i++)
         patch_module(i);
     watch_loads();
-    own_calls_end(was);
+    ferry_own_end(was);
 }
 
 static void finish(void)
 {
     if (!hdr)
         return;
+    wagg_stats_publish_all();
     hdr->end_real_ns = real_ns();
     hdr->end_mono_ns = qpc_ns();
     hdr->end_tsc = __builtin_ia32_rdtsc();

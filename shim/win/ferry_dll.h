@@ -21,7 +21,12 @@ struct ferry_stub {
     uint8_t *entry;                     /* in the loaded ntdll */
     uint32_t ssn;
     char name[FERRY_WIN_NAME_MAX];
+    void *original;                     /* the call, uncounted (a trampoline's tail): wagg_native */
 };
+
+/* ferry_dll.c: the stubs table (index = call number), for the engine */
+int ferry_stub_count(void);
+const struct ferry_stub *ferry_stub_at(unsigned index);
 
 /* patch.c */
 int ferry_find_stubs(void *ntdll, struct ferry_stub *stubs, int cap);
@@ -40,6 +45,11 @@ int ferry_patch_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t 
  * entries: slot i gets trampoline i (a rewritten module's stubs jump through it) */
 int ferry_link_stubs(struct ferry_stub *stubs, int n, uint32_t first, uint32_t tls_offset, int timed,
                      uint64_t *const *slots);
+
+/* Route every counted stub through the route hook (wagg_route.c) when the
+ * TEB word at `slot` is set; before the stubs are patched */
+void ferry_route_calls(uint32_t slot);
+void wagg_route_entry(void);
 
 /* modules.c: the modules `ferry instrument` rewrote (a control block each) */
 struct _UNICODE_STRING;
@@ -68,6 +78,7 @@ void ferry_copy_args(void);
 void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32_t index);
 
 /* freestanding helpers (ferry_dll.c) */
+uint64_t ferry_ticks_ns(uint64_t ticks);    /* TSC ticks -> ns, as calibrated at start */
 void ferry_zero(void *p, uint64_t n);
 void ferry_copy(void *d, const void *s, uint64_t n);
 

@@ -10,6 +10,8 @@
 #define DATA_SIZE 8192          /* slots, unwind data and the function table */
 #define TIMED_FRAME_AT 27       /* where a timed trampoline's frame begins */
 #define TIMED_END 138
+#define ORIGINAL_AT 144         /* the uncounted entry (13 bytes), after every kind's code */
+_Static_assert(TIMED_END <= ORIGINAL_AT && ORIGINAL_AT + 13 <= TRAMP_SIZE, "the uncounted entry fits");
 #define REACH 0x7fff0000LL
 
 static int stub_shape(const uint8_t *p)
@@ -134,7 +136,7 @@ static void emit_counted(uint8_t *t, const struct ferry_stub *s);
 
 /* The data page's slots, read by the trampolines through rip-relative calls. */
 enum { SLOT_CLAIM = 0, SLOT_EXIT = 8, SLOT_COPY = 16, SLOT_ACCOUNT = 24, SLOT_CREATE = 32,
-       SLOT_TERMINATE = 40,
+       SLOT_TERMINATE = 40, SLOT_ROUTE = 48,
        UNWIND_AT = 64, TABLE_AT = 128 };
 
 /* NtCreateUserProcess and NtTerminateProcess: counted, then handed to
@@ -194,6 +196,41 @@ static void emit_counted(uint8_t *t, const struct ferry_stub *s)
     ferry_copy(t, code, sizeof(code));
     put32(t + 4, s->ssn);
     put32(t + 9, rel32(t + 13, s->entry + 8));
+}
+
+/* The TEB offset of the route word (0: no trampoline routes) */
+static uint32_t route_slot;
+
+void ferry_route_calls(uint32_t slot)
+{
+    route_slot = slot;
+}
+
+/* Counted, then routed when the route word is set (a carrier runs a fiber:
+ * wagg_route.c), else on into the stub: for a thread that is not a carrier
+ * one compare and a branch not taken.  The route entry gets the call's
+ * index in eax and the native tail in r11 (both free: the stub sets eax,
+ * and r11 is volatile). */
+static void emit_routed(uint8_t *t, uint8_t *data, const struct ferry_stub *s, uint32_t index)
+{
+    static const uint8_t check[12] = {
+        0x65, 0x48, 0x83, 0x3c, 0x25, 0, 0, 0, 0, 0x00, /* cmp qword gs:[route], 0 */
+        0x75, 13,                                     /* jne route (past the native tail) */
+    };
+    static const uint8_t route[18] = {
+        0xb8, 0, 0, 0, 0,                             /* route: mov eax, index */
+        0x4c, 0x8d, 0x1d, 0, 0, 0, 0,                 /* lea r11, [native] */
+        0xff, 0x25, 0, 0, 0, 0,                       /* jmp [route entry] */
+    };
+    ferry_copy(t, check, sizeof(check));
+    put32(t + 5, route_slot);
+    uint8_t *native = t + sizeof(check);
+    emit_counted(native, s);
+    uint8_t *r = native + 13;
+    ferry_copy(r, route, sizeof(route));
+    put32(r + 1, index);
+    put32(r + 8, rel32(r + 12, native));
+    put32(r + 14, rel32(r + 18, data + SLOT_ROUTE));
 }
 
 /* Counted and timed: a frame of 0xa8 bytes (its unwind data registered, so
@@ -313,8 +350,9 @@ static uint8_t *make_trampolines(struct ferry_stub *stubs, int n, uint32_t first
     uint8_t *area = alloc_near(lo, hi, size);
     if (!area)
         return 0;
-    void *slots[6] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
-                      (void *)ferry_create_user_process, (void *)ferry_terminate_process};
+    void *slots[7] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
+                      (void *)ferry_create_user_process, (void *)ferry_terminate_process,
+                      (void *)wagg_route_entry};
     ferry_copy(area, slots, sizeof(slots));
     *(int32_t *)(area + SLOT_EXIT) = 259;             /* STILL_ACTIVE until NtTerminateProcess */
     if (hooks)
@@ -327,21 +365,29 @@ static uint8_t *make_trampolines(struct ferry_stub *stubs, int n, uint32_t first
         for (int k = 0; k < TRAMP_SIZE; k++)
             t[k] = 0xcc;
         uint32_t index = first + (uint32_t)i;    /* the call's number in the process file */
+        /* the engine's workers run a call the program made once, counted
+         * where it made it: this entry only loads the SSN and runs the stub */
+        emit_counted(t + ORIGINAL_AT, &stubs[i]);
+        stubs[i].original = t + ORIGINAL_AT;
         int terminate = hooks && same(stubs[i].name, "NtTerminateProcess");
         if (terminate)
             t = emit_exit_status(t, area + SLOT_EXIT);
         t = emit_count(t, area, index, tls_offset);
+        /* a hooked call's uncounted entry is its hook: ferry.dll still
+         * takes part in it (a child gets ferry.dll wherever it is created) */
         if (hooks && same(stubs[i].name, "NtCreateUserProcess"))
-            hooks->create_original = emit_hook(t, area, SLOT_CREATE, &stubs[i]);
+            hooks->create_original = emit_hook(stubs[i].original = t, area, SLOT_CREATE, &stubs[i]);
         else if (terminate)
-            hooks->terminate_original = emit_hook(t, area, SLOT_TERMINATE, &stubs[i]);
+            hooks->terminate_original = emit_hook(stubs[i].original = t, area, SLOT_TERMINATE, &stubs[i]);
         else if (timed && !never_returns(stubs[i].name)) {
             emit_timed(t, area, &stubs[i], index);
             table[ntable].BeginAddress = (DWORD)(t - area);
             table[ntable].EndAddress = (DWORD)(t - area + TIMED_END - TIMED_FRAME_AT);
             table[ntable].UnwindData = UNWIND_AT;
             ntable++;
-        } else
+        } else if (route_slot && !never_returns(stubs[i].name))
+            emit_routed(t, area, &stubs[i], index);
+        else
             emit_counted(t, &stubs[i]);
     }
     DWORD old;

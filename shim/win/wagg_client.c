@@ -1,0 +1,167 @@
+/* Clients: a thread of the program using a group.  Its calls complete into
+ * its own completion ring, read from memory; it crosses into the kernel
+ * only to wake a sleeping worker (once per batch) or to sleep on its ring. */
+#include <windows.h>
+
+#include "wagg.h"
+
+#define SPIN 4000           /* polls of an empty completion ring before sleeping */
+
+struct wagg_client *wagg_client(struct ferry_group *g)
+{
+    uint32_t tid = (uint32_t)GetCurrentThreadId();
+    uint32_t n = __atomic_load_n(&g->nclients, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        if (g->clients[i]->tid == tid)
+            return g->clients[i];
+    /* only this thread adds itself: the list before it is all it can be in */
+    uint64_t was = ferry_own_begin();
+    struct wagg_client *cl = VirtualAlloc(0, sizeof(*cl), MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+    if (cl && wagg_ring_init(&cl->done, WAGG_DONE_CAP)) {
+        VirtualFree(cl, 0, MEM_RELEASE);
+        cl = 0;
+    }
+    ferry_own_end(was);
+    if (!cl)
+        return 0;
+    cl->g = g;
+    cl->tid = tid;
+    while (__atomic_exchange_n(&g->lock, 1, __ATOMIC_ACQUIRE))
+        YieldProcessor();
+    n = g->nclients;
+    if (n < WAGG_MAX_CLIENTS) {
+        g->clients[n] = cl;
+        __atomic_store_n(&g->nclients, n + 1, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&g->lock, 0, __ATOMIC_RELEASE);
+    if (n == WAGG_MAX_CLIENTS) {
+        wagg_ring_free(&cl->done);
+        VirtualFree(cl, 0, MEM_RELEASE);
+        return 0;
+    }
+    return cl;
+}
+
+/* 0, or -EBUSY when a client still has calls out (a worker may be using
+ * the memory they name) */
+int wagg_clients_idle(struct ferry_group *g)
+{
+    for (uint32_t i = 0; i < g->nclients; i++)
+        if (__atomic_load_n(&g->clients[i]->inflight, __ATOMIC_ACQUIRE))
+            return -EBUSY_;
+    return 0;
+}
+
+void wagg_clients_free(struct ferry_group *g)
+{
+    for (uint32_t i = 0; i < g->nclients; i++) {
+        wagg_ring_free(&g->clients[i]->done);
+        VirtualFree(g->clients[i], 0, MEM_RELEASE);
+    }
+    g->nclients = 0;
+}
+
+int wagg_push(struct ferry_group *g, unsigned pool, struct ferry_call *c)
+{
+    struct wagg_client *cl = wagg_client(g);
+    if (!cl)
+        return -ENOMEM_;
+    if (cl->inflight >= WAGG_DONE_CAP)
+        return -EAGAIN_;
+    struct wagg_pool *p = &g->pools[pool];
+    c->done = 0;
+    if (wagg_ring_push(&p->req, c, cl))
+        return -EAGAIN_;
+    cl->inflight++;
+    cl->pool_inflight[pool]++;
+    uint64_t depth = __atomic_add_fetch(&p->depth, 1, __ATOMIC_RELAXED);
+    uint64_t max = __atomic_load_n(&p->st.max_depth, __ATOMIC_RELAXED);
+    while (depth > max && !__atomic_compare_exchange_n(&p->st.max_depth, &max, depth, 1,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    return 0;
+}
+
+void wagg_kick(struct ferry_group *g, unsigned pool)
+{
+    struct wagg_pool *p = &g->pools[pool];
+    if (wagg_wake_one(&p->wake, &p->sleepers)) {
+        wagg_add(g->st.crossings, 1);
+        wagg_add(p->st.enters, 1);
+    }
+}
+
+void wagg_batch(struct ferry_group *g, unsigned pool, unsigned n)
+{
+    struct ferry_pool_stats *s = &g->pools[pool].st;
+    unsigned b = 0;
+    while (b < FERRY_BATCH_BUCKETS - 1 && (n >> (b + 1)))
+        b++;
+    wagg_add(s->batches[b], 1);
+    wagg_add(s->submitted, n);
+}
+
+int wagg_client_pop(struct wagg_client *cl, struct ferry_call **c, unsigned *pool)
+{
+    void *a, *b;
+    if (wagg_ring_pop(&cl->done, &a, &b))
+        return -1;
+    *c = a;
+    *pool = (unsigned)(uintptr_t)b;
+    cl->inflight--;
+    cl->pool_inflight[*pool]--;
+    __atomic_store_n(&(*c)->done, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+uint64_t wagg_now_ns(void)
+{
+    return ferry_ticks_ns(__builtin_ia32_rdtsc());
+}
+
+int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned pool, uint64_t deadline_ns)
+{
+    for (int k = 0; k < SPIN; k++) {
+        if (!wagg_ring_empty(&cl->done))
+            return 0;
+        YieldProcessor();
+    }
+    LARGE_INTEGER rel, *timeout = 0;
+    if (deadline_ns != UINT64_MAX) {
+        uint64_t now = wagg_now_ns();
+        if (now >= deadline_ns)
+            return -ETIMEDOUT_;
+        rel.QuadPart = -(LONGLONG)((deadline_ns - now + 99) / 100);
+        timeout = &rel;
+    }
+    uint64_t t0 = __builtin_ia32_rdtsc();
+    int r = wagg_sleep(&cl->wake, &cl->sleeping, &cl->done, 0, timeout);
+    if (r >= 0) {       /* it slept: a crossing, and time waited */
+        wagg_add(g->st.crossings, 1);
+        wagg_add(g->pools[pool].st.enters, 1);
+        wagg_add(g->pools[pool].st.wait_ns, ferry_ticks_ns(__builtin_ia32_rdtsc() - t0));
+    }
+    return r == 1 ? -ETIMEDOUT_ : 0;
+}
+
+int wagg_reap_calls(struct ferry_group *g, struct ferry_call **out, unsigned cap, unsigned min,
+                    uint64_t timeout_ns)
+{
+    struct wagg_client *cl = wagg_client(g);
+    if (!cl)
+        return -ENOMEM_;
+    uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : wagg_now_ns() + timeout_ns;
+    unsigned got = 0, pool;
+    struct ferry_call *c;
+    for (;;) {
+        while (got < cap && wagg_client_pop(cl, &c, &pool) == 0)
+            out[got++] = c;
+        if (got >= min || got == cap || !cl->inflight)
+            return (int)got;
+        if (wagg_client_wait(g, cl, 0, deadline)) {
+            while (got < cap && wagg_client_pop(cl, &c, &pool) == 0)
+                out[got++] = c;
+            return (int)got;
+        }
+    }
+}

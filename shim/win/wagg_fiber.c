@@ -1,0 +1,297 @@
+/* Carriers and fibers on Windows fibers, as the thesis's clusterapi.dll ran
+ * them.  CreateFiberEx/SwitchToFiber keep the TEB as Windows (and wine)
+ * expect it for each fiber: NT_TIB's StackBase/StackLimit, the
+ * DeallocationStack the stack probes (__chkstk, guard-page growth) rely on,
+ * FiberData and the fiber-local storage.  So SEH, stack growth and wine's
+ * own per-thread state behave on a fiber as on a thread.  An own switch
+ * would have to swap every one of those fields itself; bench/pe_cluster.py
+ * measures what SwitchToFiber costs under wine.
+ */
+#include <windows.h>
+#include <errno.h>
+
+#include "ferry_dll.h"
+#include "wagg_fiber.h"
+#include "wagg_stats.h"
+
+uint32_t wagg_carrier_slot;
+
+#define TEB_TLS_SLOTS 0x1480
+#define FIBER_STACK_DEFAULT (256 * 1024)
+
+int wagg_init_slots(void)
+{
+    DWORD i = TlsAlloc();
+    if (i == TLS_OUT_OF_INDEXES || i >= 64)
+        return -1;      /* read straight from the TEB: an inline slot only */
+    wagg_carrier_slot = TEB_TLS_SLOTS + 8 * i;
+    return 0;
+}
+
+static void *zalloc(SIZE_T n)
+{
+    return HeapAlloc(GetProcessHeap(), HEAP_ZERO_MEMORY, n);
+}
+
+static void release(void *p)
+{
+    HeapFree(GetProcessHeap(), 0, p);
+}
+
+void wagg_fiber_ready(struct wagg_carrier *c, struct ferry_fiber *f)
+{
+    f->next = 0;
+    if (c->tail)
+        c->tail->next = f;
+    else
+        c->head = f;
+    c->tail = f;
+}
+
+static struct ferry_fiber *take_ready(struct wagg_carrier *c)
+{
+    struct ferry_fiber *f = c->head;
+    if (f) {
+        c->head = f->next;
+        if (!c->head)
+            c->tail = 0;
+    }
+    return f;
+}
+
+void wagg_fiber_park(struct wagg_carrier *c)
+{
+    SwitchToFiber(c->sched);
+}
+
+/* A fiber's first and last frames.  It must never return: a fiber's start
+ * routine that returns ends the thread. */
+static void WINAPI fiber_start(void *p)
+{
+    struct ferry_fiber *f = p;
+    struct wagg_carrier *c = f->c;
+    wagg_program_mode(c);
+    f->fn(f->arg);
+    wagg_ferry_mode(c);
+    f->done = 1;
+    for (;;)
+        SwitchToFiber(c->sched);
+}
+
+static void fiber_free(struct ferry_fiber *f)
+{
+    struct wagg_carrier *c = f->c;
+    if (f->all_prev)
+        f->all_prev->all_next = f->all_next;
+    else
+        c->all = f->all_next;
+    if (f->all_next)
+        f->all_next->all_prev = f->all_prev;
+    DeleteFiber(f->handle);
+    release(f);
+}
+
+static int fiber_new(struct wagg_carrier *c, struct ferry_fiber **out, void (*fn)(void *), void *arg,
+                     int joinable)
+{
+    struct ferry_fiber *f = zalloc(sizeof(*f));
+    if (!f)
+        return -ENOMEM;
+    f->c = c;
+    f->fn = fn;
+    f->arg = arg;
+    f->joinable = joinable;
+    size_t stack = c->g->cfg.fiber_stack;
+    /* the whole stack reserved, committed as it is touched (guard page) */
+    f->handle = CreateFiberEx(0, stack ? stack : FIBER_STACK_DEFAULT, FIBER_FLAG_FLOAT_SWITCH,
+                              fiber_start, f);
+    if (!f->handle) {
+        release(f);
+        return -ENOMEM;
+    }
+    f->all_next = c->all;
+    if (c->all)
+        c->all->all_prev = f;
+    c->all = f;
+    c->alive++;
+    if (c->alive > c->peak)
+        c->peak = c->alive;
+    c->fibers++;
+    wagg_add(c->g->st.fibers, 1);
+    wagg_fiber_ready(c, f);
+    if (out)
+        *out = f;
+    return 0;
+}
+
+/* Fibers whose routed calls completed, ready again; waits for one if
+ * `wait` and nothing else can run.  (The calls were counted by the pool's
+ * workers as they completed them, the wait by the client.) */
+static void collect(struct wagg_carrier *c, int wait)
+{
+    struct ferry_call *done[64];
+    int n = wagg_reap_calls(c->g, done, 64, wait ? 1 : 0, UINT64_MAX);
+    c->handoffs += wait;
+    for (int i = 0; i < n; i++) {
+        struct ferry_fiber *f = (struct ferry_fiber *)((char *)done[i] -
+                                                       __builtin_offsetof(struct ferry_fiber, call));
+        f->parked = 0;
+        c->out--;
+        c->completed++;
+        wagg_fiber_ready(c, f);
+    }
+}
+
+/* Each pool's stored calls leave as one batch: one wake of its workers
+ * (a crossing only if one sleeps). */
+static void kick(struct wagg_carrier *c)
+{
+    for (unsigned p = 0; p < WAGG_NPOOLS; p++) {
+        unsigned n = c->stored[p];
+        if (!n)
+            continue;
+        c->stored[p] = 0;
+        wagg_batch(c->g, p, n);
+        wagg_stat_depth(p, c->out);
+        wagg_kick(c->g, p);
+        c->handoffs++;
+    }
+}
+
+void wagg_carrier_drain(struct wagg_carrier *c)
+{
+    kick(c);
+    if (c->out)
+        collect(c, 1);
+    else
+        SwitchToThread();   /* rings full of other carriers' calls: theirs go first */
+}
+
+/* The scheduler, on the thread's own fiber, in ferry mode: runs ready fibers
+ * in turn; when none is, waits for routed calls to complete.  0 once every
+ * fiber finished; -EDEADLK when the ones left wait only on each other. */
+static int schedule(struct wagg_carrier *c)
+{
+    while (c->alive) {
+        if (c->out && !c->head)
+            wagg_carrier_drain(c);
+        else if (c->out)
+            collect(c, 0);
+        struct ferry_fiber *f = take_ready(c);
+        if (!f) {
+            if (c->out)
+                continue;
+            return -EDEADLK;
+        }
+        c->cur = f;
+        c->switches++;
+        SwitchToFiber(f->handle);
+        c->cur = 0;
+        if (!f->done)
+            continue;
+        c->alive--;
+        if (f->joiner)
+            wagg_fiber_ready(c, f->joiner);
+        else if (!f->joinable)
+            fiber_free(f);
+    }
+    return 0;
+}
+
+int ferry_carrier_run(struct ferry_group *g, void (*main)(void *), void *arg)
+{
+    if (!g || !main || !wagg_carrier_slot)
+        return -EINVAL;
+    if (wagg_current())
+        return -EBUSY;
+    struct wagg_carrier *c = zalloc(sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->g = g;
+    __atomic_add_fetch(&g->carriers, 1, __ATOMIC_RELAXED);
+    c->slot = -1;
+    int converted = !IsThreadAFiber();
+    /* the NT_TIB's FiberData (GetCurrentFiber, which gcc takes for an
+     * access out of bounds) */
+    c->sched = converted ? ConvertThreadToFiber(0) : (void *)(uintptr_t)wagg_teb_get(0x20);
+    if (!c->sched) {
+        __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_RELAXED);
+        release(c);
+        return -ENOMEM;
+    }
+    wagg_teb_set(wagg_carrier_slot, (uint64_t)(uintptr_t)c);
+    wagg_ferry_mode(c);
+    c->slot = wagg_stat_carrier_slot();
+    int r = fiber_new(c, 0, main, arg, 0);
+    if (r == 0)
+        r = schedule(c);
+    /* fibers that finished unjoined, and after a deadlock the stuck ones */
+    while (c->all)
+        fiber_free(c->all);
+    wagg_add(g->st.switches, c->switches);
+    wagg_stat_carrier(c->slot, c->fibers, c->switches, c->peak, c->handoffs, c->completed);
+    wagg_stats_publish(g);
+    __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_RELAXED);
+    wagg_program_mode(c);
+    wagg_teb_set(wagg_carrier_slot, 0);
+    if (ferry_route_slot)
+        wagg_teb_set(ferry_route_slot, 0);
+    if (converted)
+        ConvertFiberToThread();
+    release(c);
+    return r;
+}
+
+/* The fiber-side API: called from program mode on a fiber of this thread. */
+static struct ferry_fiber *self_on(struct wagg_carrier *c)
+{
+    return c ? c->cur : 0;
+}
+
+int ferry_fiber_spawn(struct ferry_fiber **out, void (*fn)(void *), void *arg)
+{
+    struct wagg_carrier *c = wagg_current();
+    if (!self_on(c) || !fn)
+        return -EINVAL;
+    wagg_ferry_mode(c);
+    int r = fiber_new(c, out, fn, arg, out != 0);
+    wagg_program_mode(c);
+    return r;
+}
+
+int ferry_fiber_yield(void)
+{
+    struct wagg_carrier *c = wagg_current();
+    struct ferry_fiber *self = self_on(c);
+    if (!self)
+        return -EINVAL;
+    wagg_ferry_mode(c);
+    wagg_fiber_ready(c, self);
+    wagg_fiber_park(c);
+    wagg_program_mode(c);
+    return 0;
+}
+
+int ferry_fiber_join(struct ferry_fiber *f)
+{
+    struct wagg_carrier *c = wagg_current();
+    struct ferry_fiber *self = self_on(c);
+    if (!self || !f || f->c != c || !f->joinable || f->joined || f->joiner)
+        return -EINVAL;
+    if (f == self)
+        return -EDEADLK;
+    wagg_ferry_mode(c);
+    if (!f->done) {
+        f->joiner = self;
+        wagg_fiber_park(c);
+    }
+    f->joined = 1;
+    fiber_free(f);
+    wagg_program_mode(c);
+    return 0;
+}
+
+struct ferry_fiber *ferry_fiber_self(void)
+{
+    return self_on(wagg_current());
+}
