@@ -253,3 +253,17 @@ void http_take(struct http_conn *c, struct replies *r)
         c->len -= off;
     }
 }
+
+int http_serve_buffered(struct http_conn *c, int (*send)(void *io, struct replies *r), void *io)
+{
+    for (;;) {
+        struct replies r;
+        http_take(c, &r);
+        if (r.n && send(io, &r) < 0)
+            return 0;
+        if (r.close)
+            return 0;
+        if (!r.more)
+            return 1;
+    }
+}

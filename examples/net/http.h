@@ -51,6 +51,12 @@ size_t http_page_size(void);
  * into c->body: one such reply per call, then r->more) and drops them from buf. */
 void http_take(struct http_conn *c, struct replies *r);
 
+/* The blocking models' round (thread, pool, cluster): answers what c->buf
+ * holds, handing each batch of replies to send(io, r) (0, or -1 when the
+ * connection failed), until more input is needed.  Returns 1 when the
+ * connection stays open, 0 when a reply or a failed send closes it. */
+int http_serve_buffered(struct http_conn *c, int (*send)(void *io, struct replies *r), void *io);
+
 /* Frees what http_take kept in `c` (before freeing c). */
 void http_release(struct http_conn *c);
 

@@ -132,8 +132,9 @@ static int accept_conn(void)
     }
 }
 
-static int send_replies(int fd, struct replies *r)
+static int send_replies(void *conn, struct replies *r)
 {
+    int fd = ((struct conn *)conn)->fd;
     struct iovec *iov = r->iov;
     int n = r->n;
     while (n > 0) {
@@ -156,20 +157,11 @@ static int send_replies(int fd, struct replies *r)
     return 0;
 }
 
-/* Answers what c->h.buf holds, then what arrives, until the peer or a reply
- * closes the connection.  Returns 0 when the connection is to be closed. */
+/* A connection's requests as they come, until it closes; 0 when it is to
+ * be closed. */
 static int serve_buffered(struct conn *c)
 {
-    for (;;) {
-        struct replies r;
-        http_take(&c->h, &r);
-        if (r.n && send_replies(c->fd, &r) < 0)
-            return 0;
-        if (r.close)
-            return 0;
-        if (!r.more)
-            return 1;
-    }
+    return http_serve_buffered(&c->h, send_replies, c);
 }
 
 static int read_more(struct conn *c)

@@ -174,8 +174,9 @@ static int wsabufs_advance(WSABUF *wb, int n, DWORD sent)
     return n - i;
 }
 
-static int send_replies(SOCKET s, const struct replies *r)
+static int send_replies(void *conn, struct replies *r)
 {
+    SOCKET s = ((struct conn *)conn)->s;
     WSABUF wb[HTTP_MAX_REPLIES];
     int n = to_wsabufs(r, wb);
     while (n > 0) {
@@ -187,20 +188,11 @@ static int send_replies(SOCKET s, const struct replies *r)
     return 0;
 }
 
-/* Answers what c->h.buf holds, then what arrives, until the peer or a reply
- * closes the connection.  Returns 0 when the connection is to be closed. */
+/* A connection's requests as they come, until it closes; 0 when it is to
+ * be closed. */
 static int serve_buffered(struct conn *c)
 {
-    for (;;) {
-        struct replies r;
-        http_take(&c->h, &r);
-        if (r.n && send_replies(c->s, &r) < 0)
-            return 0;
-        if (r.close)
-            return 0;
-        if (!r.more)
-            return 1;
-    }
+    return http_serve_buffered(&c->h, send_replies, c);
 }
 
 static int read_more(struct conn *c)
@@ -217,6 +209,28 @@ static void serve_blocking(struct conn *c)
     while (read_more(c) && serve_buffered(c))
         ;
     conn_close(c);
+}
+
+/* Hands each new connection to `take` until the server stops: the thread
+ * and pool models' acceptor thread, and each carrier's first fiber. */
+static void accept_loop(void (*take)(struct conn *))
+{
+    SOCKET s;
+    while ((s = accept_conn()) != INVALID_SOCKET) {
+        struct conn *c = conn_new(s);
+        if (c)
+            take(c);
+    }
+}
+
+static void (*acceptor_take)(struct conn *);
+
+static DWORD WINAPI acceptor_thread(LPVOID arg)
+{
+    (void)arg;
+    accept_loop(acceptor_take);
+    InterlockedDecrement(&running);
+    return 0;
 }
 
 /* 2000 connections x the default 1 MiB stack would be 2 GiB reserved. */
@@ -239,26 +253,16 @@ static DWORD WINAPI connection_thread(LPVOID arg)
     return 0;
 }
 
-static DWORD WINAPI thread_acceptor(LPVOID arg)
+static void thread_take(struct conn *c)
 {
-    (void)arg;
-    SOCKET s;
-    while ((s = accept_conn()) != INVALID_SOCKET) {
-        struct conn *c = conn_new(s);
-        if (!c)
-            continue;
-        InterlockedIncrement(&running);
-        HANDLE t = CreateThread(NULL, THREAD_STACK, connection_thread, c, STACK_SIZE_PARAM_IS_A_RESERVATION,
-                                NULL);
-        if (t) {
-            CloseHandle(t);
-        } else {
-            InterlockedDecrement(&running);
-            conn_close(c);
-        }
+    InterlockedIncrement(&running);
+    HANDLE t = CreateThread(NULL, THREAD_STACK, connection_thread, c, STACK_SIZE_PARAM_IS_A_RESERVATION, NULL);
+    if (t) {
+        CloseHandle(t);
+    } else {
+        InterlockedDecrement(&running);
+        conn_close(c);
     }
-    InterlockedDecrement(&running);
-    return 0;
 }
 
 /* ---------------------------------------------------------------- pool */
@@ -307,19 +311,6 @@ static DWORD WINAPI pool_thread(LPVOID arg)
             enqueue(c);
         else
             conn_close(c);
-    }
-    InterlockedDecrement(&running);
-    return 0;
-}
-
-static DWORD WINAPI pool_acceptor(LPVOID arg)
-{
-    (void)arg;
-    SOCKET s;
-    while ((s = accept_conn()) != INVALID_SOCKET) {
-        struct conn *c = conn_new(s);
-        if (c)
-            enqueue(c);
     }
     InterlockedDecrement(&running);
     return 0;
@@ -538,22 +529,21 @@ static void connection_fiber(void *arg)
     serve_blocking(arg);
 }
 
+static void fiber_take(struct conn *c)
+{
+    int rc = ferry.fiber_spawn(NULL, connection_fiber, c);
+    if (rc < 0) {
+        fprintf(stderr, PROG ": ferry_fiber_spawn: %s\n", strerror(-rc));
+        conn_close(c);
+    }
+}
+
 /* Each carrier's first fiber accepts; a blocked accept parks only this fiber
  * (ferry.dll routes it to a pool), the others keep serving. */
 static void carrier_main(void *arg)
 {
     (void)arg;
-    SOCKET s;
-    while ((s = accept_conn()) != INVALID_SOCKET) {
-        struct conn *c = conn_new(s);
-        if (!c)
-            continue;
-        int rc = ferry.fiber_spawn(NULL, connection_fiber, c);
-        if (rc < 0) {
-            fprintf(stderr, PROG ": ferry_fiber_spawn: %s\n", strerror(-rc));
-            conn_close(c);
-        }
-    }
+    accept_loop(fiber_take);
 }
 
 static DWORD WINAPI carrier_thread(LPVOID arg)
@@ -665,13 +655,15 @@ int main(int argc, char **argv)
     long acceptors = 0;
     if (o.model == MODEL_THREAD) {
         running = acceptors = 1;
-        start_thread(thread_acceptor, NULL);
+        acceptor_take = thread_take;
+        start_thread(acceptor_thread, NULL);
     } else if (o.model == MODEL_POOL) {
         running = (LONG)o.threads + 1;
         acceptors = 1;
         for (long i = 0; i < o.threads; i++)
             start_thread(pool_thread, NULL);
-        start_thread(pool_acceptor, NULL);
+        acceptor_take = enqueue;
+        start_thread(acceptor_thread, NULL);
     } else if (o.model == MODEL_ASYNC) {
         async_start();
     } else {
