@@ -82,12 +82,19 @@ def _one_line_refusal(r, name, run_dir):
     assert not Path(run_dir).exists()
 
 
-def test_aggregation_profile_refused_in_one_line(wine, win_programs, ferry_dll_built, tmp_path):
-    run_dir = tmp_path / "run"
-    r = ferry("run", "-p", "aggregate", "-o", run_dir, "--", win_programs["write_count"],
-              tmp_path / "x.bin", 1, env=wine.env, text=False, timeout=180)
-    _one_line_refusal(r, "aggregate", run_dir)
-    assert not (tmp_path / "x.bin").exists()
+def test_aggregation_profile_runs_a_program_without_fibers_as_count_does(wine, win_programs,
+                                                                          ferry_dll_built, tmp_path):
+    # no carrier: every call goes straight on, and is counted; ferry says no
+    # call was aggregated
+    exe = win_programs["write_count"]
+    plain = wine.run(exe, tmp_path / "plain.bin", 5)
+    r = ferry("run", "-p", "aggregate", "-o", tmp_path / "run", "--", exe, tmp_path / "x.bin", 5,
+              env=wine.env, text=False, timeout=180)
+    assert (r.stdout, r.returncode) == (plain.stdout, plain.returncode)
+    assert b"no call was aggregated" in r.stderr
+    assert (tmp_path / "x.bin").read_bytes() == b"x" * 5
+    model, writes = _calls(tmp_path / "run", wine.env, "NtWriteFile")
+    assert writes >= 5 and model.get("aggregation") is None
 
 
 def test_dll_given_to_run_refused(wine, ferry_dll_built, tmp_path):

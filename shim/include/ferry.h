@@ -139,6 +139,11 @@ struct ferry_call {
     ferry_word result;
     int done;
 };
+#ifdef _WIN32
+/* ferry.dll: the call number (stub index: ferry_call.nr, route[]) of the
+ * ntdll or win32u call `name`, e.g. "NtReadFile"; -ENOENT if it has none. */
+int ferry_call_number(const char *name);
+#endif
 int ferry_submit(struct ferry_group *g, unsigned pool, struct ferry_call *calls, unsigned n,
                  enum ferry_wait wait, unsigned limit, uint64_t timeout_ns);
 /* Reap completions of earlier FERRY_WAIT_NONE / SOME batches on `pool`. */

@@ -66,6 +66,7 @@ struct wagg_client {
     uint32_t sleeping;
     unsigned inflight;              /* submitted, not yet reaped (<= WAGG_DONE_CAP) */
     unsigned pool_inflight[WAGG_NPOOLS];
+    uint64_t crossings;             /* times it slept on its ring */
 };
 
 struct ferry_group {
@@ -134,7 +135,7 @@ void wagg_batch(struct ferry_group *g, unsigned pool, unsigned n);
 int wagg_push(struct ferry_group *g, unsigned pool, struct ferry_call *c);
 /* The batch's one crossing: wake a sleeping worker of `pool`, if one sleeps
  * (the woken one wakes the next while work remains). */
-void wagg_kick(struct ferry_group *g, unsigned pool);
+int wagg_kick(struct ferry_group *g, unsigned pool);     /* 1 if it woke one (a crossing) */
 /* The calling thread's completed calls, done and result set, into
  * out[0..cap): waits for at least `min` (0: none) or until timeout_ns
  * (UINT64_MAX: no limit).  Their number. */

@@ -82,13 +82,14 @@ int wagg_push(struct ferry_group *g, unsigned pool, struct ferry_call *c)
     return 0;
 }
 
-void wagg_kick(struct ferry_group *g, unsigned pool)
+int wagg_kick(struct ferry_group *g, unsigned pool)
 {
     struct wagg_pool *p = &g->pools[pool];
-    if (wagg_wake_one(&p->wake, &p->sleepers)) {
-        wagg_add(g->st.crossings, 1);
-        wagg_add(p->st.enters, 1);
-    }
+    if (!wagg_wake_one(&p->wake, &p->sleepers))
+        return 0;
+    wagg_add(g->st.crossings, 1);
+    wagg_add(p->st.enters, 1);
+    return 1;
 }
 
 void wagg_batch(struct ferry_group *g, unsigned pool, unsigned n)
@@ -137,6 +138,7 @@ int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned poo
     uint64_t t0 = __builtin_ia32_rdtsc();
     int r = wagg_sleep(&cl->wake, &cl->sleeping, &cl->done, 0, timeout);
     if (r >= 0) {       /* it slept: a crossing, and time waited */
+        cl->crossings++;
         wagg_add(g->st.crossings, 1);
         wagg_add(g->pools[pool].st.enters, 1);
         wagg_add(g->pools[pool].st.wait_ns, ferry_ticks_ns(__builtin_ia32_rdtsc() - t0));

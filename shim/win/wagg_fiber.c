@@ -124,22 +124,64 @@ static int fiber_new(struct wagg_carrier *c, struct ferry_fiber **out, void (*fn
     return 0;
 }
 
-/* Fibers whose routed calls completed, ready again; waits for one if
- * `wait` and nothing else can run.  (The calls were counted by the pool's
- * workers as they completed them, the wait by the client.) */
+/* How long a carrier with no fiber ready waits, by the wait policy of the
+ * pool it has calls out on (the first such): for how many completions
+ * (0: none, it only looks) and for at most how long.  Adaptive waits as
+ * "any": the batch then follows the completion rate by itself (the calls
+ * that completed while the fibers ran leave together).  Waiting for half the
+ * calls out instead (more calls per batch) doubled the cost per call of
+ * bench/pe_cluster_fibers.py at 256-1024 fibers under wine on 2 CPUs: the
+ * waiting carrier spins on a CPU the workers need. */
+static unsigned wait_for(const struct wagg_carrier *c, uint64_t *timeout_ns)
+{
+    unsigned p = 0;
+    while (p < WAGG_NPOOLS - 1 && !c->pool_out[p])
+        p++;
+    const struct ferry_pool_config *pc = p < c->g->cfg.npools ? &c->g->cfg.pools[p] : 0;
+    *timeout_ns = UINT64_MAX;
+    switch (pc ? pc->wait : FERRY_WAIT_ANY) {
+    case FERRY_WAIT_NONE:
+        return 0;
+    case FERRY_WAIT_SOME:
+        *timeout_ns = pc->wait_timeout_ns;
+        return pc->wait_limit < c->out ? pc->wait_limit : c->out;
+    case FERRY_WAIT_ALL:
+        return c->out;
+    default:
+        return 1;
+    }
+}
+
+/* Fibers whose routed calls completed, ready again; with `wait`, as long as
+ * the wait policy says.  (The calls were counted by the pool's workers as
+ * they completed them, the wait by the client.) */
 static void collect(struct wagg_carrier *c, int wait)
 {
-    struct ferry_call *done[64];
-    int n = wagg_reap_calls(c->g, done, 64, wait ? 1 : 0, UINT64_MAX);
-    c->handoffs += wait;
-    for (int i = 0; i < n; i++) {
-        struct ferry_fiber *f = (struct ferry_fiber *)((char *)done[i] -
-                                                       __builtin_offsetof(struct ferry_fiber, call));
-        f->parked = 0;
-        c->out--;
-        c->completed++;
-        wagg_fiber_ready(c, f);
+    struct ferry_call *done[256];
+    uint64_t timeout = UINT64_MAX;
+    unsigned min = wait ? wait_for(c, &timeout) : 0;
+    uint64_t slept = c->cl ? c->cl->crossings : 0;
+    int n = 0;
+    do {
+        int k = wagg_reap_calls(c->g, done, 256, min > 256 ? 256 : min, timeout);
+        for (int i = 0; i < k; i++) {
+            struct ferry_fiber *f = (struct ferry_fiber *)((char *)done[i] -
+                                                           __builtin_offsetof(struct ferry_fiber, call));
+            f->parked = 0;
+            c->out--;
+            c->pool_out[f->pool]--;
+            c->completed++;
+            wagg_fiber_ready(c, f);
+        }
+        n += k > 0 ? k : 0;
+        min = (unsigned)n < min ? min - (unsigned)n : 0;
+    } while (min && c->out && timeout == UINT64_MAX);
+    if (c->cl && c->cl->crossings != slept) {
+        c->crossings += c->cl->crossings - slept;
+        wagg_stat_depth(0, c->out + (uint64_t)n);   /* in flight when it went to sleep */
     }
+    if (wait && !n && !min)
+        SwitchToThread();   /* wait "none" and nothing done: the workers' turn */
 }
 
 /* Each pool's stored calls leave as one batch: one wake of its workers
@@ -152,9 +194,10 @@ static void kick(struct wagg_carrier *c)
             continue;
         c->stored[p] = 0;
         wagg_batch(c->g, p, n);
-        wagg_stat_depth(p, c->out);
-        wagg_kick(c->g, p);
-        c->handoffs++;
+        if (wagg_kick(c->g, p)) {
+            c->crossings++;
+            wagg_stat_depth(p, c->out);
+        }
     }
 }
 
@@ -221,6 +264,7 @@ int ferry_carrier_run(struct ferry_group *g, void (*main)(void *), void *arg)
     }
     wagg_teb_set(wagg_carrier_slot, (uint64_t)(uintptr_t)c);
     wagg_ferry_mode(c);
+    c->cl = wagg_client(g);
     c->slot = wagg_stat_carrier_slot();
     int r = fiber_new(c, 0, main, arg, 0);
     if (r == 0)
@@ -229,7 +273,7 @@ int ferry_carrier_run(struct ferry_group *g, void (*main)(void *), void *arg)
     while (c->all)
         fiber_free(c->all);
     wagg_add(g->st.switches, c->switches);
-    wagg_stat_carrier(c->slot, c->fibers, c->switches, c->peak, c->handoffs, c->completed);
+    wagg_stat_carrier(c->slot, c->fibers, c->switches, c->peak, c->crossings, c->completed);
     wagg_stats_publish(g);
     __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_RELAXED);
     wagg_program_mode(c);

@@ -46,10 +46,12 @@ struct wagg_carrier {
     unsigned alive;                /* fibers started and not finished */
     unsigned out;                  /* routed calls not yet completed */
     unsigned stored[WAGG_NPOOLS];  /* routed calls not yet kicked, per pool */
+    unsigned pool_out[WAGG_NPOOLS];    /* routed calls not yet completed, per pool */
+    struct wagg_client *cl;        /* the thread's client of the group */
     uint64_t blk;                  /* the thread's block slot in program mode */
     int slot;                      /* its row in the process file, or -1 */
     uint64_t fibers, switches, peak;
-    uint64_t handoffs, completed;  /* batches handed over and waits; calls completed */
+    uint64_t crossings, completed; /* wakes of workers and sleeps on its ring; calls completed */
 };
 
 /* The TEB offsets of the per-thread words: the route word and the block

@@ -95,3 +95,9 @@ int wagg_index(const char *name)
             return i;
     return -1;
 }
+
+__declspec(dllexport) int ferry_call_number(const char *name)
+{
+    int i = name ? wagg_index(name) : -1;
+    return i >= 0 ? i : -2;     /* -ENOENT */
+}

@@ -90,9 +90,16 @@ static int64_t aggregate(struct wagg_carrier *c, unsigned pool, unsigned index, 
         f->call.args[i] = (ferry_word)args[i];
     f->call.result = 0;
     f->call.done = 0;
-    while (wagg_push(c->g, pool, &f->call) == -EAGAIN_)
+    int r;
+    while ((r = wagg_push(c->g, pool, &f->call)) == -EAGAIN_)
         wagg_carrier_drain(c);   /* the rings are full: let the stored calls go first */
+    if (r) {    /* no client for this thread (out of memory, or of client slots): here */
+        wagg_add(c->g->st.native, 1);
+        wagg_add(c->g->st.crossings, 1);
+        return wagg_native(index, args);
+    }
     c->out++;
+    c->pool_out[pool]++;
     c->stored[pool]++;
     f->pool = pool;
     f->parked = 1;

@@ -71,8 +71,11 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
             }
             if (cl->inflight)
                 reap_until(g, cl, pool, &b, b.done + 1, UINT64_MAX);
-            else
+            else {
+                uint64_t was = ferry_own_begin();
                 SwitchToThread();   /* other threads' calls fill the ring */
+                ferry_own_end(was);
+            }
         }
         queued++;
     }

@@ -14,7 +14,8 @@
  *                            an empty pipe, a wait on an unset event, a sleep;
  *                            the order of events shows whether each call parked
  *                            its fiber (routed) or blocked the carrier (native:
- *                            a read or wait would then never end)
+ *                            a read or wait would then never end);
+ *                            `park sleep`: the sleep alone
  *   agg_fibers results       calls made natively (before the carrier) and again
  *                            on a fiber: one line each with both results
  */
@@ -241,11 +242,15 @@ static void pair(void (*a)(void *), void (*b)(void *))
     join(fb);
 }
 
+static int sleep_only;
+
 static void park_main(void *arg)
 {
     (void)arg;
-    pair(reader, writer);
-    pair(waiter, setter);
+    if (!sleep_only) {
+        pair(reader, writer);
+        pair(waiter, setter);
+    }
     pair(sleeper, other);
     printf("order: %s\n", trace);
 }
@@ -351,6 +356,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(argv[1], "seh"))
         main_fn = seh_main;
     else if (!strcmp(argv[1], "park")) {
+        sleep_only = argc == 3 && !strcmp(argv[2], "sleep");
         CreatePipe(&pipe_r, &pipe_w, NULL, 0);
         event = CreateEventA(NULL, TRUE, FALSE, NULL);
         main_fn = park_main;
