@@ -129,19 +129,15 @@ static int accept_transient(int e)
     return e == WSAEINTR || e == WSAECONNRESET || e == WSAEWOULDBLOCK || e == WSAEMFILE || e == WSAENOBUFS;
 }
 
-/* The next connection, or INVALID_SOCKET once the server stops (a stop wakes
- * each blocked acceptor with a connection of its own, see wake_acceptors). */
+/* The next connection, or INVALID_SOCKET once the server stops (closing the
+ * listening socket fails a blocked accept). */
 static SOCKET accept_conn(void)
 {
     for (;;) {
         SOCKET s = accept(listen_sock, NULL, NULL);
-        if (s != INVALID_SOCKET && !stopping)
+        if (s != INVALID_SOCKET)
             return s;
         int e = WSAGetLastError();
-        if (s != INVALID_SOCKET) {
-            closesocket(s);
-            return INVALID_SOCKET;
-        }
         if (stopping || !accept_transient(e))
             return INVALID_SOCKET;
         if (e == WSAEMFILE || e == WSAENOBUFS)
@@ -611,20 +607,6 @@ static void listen_on(long port)
         die("getsockname", (DWORD)WSAGetLastError());
 }
 
-/* A blocked accept() is not woken by closing its socket everywhere (wine
- * keeps waiting): each acceptor gets a connection of its own instead, sees
- * `stopping` and returns. */
-static void wake_acceptors(long n)
-{
-    for (long i = 0; i < n; i++) {
-        SOCKET s = socket(AF_INET, SOCK_STREAM, IPPROTO_TCP);
-        if (s == INVALID_SOCKET)
-            return;
-        connect(s, (struct sockaddr *)&listen_addr, sizeof listen_addr);
-        closesocket(s);
-    }
-}
-
 int main(int argc, char **argv)
 {
     /* Lines end in \n as the Linux server's do, for the tools that read them. */
@@ -652,14 +634,12 @@ int main(int argc, char **argv)
         die("SetConsoleCtrlHandler", GetLastError());
     InitializeCriticalSection(&queue_lock);
 
-    long acceptors = 0;
     if (o.model == MODEL_THREAD) {
-        running = acceptors = 1;
+        running = 1;
         acceptor_take = thread_take;
         start_thread(acceptor_thread, NULL);
     } else if (o.model == MODEL_POOL) {
         running = (LONG)o.threads + 1;
-        acceptors = 1;
         for (long i = 0; i < o.threads; i++)
             start_thread(pool_thread, NULL);
         acceptor_take = enqueue;
@@ -668,7 +648,6 @@ int main(int argc, char **argv)
         async_start();
     } else {
         cluster_start(o.carriers);
-        acceptors = o.carriers;
     }
 
     printf("listening on %u\n", ntohs(listen_addr.sin_port));
@@ -678,7 +657,9 @@ int main(int argc, char **argv)
     /* Stop accepting, wake every blocked reader, give them a moment to close
      * their connections, then leave whatever still hangs to ExitProcess. */
     InterlockedExchange(&stopping, 1);
-    wake_acceptors(acceptors);
+    /* fails every accept, blocked or pending (AcceptEx), as shutdown() does
+     * on Linux */
+    closesocket(listen_sock);
     if (iocp)
         PostQueuedCompletionStatus(iocp, 0, KEY_WAKE, NULL);
     live_acquire();
