@@ -20,13 +20,15 @@ wine a batch saves none of the call's cost and adds the route, the ring and the
 hand-over between threads; the thesis's saving was the Windows kernel's mode
 switch, which wine does not have to save.
 """
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wine_session import wine_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
@@ -96,20 +98,8 @@ def main():
     if missing or not (ROOT / "shim" / "build" / "ferry.dll").is_file():
         print(f"SKIP pe_cluster_fibers: needs {', '.join(missing) or 'ferry.dll (make shim)'}")
         return 0
-    with tempfile.TemporaryDirectory(prefix="pe_cluster_fibers.") as tmp:
-        prefix = Path(tmp) / "prefix"
-        prefix.mkdir()
-        env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
-        env.update(WINEPREFIX=str(prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=",
-                   FERRY_DATA=str(Path(tmp) / "ferry-data"))
-        server = subprocess.Popen(["wineserver", "-p", "-f"], env=env)
-        try:
-            with open(Path(tmp) / "wineboot.log", "wb") as log:
-                subprocess.run(["wine", "wineboot", "-u"], env=env, stdout=log, stderr=log, check=True)
-            print("RESULT " + result_fields(figures(env, tmp)))
-        finally:
-            subprocess.run(["wineserver", "-k"], env=env)
-            server.wait(timeout=60)
+    with tempfile.TemporaryDirectory(prefix="pe_cluster_fibers.") as tmp, wine_session(tmp) as env:
+        print("RESULT " + result_fields(figures(env, tmp)))
     return 0
 
 

@@ -10,13 +10,15 @@ mean over both loops of (ferry - plain); ratios are ferry over plain.
 Ends with: RESULT pe_count_added_ns=... pe_trace_added_ns=... pe_count_ratio=... pe_trace_ratio=...
 Target (issue 12): count adds at most 10 ns per call, trace at most 60 ns.
 """
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wine_session import wine_session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
@@ -34,19 +36,8 @@ def main():
         exe = tmp / "pe_overhead.exe"
         subprocess.run(["x86_64-w64-mingw32-gcc", "-O2", "-o", str(exe), str(ROOT / "bench" / "pe_overhead.c")],
                        check=True)
-        prefix = tmp / "prefix"
-        prefix.mkdir()
-        env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
-        env.update(WINEPREFIX=str(prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=",
-                   FERRY_DATA=str(tmp / "ferry-data"))
-        server = subprocess.Popen(["wineserver", "-p", "-f"], env=env)
-        try:
-            with open(tmp / "wineboot.log", "wb") as log:
-                subprocess.run(["wine", "wineboot", "-u"], env=env, stdout=log, stderr=log, check=True)
+        with wine_session(tmp) as env:
             return measure(exe, env, tmp)
-        finally:
-            subprocess.run(["wineserver", "-k"], env=env)
-            server.wait(timeout=60)
 
 
 def measure(exe, env, tmp):

@@ -3,15 +3,13 @@
 group its profile gives (`ferry run -p PROFILE`), and says what happened; the
 report of such a run has the aggregation figures an ELF run's has."""
 import json
-from pathlib import Path
 
 import pytest
 
 from conftest import ferry
 from ferry.profiles import load
 from ferry.profiles import aggenv, routing
-
-ROOT = Path(__file__).resolve().parent.parent
+from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 ROUTED = """mode = "aggregate"
 [aggregate.pools.main]
@@ -22,13 +20,6 @@ files = "main"
 NtYieldExecution = "main"
 """
 NATIVE_WAITS = ROUTED.replace('waits = "main"', 'waits = "native"')
-
-
-@pytest.fixture(scope="module")
-def ferry_dll_built():
-    build = ROOT / "shim" / "build"
-    if not (build / "ferry.dll").is_file() or not (build / "ferry-launch.exe").is_file():
-        pytest.skip("ferry.dll is not built (mingw-w64 missing when `make shim` ran)")
 
 
 def _profile(tmp_path, text, name="pe.toml"):
@@ -92,6 +83,21 @@ def test_a_native_route_blocks_the_carrier(wine, win_programs, ferry_dll_built, 
                   "sleep", run="native")
     assert _line(routed, "order:").split()[1:] == ["sleep-starts", "other-runs", "sleep-done:0"]
     assert _line(native, "order:").split()[1:] == ["sleep-starts", "sleep-done:0", "other-runs"]
+
+
+def test_a_stored_call_leaves_while_another_fiber_only_yields(wine, win_programs, ferry_dll_built,
+                                                              tmp_path):
+    lines = _run(wine, win_programs, tmp_path, _profile(tmp_path, ROUTED), "park", "spin")
+    assert _line(lines, "order:").split()[1:] == ["sleep-starts", "spinner-runs", "sleep-done:0",
+                                                  "spinner-saw-sleep-done"]
+
+
+def test_a_child_aggregates_by_the_same_profile(wine, win_programs, ferry_dll_built, tmp_path):
+    lines = _run(wine, win_programs, tmp_path, _profile(tmp_path, ROUTED), "child", "park", "sleep")
+    assert _line(lines, "order:").split()[1:] == ["sleep-starts", "other-runs", "sleep-done:0"]
+    r = ferry("report", "--json", tmp_path / "run", env=wine.env, timeout=180)
+    model = json.loads(r.stdout)
+    assert len(model["processes"]) == 2 and model["aggregation"]["processes"] == 1, model["aggregation"]
 
 
 def test_every_routed_result_is_the_native_one(wine, win_programs, ferry_dll_built, tmp_path):

@@ -435,13 +435,24 @@ static WCHAR *child_environment(const WCHAR *env, SIZE_T *chars)
         e++;
     }
     SIZE_T old = (SIZE_T)(e - env);
-    SIZE_T size = (old + 64 + 2048 + 1024 + 1) * sizeof(WCHAR);
+    const char *agg = run_mode == FERRY_MODE_AGGREGATE ? wagg_profile_text() : "";
+    SIZE_T nagg = 0;
+    while (agg[nagg])
+        nagg++;
+    SIZE_T size = (old + 64 + 2048 + 1024 + 16 + nagg + 1) * sizeof(WCHAR);
     WCHAR *out = VirtualAlloc(0, size, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
     if (!out)
         return 0;
     ferry_copy(out, env, old * sizeof(WCHAR));
     WCHAR *p = out + old;
-    p = put_setting(p, L"FERRY_MODE", run_mode == FERRY_MODE_TRACE ? L"trace" : L"count");
+    p = put_setting(p, L"FERRY_MODE", run_mode == FERRY_MODE_TRACE ? L"trace"
+                                      : run_mode == FERRY_MODE_AGGREGATE ? L"aggregate" : L"count");
+    if (nagg) {     /* the children aggregate by the same profile (ASCII) */
+        p = put_w(p, L"FERRY_AGG=");
+        for (SIZE_T i = 0; i < nagg; i++)
+            *p++ = (WCHAR)(uint8_t)agg[i];
+        *p++ = 0;
+    }
     p = put_setting(p, L"FERRY_WIN_RUN_DIR", run_dir);
     p = put_setting(p, L"FERRY_WIN_DETOURS", detours_path);
     *p++ = 0;

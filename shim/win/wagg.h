@@ -149,6 +149,7 @@ void ferry_own_end(uint64_t was);
 /* wagg_group.c: FERRY_AGG / FERRY_MODE read at start-up, before ferry.dll
  * takes Ferry's settings out of the program's environment */
 void wagg_configure(void);
+const char *wagg_profile_text(void);
 uint64_t wagg_now_ns(void);
 
 #endif

@@ -247,6 +247,12 @@ static void say(const char *s)
 
 static char profile_text[16384];
 
+/* FERRY_AGG as the process got it (empty: none), for its children */
+const char *wagg_profile_text(void)
+{
+    return profile_text;
+}
+
 void wagg_configure(void)
 {
     char *s = profile_text;

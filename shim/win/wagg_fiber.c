@@ -40,6 +40,7 @@ static void release(void *p)
 
 void wagg_fiber_ready(struct wagg_carrier *c, struct ferry_fiber *f)
 {
+    f->ready_seq = ++c->seq;
     f->next = 0;
     if (c->tail)
         c->tail->next = f;
@@ -193,6 +194,7 @@ static void kick(struct wagg_carrier *c)
         if (!n)
             continue;
         c->stored[p] = 0;
+        c->nstored -= n;
         wagg_batch(c->g, p, n);
         if (wagg_kick(c->g, p)) {
             c->crossings++;
@@ -211,8 +213,11 @@ void wagg_carrier_drain(struct wagg_carrier *c)
 }
 
 /* The scheduler, on the thread's own fiber, in ferry mode: runs ready fibers
- * in turn; when none is, waits for routed calls to complete.  0 once every
- * fiber finished; -EDEADLK when the ones left wait only on each other. */
+ * in turn; when none is, the stored calls leave and it waits for routed
+ * calls to complete.  Stored calls also leave once every fiber that was
+ * ready when the first of them was stored has had its turn: fibers that
+ * only yield never keep them back.  0 once every fiber finished; -EDEADLK
+ * when the ones left wait only on each other. */
 static int schedule(struct wagg_carrier *c)
 {
     while (c->alive) {
@@ -226,6 +231,8 @@ static int schedule(struct wagg_carrier *c)
                 continue;
             return -EDEADLK;
         }
+        if (c->nstored && f->ready_seq > c->store_mark)
+            kick(c);    /* a round since the oldest stored call */
         c->cur = f;
         c->switches++;
         SwitchToFiber(f->handle);

@@ -34,6 +34,7 @@ struct ferry_fiber {
     int done, joinable, joined;
     int parked;                    /* its routed call is out (wagg_route_call) */
     unsigned pool;                 /* where that call went */
+    uint64_t ready_seq;            /* when it was last made ready */
     struct ferry_call call;        /* that call; the carrier finds the fiber from it */
 };
 
@@ -46,6 +47,9 @@ struct wagg_carrier {
     unsigned alive;                /* fibers started and not finished */
     unsigned out;                  /* routed calls not yet completed */
     unsigned stored[WAGG_NPOOLS];  /* routed calls not yet kicked, per pool */
+    unsigned nstored;              /* their sum */
+    uint64_t seq;                  /* fibers made ready so far */
+    uint64_t store_mark;           /* seq when the oldest stored call was stored */
     unsigned pool_out[WAGG_NPOOLS];    /* routed calls not yet completed, per pool */
     struct wagg_client *cl;        /* the thread's client of the group */
     uint64_t blk;                  /* the thread's block slot in program mode */

@@ -98,6 +98,8 @@ static int64_t aggregate(struct wagg_carrier *c, unsigned pool, unsigned index, 
         wagg_add(c->g->st.crossings, 1);
         return wagg_native(index, args);
     }
+    if (!c->nstored++)
+        c->store_mark = c->seq;
     c->out++;
     c->pool_out[pool]++;
     c->stored[pool]++;

@@ -15,9 +15,13 @@
  *                            the order of events shows whether each call parked
  *                            its fiber (routed) or blocked the carrier (native:
  *                            a read or wait would then never end);
- *                            `park sleep`: the sleep alone
+ *                            `park sleep`: the sleep alone; `park spin`: the
+ *                            sleep beside a fiber that only yields until it
+ *                            ended (the stored call must leave all the same)
  *   agg_fibers results       calls made natively (before the carrier) and again
  *                            on a fiber: one line each with both results
+ *   agg_fibers child ARGS    itself with ARGS as a child process (CreateProcess),
+ *                            its exit code
  */
 #include <windows.h>
 #include <winternl.h>
@@ -242,16 +246,38 @@ static void pair(void (*a)(void *), void (*b)(void *))
     join(fb);
 }
 
-static int sleep_only;
+static int sleep_only, spin;
+static volatile int slept;
+
+/* only yields until the sleeper is done: its stored call must still leave */
+static void spinner(void *arg)
+{
+    (void)arg;
+    note("spinner-runs");
+    long turns = 0;
+    while (!slept)
+        if (yield() != 0 || ++turns > 100000000)
+            break;
+    note(slept ? "spinner-saw-sleep-done" : "spinner-gave-up");
+}
+
+static void sleeper_then_flag(void *arg)
+{
+    sleeper(arg);
+    slept = 1;
+}
 
 static void park_main(void *arg)
 {
     (void)arg;
-    if (!sleep_only) {
+    if (spin)
+        pair(sleeper_then_flag, spinner);
+    else if (!sleep_only) {
         pair(reader, writer);
         pair(waiter, setter);
     }
-    pair(sleeper, other);
+    if (!spin)
+        pair(sleeper, other);
     printf("order: %s\n", trace);
 }
 
@@ -324,6 +350,21 @@ int main(int argc, char **argv)
     HMODULE dll = GetModuleHandleA("ferry.dll");
     if (argc < 2)
         return 64;
+    if (!strcmp(argv[1], "child")) {
+        char cmd[4096], self_path[MAX_PATH];
+        GetModuleFileNameA(NULL, self_path, sizeof(self_path));
+        snprintf(cmd, sizeof(cmd), "\"%s\"", self_path);
+        for (int i = 2; i < argc; i++)
+            snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " %s", argv[i]);
+        STARTUPINFOA si = {.cb = sizeof(si)};
+        PROCESS_INFORMATION pi;
+        if (!CreateProcessA(NULL, cmd, NULL, NULL, TRUE, 0, NULL, NULL, &si, &pi))
+            return 6;
+        WaitForSingleObject(pi.hProcess, INFINITE);
+        DWORD code = 7;
+        GetExitCodeProcess(pi.hProcess, &code);
+        return (int)code;
+    }
     if (!dll) {
         printf("no ferry.dll\n");
         return 3;
@@ -357,6 +398,7 @@ int main(int argc, char **argv)
         main_fn = seh_main;
     else if (!strcmp(argv[1], "park")) {
         sleep_only = argc == 3 && !strcmp(argv[2], "sleep");
+        spin = argc == 3 && !strcmp(argv[2], "spin");
         CreatePipe(&pipe_r, &pipe_w, NULL, 0);
         event = CreateEventA(NULL, TRUE, FALSE, NULL);
         main_fn = park_main;
