@@ -45,6 +45,7 @@ system call of wine's.  The RESULT line's keys carry a `pe_` prefix; the
 figures go to bench/out/pe_*.png.
 """
 import argparse
+import contextlib
 import math
 import os
 import shutil
@@ -59,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 import httpload  # noqa: E402
+from wine_session import wine_session  # noqa: E402
 from wrkload import (CLIENT_CPU, NAN, SERVER_CPU, BenchError, add_options, fmt, med,  # noqa: E402
                      ratio, settings, subset, wrk)
 FERRY = str(Path(sys.executable).parent / "ferry")
@@ -79,7 +81,7 @@ START_TIMEOUT = 180
 
 class Server:
     """A net_server, natively or under `ferry run`, pinned to SERVER_CPU; with
-    `wine` (a WineSession), net_server.exe under wine."""
+    `wine` (a Wine), net_server.exe under wine."""
 
     def __init__(self, model, profile=None, run_dir=None, threads=64, env=None, docroot=None, wine=None):
         self.model, self.profile, self.run_dir, self.wine = model, profile, run_dir, wine
@@ -155,7 +157,7 @@ class Server:
         """utime + stime of the server, and under wine of the wineserver too
         (one request in flight at a time: only the measured server uses it)."""
         total = 0
-        for pid in [self.pid] + ([self.wine.server.pid] if self.wine else []):
+        for pid in [self.pid] + ([self.wine.server_pid] if self.wine else []):
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
         return total / CLK_TCK
@@ -201,31 +203,34 @@ class Server:
         return status
 
 
-class WineSession:
-    """One wine prefix in `tmp` and its persistent wineserver, pinned to
-    SERVER_CPU with the servers (a program started against a running server
-    takes hundredths of a second, a new prefix seconds)."""
+class Wine:
+    """The wine session's environment and its wineserver, pinned to
+    SERVER_CPU with the servers: it does much of wine's socket work."""
 
-    def __init__(self, tmp, env):
-        prefix = Path(tmp) / "wineprefix"
-        prefix.mkdir()
-        self.env = {k: v for k, v in env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-        self.env.update(WINEPREFIX=str(prefix), WINEDEBUG="-all", WINEDLLOVERRIDES="mscoree,mshtml=")
-        self.server = subprocess.Popen(["taskset", "-c", SERVER_CPU, "wineserver", "-p", "-f"], env=self.env,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with open(Path(tmp) / "wineboot.log", "wb") as log:
-            r = subprocess.run(["wine", "wineboot", "-u"], env=self.env, stdout=log, stderr=log, timeout=300)
-        if r.returncode != 0:
-            self.close()
-            raise BenchError(f"wineboot -u failed ({r.returncode}), see {log.name}")
+    def __init__(self, env):
+        self.env = env
+        prefix = str(Path(env["WINEPREFIX"]).resolve())
+        self.server_pid = next((p for p in _pids("wineserver")   # wineserver64 too
+                                if f"WINEPREFIX={prefix}".encode() in _environ(p)), None)
+        if self.server_pid is None:
+            raise BenchError(f"no wineserver of the prefix {prefix}")
+        os.sched_setaffinity(self.server_pid, {int(SERVER_CPU)})
 
-    def close(self):
-        subprocess.run(["wineserver", "-k"], env=self.env, capture_output=True, timeout=60)
+
+def _pids(comm):
+    for d in Path("/proc").iterdir():
         try:
-            self.server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.server.kill()
-            self.server.wait()
+            if d.name.isdigit() and (d / "comm").read_text().startswith(comm):
+                yield int(d.name)
+        except OSError:
+            pass
+
+
+def _environ(pid):
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
 
 
 # ---------------------------------------------------------------- wrk
@@ -433,9 +438,11 @@ def main():
             docroot = tmp / "docroot"
             docroot.mkdir()
             (docroot / "index.html").write_bytes((ROOT / "examples" / "net" / "index.html").read_bytes())
+        stack = contextlib.ExitStack()
         try:
             if args.windows:
-                wine = WineSession(tmp, env)
+                (tmp / "wine").mkdir()
+                wine = Wine(stack.enter_context(wine_session(tmp / "wine")))
             for m in models:
                 if m == "cluster":
                     servers[m] = Server(m, PROFILE, tmp / "run-cluster", args.threads, env, docroot, wine)
@@ -483,8 +490,7 @@ def main():
             if bad:
                 print(f"bench/net: servers that did not stop cleanly on {'SIGINT' if wine else 'SIGTERM'}: "
                       f"{bad}", file=sys.stderr)
-            if wine:
-                wine.close()
+            stack.close()
 
     table = summarize(runs, counts)
     print_tables(table, levels, windows=bool(wine))
