@@ -157,8 +157,7 @@ static int send_replies(void *conn, struct replies *r)
     return 0;
 }
 
-/* A connection's requests as they come, until it closes; 0 when it is to
- * be closed. */
+/* Answers what c->h.buf holds; 0 when the connection is to be closed. */
 static int serve_buffered(struct conn *c)
 {
     return http_serve_buffered(&c->h, send_replies, c);
