@@ -37,11 +37,11 @@ I/O on a completion port) under plain wine, cluster under `ferry run -p
 profiles/net.toml`, where ferry.dll routes its fibers' Winsock calls to its
 pools.  One wine prefix and one persistent wineserver, pinned with the server
 to CPU 0, serve every run; the server's CPU time includes the wineserver's,
-which does much of wine's socket work.  No counting runs (calls per request
-are the cluster model's only, from its run's process file when ferry.dll
-writes its aggregation figures there).  Its figures are wine's as much as the
-models': under wine every Winsock call is a wineserver round trip or a Linux
-system call of wine's.  The RESULT line's keys carry a `pe_` prefix; the
+which does much of wine's socket work.  Calls per request are Nt calls,
+counted by ferry.dll under `ferry run -p count` (the cluster model's by its
+own run).  The figures are wine's as much as the models': under wine every
+Winsock call is an Nt call that wine turns into wineserver round trips and
+Linux system calls.  The RESULT line's keys carry a `pe_` prefix; the
 figures go to bench/out/pe_*.png.
 """
 import argparse
@@ -164,7 +164,10 @@ class Server:
 
     def proc_record(self):
         from ferry import procfile
-        records = procfile.records_of(Path(self.run_dir) / "proc", self.pid)
+        if self.wine:
+            records = _windows_records(Path(self.run_dir) / "proc")
+        else:
+            records = procfile.records_of(Path(self.run_dir) / "proc", self.pid)
         if not records:
             raise BenchError(f"no process record of pid {self.pid} in {self.run_dir}")
         return records[-1]
@@ -215,6 +218,20 @@ class Wine:
         if self.server_pid is None:
             raise BenchError(f"no wineserver of the prefix {prefix}")
         os.sched_setaffinity(self.server_pid, {int(SERVER_CPU)})
+
+
+def _windows_records(proc_dir):
+    """The net_server.exe records of a run's proc/ (ferry.dll records a
+    process under its Windows pid), oldest first; those that cannot be read
+    are passed over (the process may be writing)."""
+    from ferry import procfile
+    found = []
+    for p in sorted(Path(proc_dir).glob("*.ferry")):
+        try:
+            found.extend(r for r in procfile.read_all(p) if r.windows and "net_server" in r.exe)
+        except procfile.ProcFileError:
+            continue
+    return sorted(found, key=lambda r: r.start_mono_ns)
 
 
 def _pids(comm):
@@ -295,7 +312,8 @@ def summarize(runs, counts):
 
 
 def print_tables(table, levels, windows=False):
-    native = ("  (plain wine; CPU time includes the wineserver's)" if windows else
+    native = ("  (plain wine, its CPU time with the wineserver's; Nt calls counted in a second copy "
+              "under ferry run -p count)" if windows else
               "  (native; calls counted in a second copy under ferry run -p count)")
     for model in MODELS:
         if model not in table:
@@ -314,8 +332,8 @@ def print_tables(table, levels, windows=False):
                   f"{fmt(100 * r['saved'], '7.2f') + '%' if not math.isnan(r['saved']) else '       -'} "
                   f"{r['errors']:>5}  {' '.join(f'{x:.0f}' for x in r['rounds'])}")
     if any(r["incomplete"] for t in table.values() for r in t.values()):
-        print("  * more threads alive at once than the shim's 1024 per-thread count blocks: "
-              "calls of the threads beyond were not counted (a lower bound)")
+        print(f"  * more threads alive at once than {'ferry.dll' if windows else 'the shim'} has per-thread "
+              "count blocks for: calls of the threads beyond were not counted (a lower bound)")
 
 
 def plot(table, levels, out, windows=False):
@@ -449,8 +467,7 @@ def main():
                     counters[m] = servers[m]
                 else:
                     servers[m] = Server(m, threads=args.threads, env=env, docroot=docroot, wine=wine)
-                    if not wine:
-                        counters[m] = Server(m, "count", tmp / f"run-{m}", args.threads, env, docroot)
+                    counters[m] = Server(m, "count", tmp / f"run-{m}", args.threads, env, docroot, wine)
             # under wine, the cluster's calls are counted where ferry.dll writes its figures
             count_cluster = "cluster" in servers and (not wine or servers["cluster"].can_count())
             print(f"{'net_server.exe under wine; ' if wine else ''}"
@@ -470,7 +487,7 @@ def main():
                         if m == "cluster" and count_cluster:
                             counts.setdefault((m, level), []).append(res)
                 for m in models:
-                    if m in counters and m != "cluster":
+                    if m != "cluster":
                         counts.setdefault((m, level), []).append(
                             measure(counters[m], level, count_seconds, counting=True))
                 line = "  ".join(f"{m} {med([x['rps'] for x in runs[(m, level)]]):.0f}" for m in models)
