@@ -7,10 +7,12 @@ against the same call made natively; and what a fiber switch costs.
 bench/pe_fibers.c (built here with mingw-w64) times the calls inside the program
 (best of 3 runs); each figure is the median over ROUNDS interleaved runs.
 
-`figures(env, tmp)` gives the numbers to bench/pe_cluster.py; run alone it ends
-with: RESULT pe_fiber_ratio_1024=... pe_break_even=... pe_fiber_switch_ns=...
-(ratio: aggregated over native per call at 1024 fibers; break-even: the fewest
-fibers at which an aggregated call costs no more than a native one, or "none").
+`column(exe, env, tmp)` gives bench/pe_cluster.py its fiber column ({fibers: ns});
+run alone it ends with: RESULT pe_fiber_ratio_1024=... pe_break_even=...
+pe_fiber_switch_ns=... (ratio: aggregated over native per call at 1024 fibers;
+break-even: the fewest fibers at which an aggregated call costs no more than a
+native one, or "none").  The pool has WORKERS threads (1 unless set), as
+pe_cluster's raw batches.
 
 What is wine's: a worker runs the call through the same stub the program would
 (wagg_native), and under wine NtYieldExecution is not a kernel crossing that a
@@ -20,6 +22,7 @@ wine a batch saves none of the call's cost and adds the route, the ring and the
 hand-over between threads; the thesis's saving was the Windows kernel's mode
 switch, which wine does not have to save.
 """
+import os
 import shutil
 import statistics
 import subprocess
@@ -27,19 +30,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wine_session import wine_session  # noqa: E402
+from pe_wine import session
 
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
-FIBERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+FIBERS = tuple(1 << i for i in range(11))
 CALLS = 40_000          # per run, spread over the fibers
-ROUNDS = 3
-PROFILE = """mode = "aggregate"
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+WORKERS = int(os.environ.get("WORKERS", "1"))
+PROFILE = f"""mode = "aggregate"
 [aggregate]
 fiber_stack = "64KiB"
 [aggregate.pools.main]
 wait = "adaptive"
+concurrency = {WORKERS}
 [aggregate.route]
 NtYieldExecution = "main"
 """
@@ -59,23 +63,36 @@ def _one(command, env):
     return float(r.stdout.split()[-1])
 
 
-def figures(env, tmp, progress=print):
-    """{"native": ns, "fibers": {N: ns}, "switch_ns": ns, "ratio_1024": x, "break_even": N or
-    None} under wine with `env` (its WINEPREFIX set up, its wineserver running)."""
+def _runs(tmp, env, native=True, switch=True):
+    """{"native": ns, "fibers": {N: ns}, "switch_ns": ns}, medians over ROUNDS."""
     tmp = Path(tmp)
     exe = build(tmp)
     profile = tmp / "pe_fibers.toml"
     profile.write_text(PROFILE)
     run = [FERRY, "run", "-p", str(profile), "-o", str(tmp / "run-fibers"), "--", str(exe)]
-    native, fibers, switch = [], {n: [] for n in FIBERS}, []
+    natives, fibers, switches = [], {n: [] for n in FIBERS}, []
     for _ in range(ROUNDS):
-        native.append(_one(["wine", str(exe), "native", str(CALLS)], env))
+        if native:
+            natives.append(_one(["wine", str(exe), "native", str(CALLS)], env))
         for n in FIBERS:
             fibers[n].append(_one(run + ["fibers", str(n), str(CALLS)], env))
-        switch.append(_one(run + ["switch", "1024", str(CALLS * 5)], env))
-    out = {"native": statistics.median(native),
-           "fibers": {n: statistics.median(v) for n, v in fibers.items()},
-           "switch_ns": statistics.median(switch)}
+        if switch:
+            switches.append(_one(run + ["switch", "1024", str(CALLS * 5)], env))
+    return {"native": statistics.median(natives) if natives else None,
+            "fibers": {n: statistics.median(v) for n, v in fibers.items()},
+            "switch_ns": statistics.median(switches) if switches else None}
+
+
+def column(exe, env, tmp):
+    """pe_cluster.py's FIBER: {fibers: ns per call} (`exe`, pe_cluster's own program,
+    has no fibers: pe_fibers.exe is built beside it)."""
+    return _runs(tmp, env, native=False, switch=False)["fibers"]
+
+
+def figures(env, tmp, progress=print):
+    """{"native": ns, "fibers": {N: ns}, "switch_ns": ns, "ratio_1024": x, "break_even": N or
+    None} under wine with `env` (its WINEPREFIX set up, its wineserver running)."""
+    out = _runs(tmp, env)
     out["ratio_1024"] = out["fibers"][1024] / out["native"]
     out["break_even"] = next((n for n in FIBERS if out["fibers"][n] <= out["native"]), None)
     progress(f"NtYieldExecution native {out['native']:.1f} ns/call")
@@ -98,7 +115,7 @@ def main():
     if missing or not (ROOT / "shim" / "build" / "ferry.dll").is_file():
         print(f"SKIP pe_cluster_fibers: needs {', '.join(missing) or 'ferry.dll (make shim)'}")
         return 0
-    with tempfile.TemporaryDirectory(prefix="pe_cluster_fibers.") as tmp, wine_session(tmp) as env:
+    with tempfile.TemporaryDirectory(prefix="pe_cluster_fibers.") as tmp, session(Path(tmp)) as env:
         print("RESULT " + result_fields(figures(env, tmp)))
     return 0
 

@@ -17,8 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wine_session import wine_session  # noqa: E402
+from pe_wine import session
 
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
@@ -36,7 +35,7 @@ def main():
         exe = tmp / "pe_overhead.exe"
         subprocess.run(["x86_64-w64-mingw32-gcc", "-O2", "-o", str(exe), str(ROOT / "bench" / "pe_overhead.c")],
                        check=True)
-        with wine_session(tmp) as env:
+        with session(tmp) as env:
             return measure(exe, env, tmp)
 
 

@@ -23,10 +23,26 @@ def _run(wine, exe, run_dir, *args):
     return r
 
 
-@pytest.mark.parametrize("mode", POLICIES + ["invalid", "stats", "affinity"])
+@pytest.mark.parametrize("mode", POLICIES + ["invalid", "stats", "big", "affinity", "priority"])
 def test_batch_contract(wine, win_programs, ferry_dll_built, tmp_path, mode):  # noqa: F811
     r = _run(wine, win_programs["agg_batches"], tmp_path / "run", mode)
     assert r.stdout.splitlines()[-1] == f"ok {mode}", r.stdout
+
+
+def test_each_thread_reaps_its_own(wine, win_programs, ferry_dll_built, tmp_path):  # noqa: F811
+    """Four threads batch on one pool while the main thread's read of an
+    empty pipe is pending: every thread reaps exactly its 8 calls per batch,
+    and no completion of theirs reaches the main thread's ring."""
+    r = _run(wine, win_programs["agg_batches"], tmp_path / "run", "threads", _win_path(tmp_path))
+    assert r.stdout.splitlines()[-1] == "ok threads", r.stdout
+
+
+def test_no_group_in_mode_off(wine, win_programs, ferry_dll_built, tmp_path):  # noqa: F811
+    """-p off: ferry.dll is there but runs none of the program's calls, so a
+    group cannot be made (-ENOSYS, mingw's number)."""
+    r = ferry("run", "-p", "off", "-o", tmp_path / "run", "--", win_programs["agg_batches"], "off",
+              env=wine.env, timeout=180)
+    assert (r.returncode, r.stdout.splitlines()[-1:]) == (0, ["ok off"]), (r.stdout, r.stderr)
 
 
 def _win_path(path):
@@ -69,3 +85,34 @@ def test_batch_calls_are_not_counted_again(wine, win_programs, ferry_dll_built, 
         _run(wine, win_programs["agg_batches"], tmp_path / f"run{n}", "counted", str(n))
         counts.append(_counts(wine, tmp_path / f"run{n}", "NtYieldExecution", "NtQueryInformationThread"))
     assert counts[0][0] == 7 and counts[1] == counts[0], counts
+
+
+def _profile(wine, exe, run_dir, agg=None):
+    env = dict(wine.env, **({"FERRY_AGG": agg} if agg is not None else {}))
+    r = ferry("run", "-p", "count", "-o", run_dir, "--", exe, "profile", env=env, timeout=180)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    routes = {w[1]: (int(w[2]), int(w[3])) for w in map(str.split, r.stdout.splitlines()) if w[0] == "route"}
+    return r, routes
+
+
+def test_ferry_agg_reaches_the_group(wine, win_programs, ferry_dll_built, tmp_path):  # noqa: F811
+    """FERRY_AGG in aggenv.py's format, route numbers being stub indices:
+    ferry_group_config_default(cfg, 1) gives its pools, workers and routes
+    (the others keep the default), and the program never sees the variable."""
+    exe = win_programs["agg_batches"]
+    plain, routes = _profile(wine, exe, tmp_path / "plain")
+    assert "aggregating 0 workers 4 npools 1" in plain.stdout
+    assert routes["NtReadFile"][1] == 0 and routes["NtLockFile"][1] == 0xfe, routes   # pool 0, workers
+    read, yld = routes["NtReadFile"][0], routes["NtYieldExecution"][0]
+    agg = f"workers=3;pool=64,2,1,-1,5,some,4,1000;pool=0,0,0,-1,0,none,0,0;route={read}:1,{yld}:w"
+    r, got = _profile(wine, exe, tmp_path / "agg", agg)
+    lines = r.stdout.splitlines()
+    assert "aggregating 1 workers 3 npools 2" in lines
+    assert "pool 0 entries 64 concurrency 2 cpus 1 priority 5 wait 2 limit 4 timeout 1000" in lines
+    assert "pool 1 entries 0 concurrency 0 cpus 0 priority 0 wait 0 limit 0 timeout 0" in lines
+    assert got["NtReadFile"][1] == 1 and got["NtYieldExecution"][1] == 0xfe, got
+    assert got["NtClose"] == routes["NtClose"] and got["NtLockFile"] == routes["NtLockFile"]
+    assert "env -" in lines, r.stdout
+    bad, got = _profile(wine, exe, tmp_path / "bad", "pool=64,2;route=1:9")
+    assert "FERRY_AGG is malformed" in bad.stderr and "workers 4 npools 1" in bad.stdout, (bad.stdout, bad.stderr)
+    assert got == routes

@@ -77,6 +77,12 @@ void ferry_copy_args(void);
 /* a timed call's end (trace mode): ferry_dll.c */
 void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32_t index);
 
+/* ferry.dll's own calls (loading Detours, the engine's waits, wakes and
+ * thread starts) kept out of the program's counts: between begin and end
+ * the calling thread counts into a block nobody reads (ferry_dll.c) */
+uint64_t ferry_own_begin(void);
+void ferry_own_end(uint64_t was);
+
 /* freestanding helpers (ferry_dll.c) */
 uint64_t ferry_ticks_ns(uint64_t ticks);    /* TSC ticks -> ns, as calibrated at start */
 void ferry_zero(void *p, uint64_t n);

@@ -13,6 +13,7 @@
 #ifndef WAGG_H
 #define WAGG_H
 
+#include <errno.h>      /* the -errno values are the program's, mingw's numbers */
 #include <stdint.h>
 
 #include "ferry.h"
@@ -23,12 +24,6 @@
 #define WAGG_DONE_CAP 4096                  /* a client's completion ring: its most calls in flight */
 #define WAGG_MAX_CLIENTS 256                /* threads using one group */
 
-#define ENOMEM_ 12
-#define EAGAIN_ 11
-#define EINVAL_ 22
-#define EBUSY_ 16
-#define ENOSYS_ 38
-#define ETIMEDOUT_ 110
 
 /* A bounded ring of pointer pairs, safe for many producers and many
  * consumers (each cell's sequence number says whose turn it is). */
@@ -53,7 +48,6 @@ struct wagg_pool {
     void **threads;                 /* HANDLEs */
     uint32_t wake __attribute__((aligned(64)));     /* workers sleep on it (WaitOnAddress) */
     uint32_t sleepers;
-    uint64_t depth;                 /* calls in flight on the pool */
     struct ferry_pool_stats st;     /* updated with atomic adds */
 };
 
@@ -94,6 +88,9 @@ int wagg_ring_empty(const struct wagg_ring *r);
  * way its stub would, WITHOUT counting it (a routed call is counted once,
  * where the program made it).  FERRY_NR_NOP: 0.  Unknown: STATUS_INVALID_SYSTEM_SERVICE. */
 long long wagg_native(unsigned index, const uint64_t *args);
+/* the call `c` describes, as wagg_native runs it (any nr: FERRY_NR_NOP gives
+ * 0, a number no stub has STATUS_INVALID_SYSTEM_SERVICE, as the kernel would) */
+long long wagg_run(const struct ferry_call *c);
 /* non-zero if the call acts on the calling thread itself (its context, its
  * alerts, its windows: NtUser and NtGdi calls) and so cannot run on a worker */
 int wagg_must_native(long long nr, const long long *args);
@@ -142,14 +139,11 @@ int wagg_kick(struct ferry_group *g, unsigned pool);     /* 1 if it woke one (a 
 int wagg_reap_calls(struct ferry_group *g, struct ferry_call **out, unsigned cap, unsigned min,
                     uint64_t timeout_ns);
 
-/* ferry.dll's own calls (waits, wakes, thread starts) kept out of the
- * program's counts (ferry_dll.c) */
-uint64_t ferry_own_begin(void);
-void ferry_own_end(uint64_t was);
 /* wagg_group.c: FERRY_AGG / FERRY_MODE read at start-up, before ferry.dll
  * takes Ferry's settings out of the program's environment */
 void wagg_configure(void);
 const char *wagg_profile_text(void);
 uint64_t wagg_now_ns(void);
+uint64_t wagg_deadline(uint64_t timeout_ns);    /* now + timeout; UINT64_MAX for none or too far */
 
 #endif

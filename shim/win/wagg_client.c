@@ -48,7 +48,7 @@ int wagg_clients_idle(struct ferry_group *g)
 {
     for (uint32_t i = 0; i < g->nclients; i++)
         if (__atomic_load_n(&g->clients[i]->inflight, __ATOMIC_ACQUIRE))
-            return -EBUSY_;
+            return -EBUSY;
     return 0;
 }
 
@@ -65,20 +65,15 @@ int wagg_push(struct ferry_group *g, unsigned pool, struct ferry_call *c)
 {
     struct wagg_client *cl = wagg_client(g);
     if (!cl)
-        return -ENOMEM_;
+        return -ENOMEM;
     if (cl->inflight >= WAGG_DONE_CAP)
-        return -EAGAIN_;
+        return -EAGAIN;
     struct wagg_pool *p = &g->pools[pool];
     c->done = 0;
     if (wagg_ring_push(&p->req, c, cl))
-        return -EAGAIN_;
+        return -EAGAIN;
     cl->inflight++;
     cl->pool_inflight[pool]++;
-    uint64_t depth = __atomic_add_fetch(&p->depth, 1, __ATOMIC_RELAXED);
-    uint64_t max = __atomic_load_n(&p->st.max_depth, __ATOMIC_RELAXED);
-    while (depth > max && !__atomic_compare_exchange_n(&p->st.max_depth, &max, depth, 1,
-                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
     return 0;
 }
 
@@ -100,6 +95,15 @@ void wagg_batch(struct ferry_group *g, unsigned pool, unsigned n)
         b++;
     wagg_add(s->batches[b], 1);
     wagg_add(s->submitted, n);
+    /* the depth as the submitting thread sees it (its calls out on the
+     * pool), once per batch: a pool-wide count kept per call would move a
+     * cache line between client and worker for every call */
+    struct wagg_client *cl = wagg_client(g);
+    uint64_t depth = cl ? cl->pool_inflight[pool] : 0;
+    uint64_t max = __atomic_load_n(&s->max_depth, __ATOMIC_RELAXED);
+    while (depth > max && !__atomic_compare_exchange_n(&s->max_depth, &max, depth, 1,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
 }
 
 int wagg_client_pop(struct wagg_client *cl, struct ferry_call **c, unsigned *pool)
@@ -120,6 +124,12 @@ uint64_t wagg_now_ns(void)
     return ferry_ticks_ns(__builtin_ia32_rdtsc());
 }
 
+uint64_t wagg_deadline(uint64_t timeout_ns)
+{
+    uint64_t now = wagg_now_ns();
+    return timeout_ns >= UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
+}
+
 int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned pool, uint64_t deadline_ns)
 {
     for (int k = 0; k < SPIN; k++) {
@@ -131,7 +141,7 @@ int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned poo
     if (deadline_ns != UINT64_MAX) {
         uint64_t now = wagg_now_ns();
         if (now >= deadline_ns)
-            return -ETIMEDOUT_;
+            return -ETIMEDOUT;
         rel.QuadPart = -(LONGLONG)((deadline_ns - now + 99) / 100);
         timeout = &rel;
     }
@@ -143,7 +153,7 @@ int wagg_client_wait(struct ferry_group *g, struct wagg_client *cl, unsigned poo
         wagg_add(g->pools[pool].st.enters, 1);
         wagg_add(g->pools[pool].st.wait_ns, ferry_ticks_ns(__builtin_ia32_rdtsc() - t0));
     }
-    return r == 1 ? -ETIMEDOUT_ : 0;
+    return r == 1 ? -ETIMEDOUT : 0;
 }
 
 int wagg_reap_calls(struct ferry_group *g, struct ferry_call **out, unsigned cap, unsigned min,
@@ -151,8 +161,8 @@ int wagg_reap_calls(struct ferry_group *g, struct ferry_call **out, unsigned cap
 {
     struct wagg_client *cl = wagg_client(g);
     if (!cl)
-        return -ENOMEM_;
-    uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : wagg_now_ns() + timeout_ns;
+        return -ENOMEM;
+    uint64_t deadline = wagg_deadline(timeout_ns);
     unsigned got = 0, pool;
     struct ferry_call *c;
     for (;;) {

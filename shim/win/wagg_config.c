@@ -71,22 +71,22 @@ static unsigned online_cpus(void)
 int wagg_config_validate(const struct ferry_group_config *cfg)
 {
     if (!cfg || cfg->npools == 0 || cfg->npools > FERRY_MAX_POOLS)
-        return -EINVAL_;
+        return -EINVAL;
     unsigned ncpu = online_cpus();
     for (unsigned i = 0; i < cfg->npools; i++) {
         const struct ferry_pool_config *p = &cfg->pools[i];
         if (p->entries && ((p->entries & (p->entries - 1)) || p->entries > 32768))
-            return -EINVAL_;
+            return -EINVAL;
         if (p->concurrency > 4096 || (ncpu < 64 && (p->cpus >> ncpu)))
-            return -EINVAL_;
+            return -EINVAL;
         if (p->sqpoll_cpu < -1 || (p->sqpoll_cpu >= 0 && (unsigned)p->sqpoll_cpu >= ncpu))
-            return -EINVAL_;
+            return -EINVAL;
         if (p->priority < -20 || p->priority > 19 || (unsigned)p->wait > FERRY_WAIT_ADAPTIVE)
-            return -EINVAL_;
+            return -EINVAL;
         if (p->wait == FERRY_WAIT_SOME && (p->wait_limit == 0 || p->wait_timeout_ns == 0))
-            return -EINVAL_;
+            return -EINVAL;
         if (p->wait_limit > (p->entries ? p->entries : 256) * 2)
-            return -EINVAL_;
+            return -EINVAL;
     }
     long long none[FERRY_CALL_ARGS] = {0};
     none[0] = 1;    /* a thread call is the caller's only when it names it */
@@ -95,12 +95,12 @@ int wagg_config_validate(const struct ferry_group_config *cfg)
         if (t == FERRY_ROUTE_NATIVE)
             continue;
         if ((t != FERRY_ROUTE_WORKER && t >= cfg->npools) || wagg_must_native(nr, none))
-            return -EINVAL_;
+            return -EINVAL;
     }
     if (cfg->workers > 256)
-        return -EINVAL_;
+        return -EINVAL;
     if (cfg->fiber_stack && (cfg->fiber_stack < 16384 || cfg->fiber_stack > (1ULL << 30)))
-        return -EINVAL_;
+        return -EINVAL;
     return 0;
 }
 
@@ -234,7 +234,7 @@ static int parse(const char *s, struct ferry_group_config *cfg)
     }
     if (npools)
         cfg->npools = npools;
-    return t.bad ? -EINVAL_ : 0;
+    return t.bad ? -EINVAL : 0;
 }
 
 static void say(const char *s)
@@ -277,7 +277,7 @@ __declspec(dllexport) int ferry_is_aggregating(void)
 __declspec(dllexport) int ferry_group_config_default(struct ferry_group_config *cfg, int from_profile)
 {
     if (!cfg)
-        return -EINVAL_;
+        return -EINVAL;
     if (from_profile && profile_set && names_pending) {
         names_pending = 0;      /* the stubs are known by now: the names too */
         parse(profile_text, &profile);

@@ -44,10 +44,10 @@ static int start(struct ferry_group *g)
 __declspec(dllexport) int ferry_group_create(struct ferry_group **out, const struct ferry_group_config *cfg)
 {
     if (!out || !cfg)
-        return -EINVAL_;
+        return -EINVAL;
     const struct ferry_stub *first = ferry_stub_at(0);
     if (!first || !first->original)
-        return -ENOSYS_;    /* ferry.dll is not running the program's calls (FERRY_MODE=off) */
+        return -ENOSYS;    /* ferry.dll is not running the program's calls (FERRY_MODE=off) */
     int r = wagg_config_validate(cfg);
     if (r)
         return r;
@@ -55,7 +55,7 @@ __declspec(dllexport) int ferry_group_create(struct ferry_group **out, const str
     struct ferry_group *g = VirtualAlloc(0, sizeof(*g), MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
     ferry_own_end(was);
     if (!g)
-        return -ENOMEM_;
+        return -ENOMEM;
     ferry_copy(&g->cfg, cfg, sizeof(*cfg));
     r = start(g);
     if (r) {
@@ -73,9 +73,9 @@ __declspec(dllexport) int ferry_group_create(struct ferry_group **out, const str
 __declspec(dllexport) int ferry_group_destroy(struct ferry_group *g)
 {
     if (!g)
-        return -EINVAL_;
+        return -EINVAL;
     if (__atomic_load_n(&g->carriers, __ATOMIC_ACQUIRE))
-        return -EBUSY_;
+        return -EBUSY;
     int r = wagg_clients_idle(g);
     if (r)
         return r;
@@ -88,28 +88,25 @@ __declspec(dllexport) int ferry_group_destroy(struct ferry_group *g)
     return 0;
 }
 
+/* counters written with atomic adds, read one 64-bit word at a time */
+_Static_assert(__builtin_offsetof(struct ferry_group_stats, npools) % 8 == 0 &&
+               sizeof(struct ferry_pool_stats) % 8 == 0, "the counters are 64-bit words");
+static void load_words(void *dst, const void *src, size_t bytes)
+{
+    uint64_t *d = dst;
+    const uint64_t *w = src;
+    for (size_t i = 0; i < bytes / 8; i++)
+        d[i] = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
+}
+
 __declspec(dllexport) int ferry_group_stats(struct ferry_group *g, struct ferry_group_stats *out)
 {
     if (!g || !out)
-        return -EINVAL_;
+        return -EINVAL;
     ferry_zero(out, sizeof(*out));
-    out->aggregated = __atomic_load_n(&g->st.aggregated, __ATOMIC_RELAXED);
-    out->native = __atomic_load_n(&g->st.native, __ATOMIC_RELAXED);
-    out->worker = __atomic_load_n(&g->st.worker, __ATOMIC_RELAXED);
-    out->crossings = __atomic_load_n(&g->st.crossings, __ATOMIC_RELAXED);
-    out->fibers = __atomic_load_n(&g->st.fibers, __ATOMIC_RELAXED);
-    out->switches = __atomic_load_n(&g->st.switches, __ATOMIC_RELAXED);
+    load_words(out, &g->st, __builtin_offsetof(struct ferry_group_stats, npools));
     out->npools = g->cfg.npools;
-    for (unsigned i = 0; i < g->cfg.npools; i++) {
-        const struct ferry_pool_stats *s = &g->pools[i].st;
-        struct ferry_pool_stats *o = &out->pools[i];
-        o->submitted = __atomic_load_n(&s->submitted, __ATOMIC_RELAXED);
-        o->completed = __atomic_load_n(&s->completed, __ATOMIC_RELAXED);
-        o->enters = __atomic_load_n(&s->enters, __ATOMIC_RELAXED);
-        o->max_depth = __atomic_load_n(&s->max_depth, __ATOMIC_RELAXED);
-        o->wait_ns = __atomic_load_n(&s->wait_ns, __ATOMIC_RELAXED);
-        for (unsigned b = 0; b < FERRY_BATCH_BUCKETS; b++)
-            o->batches[b] = __atomic_load_n(&s->batches[b], __ATOMIC_RELAXED);
-    }
+    for (unsigned i = 0; i < g->cfg.npools; i++)
+        load_words(&out->pools[i], &g->pools[i].st, sizeof(out->pools[i]));
     return 0;
 }

@@ -77,6 +77,15 @@ long long wagg_native(unsigned index, const uint64_t *a)
     return kind_of(index) & WIDE_RESULT ? (long long)r : (long long)(int32_t)r;
 }
 
+long long wagg_run(const struct ferry_call *c)
+{
+    if (c->nr == FERRY_NR_NOP)
+        return 0;
+    if (c->nr < 0 || c->nr >= ferry_stub_count())
+        return (long long)(int32_t)STATUS_INVALID_SYSTEM_SERVICE;
+    return wagg_native((unsigned)c->nr, (const uint64_t *)c->args);
+}
+
 int wagg_must_native(long long nr, const long long *args)
 {
     if (nr == FERRY_NR_NOP || nr < 0 || nr >= ferry_stub_count())
@@ -99,5 +108,5 @@ int wagg_index(const char *name)
 __declspec(dllexport) int ferry_call_number(const char *name)
 {
     int i = name ? wagg_index(name) : -1;
-    return i >= 0 ? i : -2;     /* -ENOENT */
+    return i >= 0 ? i : -ENOENT;
 }

@@ -41,10 +41,9 @@ int wagg_sleep(uint32_t *word, uint32_t *sleepers, const struct wagg_ring *ready
 
 static void complete(struct ferry_group *g, unsigned pool, struct ferry_call *c, struct wagg_client *cl)
 {
-    c->result = wagg_native((unsigned)c->nr, (const uint64_t *)c->args);
+    c->result = wagg_run(c);
     while (wagg_ring_push(&cl->done, c, (void *)(uintptr_t)pool))
         YieldProcessor();   /* never full: a client has at most WAGG_DONE_CAP calls out */
-    __atomic_fetch_sub(&g->pools[pool].depth, 1, __ATOMIC_RELAXED);
     wagg_add(g->pools[pool].st.completed, 1);
     if (pool == WAGG_WORKER_POOL)
         wagg_add(g->st.worker, 1);
@@ -74,8 +73,10 @@ static DWORD WINAPI worker_main(void *arg)
         void *c, *cl;
         if (wagg_ring_pop(&p->req, &c, &cl) == 0) {
             idle = 0;
-            /* a batch's one wake reaches one worker; the next one it wakes */
-            if (!wagg_ring_empty(&p->req))
+            /* a batch's one wake reaches one worker; the next one it wakes
+             * (a wake missed here costs parallelism, not progress: this
+             * worker comes back for the rest) */
+            if (__atomic_load_n(&p->sleepers, __ATOMIC_RELAXED) && !wagg_ring_empty(&p->req))
                 wagg_wake_one(&p->wake, &p->sleepers);
             complete(g, p->index, c, cl);
             continue;
@@ -98,16 +99,17 @@ int wagg_pool_start(struct ferry_group *g, unsigned pool, unsigned nworkers)
     p->index = pool;
     p->threads = VirtualAlloc(0, nworkers * sizeof(void *), MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
     if (!p->threads)
-        return -ENOMEM_;
+        return -ENOMEM;
     uint64_t was = ferry_own_begin();
     for (; p->nworkers < nworkers; p->nworkers++) {
-        HANDLE h = CreateThread(0, 64 * 1024, worker_main, p, STACK_SIZE_PARAM_IS_A_RESERVATION, 0);
+        /* reserved, committed as used: a call may raise and unwind on it */
+        HANDLE h = CreateThread(0, 256 * 1024, worker_main, p, STACK_SIZE_PARAM_IS_A_RESERVATION, 0);
         if (!h)
             break;
         p->threads[p->nworkers] = h;
     }
     ferry_own_end(was);
-    return p->nworkers == nworkers ? 0 : -ENOMEM_;
+    return p->nworkers == nworkers ? 0 : -ENOMEM;
 }
 
 void wagg_pools_stop(struct ferry_group *g)

@@ -11,7 +11,7 @@ int wagg_ring_init(struct wagg_ring *r, unsigned cap)
     uint64_t bytes = (uint64_t)cap * sizeof(struct wagg_cell);
     r->cells = VirtualAlloc(0, (SIZE_T)bytes, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
     if (!r->cells)
-        return -ENOMEM_;
+        return -ENOMEM;
     for (unsigned i = 0; i < cap; i++)
         r->cells[i].seq = i;
     r->mask = cap - 1;

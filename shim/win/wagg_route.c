@@ -91,7 +91,7 @@ static int64_t aggregate(struct wagg_carrier *c, unsigned pool, unsigned index, 
     f->call.result = 0;
     f->call.done = 0;
     int r;
-    while ((r = wagg_push(c->g, pool, &f->call)) == -EAGAIN_)
+    while ((r = wagg_push(c->g, pool, &f->call)) == -EAGAIN)
         wagg_carrier_drain(c);   /* the rings are full: let the stored calls go first */
     if (r) {    /* no client for this thread (out of memory, or of client slots): here */
         wagg_add(c->g->st.native, 1);

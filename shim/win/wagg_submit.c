@@ -35,7 +35,7 @@ static void reap_until(struct ferry_group *g, struct wagg_client *cl, unsigned p
 /* Calls that belong to the calling thread run on it, at once. */
 static void run_here(struct ferry_group *g, struct ferry_call *c, struct batch *b)
 {
-    c->result = wagg_native((unsigned)c->nr, (const uint64_t *)c->args);
+    c->result = wagg_run(c);
     c->done = 1;
     b->done++;
     wagg_add(g->st.native, 1);
@@ -46,12 +46,12 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
                                        unsigned n, enum ferry_wait wait, unsigned limit, uint64_t timeout_ns)
 {
     if (!g || pool >= g->cfg.npools || (n && !calls) || (unsigned)wait > FERRY_WAIT_ADAPTIVE)
-        return -EINVAL_;
+        return -EINVAL;
     if (wait == FERRY_WAIT_SOME && (!limit || !timeout_ns))
-        return -EINVAL_;
+        return -EINVAL;
     struct wagg_client *cl = wagg_client(g);
     if (!cl)
-        return -ENOMEM_;
+        return -ENOMEM;
     struct batch b = {calls, calls + n, 0};
     unsigned queued = 0;
     for (unsigned i = 0; i < n; i++) {
@@ -62,7 +62,7 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
             run_here(g, c, &b);
             continue;
         }
-        while (wagg_push(g, pool, c)) {
+        while (wagg_push(g, pool, c) == -EAGAIN) {
             /* no room: what is queued leaves, and room is made by reaping */
             if (queued) {
                 wagg_batch(g, pool, queued);
@@ -93,7 +93,7 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
         break;
     case FERRY_WAIT_SOME:
         want = limit < n ? limit : n;
-        deadline = wagg_now_ns() + timeout_ns;
+        deadline = wagg_deadline(timeout_ns);
         break;
     default:    /* any; adaptive has no other work to weigh here: any */
         want = n ? 1 : 0;
@@ -106,10 +106,10 @@ __declspec(dllexport) int ferry_submit(struct ferry_group *g, unsigned pool, str
 __declspec(dllexport) int ferry_reap(struct ferry_group *g, unsigned pool, unsigned min_complete)
 {
     if (!g || pool >= g->cfg.npools)
-        return -EINVAL_;
+        return -EINVAL;
     struct wagg_client *cl = wagg_client(g);
     if (!cl)
-        return -ENOMEM_;
+        return -ENOMEM;
     unsigned got = 0, from;
     struct ferry_call *c;
     for (;;) {

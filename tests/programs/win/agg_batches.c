@@ -4,16 +4,17 @@
  * until the program writes to the pipe, so "returned before X completed"
  * needs no clock (the Windows port of tests/programs/agg_policies.c).
  * Usage: agg_batches none|any|some_limit|some_timeout|all|adaptive|invalid|
- *                    stats|affinity|results MODE|counted N */
+ *                    stats|big|affinity|priority|off|profile|threads DIR|results MODE DIR|counted N */
 #include <windows.h>
+#include <tlhelp32.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../../../shim/include/ferry.h"
 
 #define BAD_HANDLE_STATUS ((long long)(int)0xC0000008)   /* STATUS_INVALID_HANDLE */
-#define EINVAL_ (-22)
-#define EBUSY_ (-16)
+#define BAD_SERVICE ((long long)(int)0xC000001C)       /* STATUS_INVALID_SYSTEM_SERVICE */
 
 static struct {
     int (*config_default)(struct ferry_group_config *, int);
@@ -227,32 +228,41 @@ static void invalid(struct ferry_group *g)
     struct ferry_call c[1] = {nop()};
     struct iosb io;
     char b[4];
-    CHECK(F.submit(g, 1, c, 1, FERRY_WAIT_ALL, 0, 0) == EINVAL_, "pool 1 of 1");
-    CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_SOME, 0, 1000) == EINVAL_, "some limit 0");
-    CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_SOME, 1, 0) == EINVAL_, "some timeout 0");
-    CHECK(F.submit(g, 0, c, 1, (enum ferry_wait)7, 0, 0) == EINVAL_, "wait 7");
-    CHECK(F.submit(0, 0, c, 1, FERRY_WAIT_ALL, 0, 0) == EINVAL_, "no group");
-    CHECK(F.submit(g, 0, 0, 1, FERRY_WAIT_ALL, 0, 0) == EINVAL_, "no calls");
-    CHECK(F.reap(g, 3, 0) == EINVAL_, "reap pool 3");
+    CHECK(F.submit(g, 1, c, 1, FERRY_WAIT_ALL, 0, 0) == -EINVAL, "pool 1 of 1");
+    CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_SOME, 0, 1000) == -EINVAL, "some limit 0");
+    CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_SOME, 1, 0) == -EINVAL, "some timeout 0");
+    CHECK(F.submit(g, 0, c, 1, (enum ferry_wait)7, 0, 0) == -EINVAL, "wait 7");
+    CHECK(F.submit(0, 0, c, 1, FERRY_WAIT_ALL, 0, 0) == -EINVAL, "no group");
+    CHECK(F.submit(g, 0, 0, 1, FERRY_WAIT_ALL, 0, 0) == -EINVAL, "no calls");
+    CHECK(F.reap(g, 3, 0) == -EINVAL, "reap pool 3");
+    /* numbers no stub has: what the kernel says of a bad service number,
+     * and nothing else in the batch is touched */
+    struct ferry_call k[5] = {nop(), call(100000, 0, 0, 0, 0), call(-5, 0, 0, 0, 0), call(0xffffffffLL, 0, 0, 0, 0),
+                              nop()};
+    CHECK(F.submit(g, 0, k, 5, FERRY_WAIT_ALL, 0, 0) == 5, "bad numbers");
+    CHECK(k[0].result == 0 && k[4].result == 0 && k[1].result == BAD_SERVICE && k[2].result == BAD_SERVICE &&
+          k[3].result == BAD_SERVICE, "results %llx %llx %llx %llx %llx", k[0].result, k[1].result, k[2].result,
+          k[3].result, k[4].result);
     struct ferry_group_config cfg;
     struct ferry_group *other = 0;
     F.config_default(&cfg, 0);
     cfg.pools[0].entries = 3;
-    CHECK(F.create(&other, &cfg) == EINVAL_, "entries 3");
+    CHECK(F.create(&other, &cfg) == -EINVAL, "entries 3");
     F.config_default(&cfg, 0);
     cfg.route[nr("NtReadFile")] = 5;
-    CHECK(F.create(&other, &cfg) == EINVAL_, "route to pool 5 of 1");
+    CHECK(F.create(&other, &cfg) == -EINVAL, "route to pool 5 of 1");
     F.config_default(&cfg, 0);
     cfg.route[nr("NtContinue")] = 0;
-    CHECK(F.create(&other, &cfg) == EINVAL_, "NtContinue routed to a pool");
+    CHECK(F.create(&other, &cfg) == -EINVAL, "NtContinue routed to a pool");
     F.config_default(&cfg, 0);
     cfg.npools = 0;
-    CHECK(F.create(&other, &cfg) == EINVAL_, "no pool");
-    CHECK(F.config_default(0, 0) == EINVAL_, "no config");
+    CHECK(F.create(&other, &cfg) == -EINVAL, "no pool");
+    CHECK(F.config_default(0, 0) == -EINVAL, "no config");
+    CHECK(F.number("NtNoSuchCall") == -ENOENT && F.number(0) == -ENOENT, "unknown name");
     /* a read still out: a worker writes into the caller's memory */
     c[0] = rw("NtReadFile", r1, &io, b, sizeof b, 0);
     CHECK(F.submit(g, 0, c, 1, FERRY_WAIT_NONE, 0, 0) == 0, "read queued");
-    CHECK(F.destroy(g) == EBUSY_, "destroy with a call out");
+    CHECK(F.destroy(g) == -EBUSY, "destroy with a call out");
     put(w1, "!");
     CHECK(F.reap(g, 0, 1) == 1 && c[0].result == 0 && io.info == 1, "read %llx", c[0].result);
 }
@@ -276,6 +286,44 @@ static void stats(struct ferry_group *g)
     CHECK(p->max_depth >= 1 && p->max_depth <= 64, "max depth %llu", (unsigned long long)p->max_depth);
     CHECK(st.crossings == p->enters, "crossings %llu, enters %llu", (unsigned long long)st.crossings,
           (unsigned long long)p->enters);
+}
+
+/* Batches larger than the pool's ring (16) and than a thread's completion
+ * ring (4096): ferry_submit makes room by reaping, and every call completes
+ * once, with its own result. */
+static void big(void)
+{
+    struct ferry_group_config cfg;
+    F.config_default(&cfg, 0);
+    cfg.pools[0].entries = 16;
+    cfg.pools[0].concurrency = 2;
+    struct ferry_group *g = 0;
+    CHECK(F.create(&g, &cfg) == 0, "create");
+    static struct ferry_call c[6000];
+    long long close = nr("NtClose");
+    for (int i = 0; i < 6000; i++)
+        c[i] = i % 100 == 7 ? call(close, 0x7ffffff0, 0, 0, 0) : nop();
+    CHECK(F.submit(g, 0, c, 6000, FERRY_WAIT_ALL, 0, 0) == 6000, "all of 6000");
+    int bad = 0;
+    for (int i = 0; i < 6000; i++)
+        bad += !c[i].done || c[i].result != (i % 100 == 7 ? BAD_HANDLE_STATUS : 0);
+    CHECK(bad == 0, "%d calls wrong", bad);
+    for (int i = 0; i < 6000; i++)
+        c[i] = nop();
+    int r = F.submit(g, 0, c, 6000, FERRY_WAIT_NONE, 0, 0);
+    CHECK(r >= 6000 - 4096 && r <= 6000, "none of 6000: %d", r);
+    int got = r < 0 ? 0 : r;
+    while (got < 6000 && (r = F.reap(g, 0, 1)) > 0)
+        got += r;
+    int done = 0;
+    for (int i = 0; i < 6000; i++)
+        done += c[i].done;
+    CHECK(got == 6000 && done == 6000, "reaped %d, %d done", got, done);
+    struct ferry_group_stats st;
+    F.stats(g, &st);
+    CHECK(st.pools[0].submitted == 12000 && st.pools[0].completed == 12000, "submitted %llu completed %llu",
+          (unsigned long long)st.pools[0].submitted, (unsigned long long)st.pools[0].completed);
+    CHECK(F.destroy(g) == 0, "destroy");
 }
 
 /* A pool pinned to CPU k runs every call on CPU k. */
@@ -310,7 +358,46 @@ static void affinity(void)
     struct ferry_group *g = 0;
     F.config_default(&cfg, 0);
     cfg.pools[0].cpus = 1ULL << 63;
-    CHECK(si.dwNumberOfProcessors >= 63 || F.create(&g, &cfg) == EINVAL_, "a CPU that is not there");
+    CHECK(si.dwNumberOfProcessors >= 63 || F.create(&g, &cfg) == -EINVAL, "a CPU that is not there");
+}
+
+/* The threads of this process at relative priority `rel` (THREAD_PRIORITY_*):
+ * Windows says the base priority (8 + rel in a normal process), wine rel. */
+static int threads_at(int rel)
+{
+    HANDLE snap = CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
+    THREADENTRY32 te;
+    te.dwSize = sizeof(te);
+    int n = 0;
+    for (BOOL ok = Thread32First(snap, &te); ok; ok = Thread32Next(snap, &te))
+        n += te.th32OwnerProcessID == GetCurrentProcessId() && (te.tpBasePri == rel || te.tpBasePri == 8 + rel);
+    CloseHandle(snap);
+    return n;
+}
+
+/* A pool's workers run at the priority its nice value maps to. */
+static void priority(void)
+{
+    static const int nice[] = {-20, -10, 10, 19}, rel[] = {2, 1, -1, -2};
+    for (int i = 0; i < 4; i++) {
+        int before = threads_at(rel[i]);
+        struct ferry_group_config cfg;
+        F.config_default(&cfg, 0);
+        cfg.pools[0].concurrency = 3;
+        cfg.pools[0].priority = nice[i];
+        struct ferry_group *g = 0;
+        CHECK(F.create(&g, &cfg) == 0, "create");
+        struct ferry_call c[8];
+        for (int k = 0; k < 8; k++)
+            c[k] = nop();
+        /* every worker has set its priority once it has taken a call or slept */
+        CHECK(F.submit(g, 0, c, 8, FERRY_WAIT_ALL, 0, 0) == 8, "batch");
+        int at = 0;
+        for (int tries = 0; tries < 1000 && (at = threads_at(rel[i]) - before) < 3; tries++)
+            Sleep(1);
+        CHECK(at == 3, "nice %d: %d workers at priority %d", nice[i], at, rel[i]);
+        CHECK(F.destroy(g) == 0, "destroy");
+    }
 }
 
 /* ---- results: the same calls natively and through a pool ---------------- */
@@ -453,6 +540,93 @@ static void counted(int n)
     CHECK(F.destroy(g) == 0, "destroy");
 }
 
+/* Four threads batch at once on one pool while the main thread has a read
+ * pending: each thread reaps exactly its own calls, and nothing of theirs
+ * reaches the main thread's ring. */
+struct client_arg {
+    struct ferry_group *g;
+    int id, bad;
+    HANDLE file;
+};
+
+static DWORD WINAPI client_main(void *p)
+{
+    struct client_arg *a = p;
+    struct ferry_call c[8];
+    struct iosb io;
+    char buf[8];
+    LARGE_INTEGER off;
+    for (int round = 0; round < 200; round++) {
+        for (int i = 0; i < 7; i++)
+            c[i] = nop();
+        off.QuadPart = round % 4;
+        memset(buf, 0, sizeof buf);
+        c[7] = rw("NtReadFile", a->file, &io, buf, 2, &off);
+        int r = F.submit(a->g, 0, c, 8, FERRY_WAIT_NONE, 0, 0);
+        int got = r < 0 ? r : r + F.reap(a->g, 0, 8 - r);
+        if (got != 8 || c[7].result != 0 || io.info != 2 || buf[0] != 'a' + a->id + round % 4 ||
+            buf[1] != buf[0] + 1)
+            a->bad++;
+    }
+    return 0;
+}
+
+static void threads(const char *dir)
+{
+    struct ferry_group *g = group(4);
+    struct ferry_call pending[1];
+    struct iosb io;
+    char b[4];
+    pending[0] = rw("NtReadFile", r1, &io, b, sizeof b, 0);
+    CHECK(F.submit(g, 0, pending, 1, FERRY_WAIT_NONE, 0, 0) == 0, "pending read");
+    struct client_arg args[4];
+    HANDLE th[4];
+    for (int i = 0; i < 4; i++) {
+        char name[16], text[8];
+        snprintf(name, sizeof name, "t%d", i);
+        for (int k = 0; k < 7; k++)
+            text[k] = (char)('a' + i + k);
+        args[i] = (struct client_arg){g, i, 0, open_file(dir, name, 1)};
+        DWORD n;
+        WriteFile(args[i].file, text, 7, &n, 0);
+        th[i] = CreateThread(0, 0, client_main, &args[i], 0, 0);
+    }
+    WaitForMultipleObjects(4, th, TRUE, INFINITE);
+    for (int i = 0; i < 4; i++) {
+        CHECK(args[i].bad == 0, "thread %d: %d rounds wrong", i, args[i].bad);
+        CloseHandle(th[i]);
+        CloseHandle(args[i].file);
+    }
+    CHECK(F.reap(g, 0, 0) == 0 && !pending[0].done, "the main thread's ring got another's completion");
+    put(w1, "m");
+    CHECK(F.reap(g, 0, 1) == 1 && pending[0].done && io.info == 1, "pending read %llx", pending[0].result);
+    struct ferry_group_stats st;
+    F.stats(g, &st);
+    CHECK(st.pools[0].submitted == 1 + 4 * 200 * 8 && st.pools[0].completed == st.pools[0].submitted,
+          "submitted %llu completed %llu", (unsigned long long)st.pools[0].submitted,
+          (unsigned long long)st.pools[0].completed);
+    CHECK(F.destroy(g) == 0, "destroy");
+}
+
+/* the profile's settings as ferry_group_config_default gives them */
+static void profile(void)
+{
+    int (*aggregating)(void) = must(GetModuleHandleA("ferry.dll"), "ferry_is_aggregating");
+    struct ferry_group_config cfg;
+    CHECK(F.config_default(&cfg, 1) == 0, "config");
+    printf("aggregating %d workers %u npools %u\n", aggregating(), cfg.workers, cfg.npools);
+    for (unsigned i = 0; i < cfg.npools; i++) {
+        const struct ferry_pool_config *p = &cfg.pools[i];
+        printf("pool %u entries %u concurrency %u cpus %llx priority %d wait %d limit %u timeout %llu\n", i,
+               p->entries, p->concurrency, (unsigned long long)p->cpus, p->priority, (int)p->wait,
+               p->wait_limit, (unsigned long long)p->wait_timeout_ns);
+    }
+    static const char *const names[] = {"NtReadFile", "NtYieldExecution", "NtLockFile", "NtClose", 0};
+    for (int i = 0; names[i]; i++)
+        printf("route %s %lld %d\n", names[i], nr(names[i]), cfg.route[nr(names[i])]);
+    printf("env %s\n", getenv("FERRY_AGG") ? "FERRY_AGG" : "-");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -464,6 +638,21 @@ int main(int argc, char **argv)
         results(argv[2], argv[3]);
     } else if (!strcmp(t, "counted") && argc == 3) {
         counted(atoi(argv[2]));
+    } else if (!strcmp(t, "threads") && argc == 3) {
+        CreatePipe(&r1, &w1, 0, 0);
+        threads(argv[2]);
+    } else if (!strcmp(t, "profile")) {
+        profile();
+    } else if (!strcmp(t, "off")) {
+        /* FERRY_MODE=off: ferry.dll runs none of the program's calls */
+        struct ferry_group_config cfg;
+        struct ferry_group *g = 0;
+        F.config_default(&cfg, 0);
+        CHECK(F.create(&g, &cfg) == -ENOSYS && !g, "a group in mode off");
+    } else if (!strcmp(t, "big")) {
+        big();
+    } else if (!strcmp(t, "priority")) {
+        priority();
     } else if (!strcmp(t, "affinity")) {
         affinity();
     } else {

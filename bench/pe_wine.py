@@ -1,15 +1,13 @@
-"""One wine prefix and one persistent wineserver for a benchmark's runs."""
-import contextlib
+"""The wine session of the PE benches (pe_overhead, pe_cluster): one prefix
+and one persistent wineserver for every run of a bench, killed at the end."""
 import os
 import subprocess
-from pathlib import Path
+from contextlib import contextmanager
 
 
-@contextlib.contextmanager
-def wine_session(tmp):
-    """The environment of wine commands against a new prefix in `tmp` (wineboot done,
-    its wineserver up until the block ends); Ferry's data in `tmp` too."""
-    tmp = Path(tmp)
+@contextmanager
+def session(tmp):
+    """The environment of `wine` in a new prefix under `tmp` (a Path), headless and quiet."""
     prefix = tmp / "prefix"
     prefix.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
