@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 import httpload  # noqa: E402
-from wine_session import wine_session  # noqa: E402
+from pe_wine import session as wine_session  # noqa: E402
 from wrkload import (CLIENT_CPU, NAN, SERVER_CPU, BenchError, add_options, fmt, med,  # noqa: E402
                      ratio, settings, subset, wrk)
 FERRY = str(Path(sys.executable).parent / "ferry")
