@@ -30,10 +30,25 @@ Figures: Figure 6.3 (throughput vs concurrency) and latency vs concurrency
 (the thesis's Table 6.5 as a plot; the brief calls it Figure 6.4), plus the
 thesis's actual Figure 6.4 subject, CPU time, as a third plot; all in
 bench/out/.  The last line is the RESULT line.
+
+`--windows` runs the same measurement on net_server.exe (examples/net built
+with mingw-w64 and Winsock) under wine: thread, pool and async (overlapped
+I/O on a completion port) under plain wine, cluster under `ferry run -p
+profiles/net.toml`, where ferry.dll routes its fibers' Winsock calls to its
+pools.  One wine prefix and one persistent wineserver, pinned with the server
+to CPU 0, serve every run; the server's CPU time includes the wineserver's,
+which does much of wine's socket work.  Calls per request are Nt calls,
+counted by ferry.dll under `ferry run -p count` (the cluster model's by its
+own run).  The figures are wine's as much as the models': under wine every
+Winsock call is an Nt call that wine turns into wineserver round trips and
+Linux system calls.  The RESULT line's keys carry a `pe_` prefix; the
+figures go to bench/out/pe_*.png.
 """
 import argparse
+import contextlib
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,10 +60,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 import httpload  # noqa: E402
+from pe_wine import session as wine_session  # noqa: E402
 from wrkload import (CLIENT_CPU, NAN, SERVER_CPU, BenchError, add_options, fmt, med,  # noqa: E402
                      ratio, settings, subset, wrk)
 FERRY = str(Path(sys.executable).parent / "ferry")
 SERVER = ROOT / "examples" / "build" / "net_server"
+SERVER_EXE = ROOT / "examples" / "build" / "net_server.exe"
 PROFILE = ROOT / "profiles" / "net.toml"
 OUT = ROOT / "bench" / "out"
 MODELS = ["thread", "pool", "async", "cluster"]
@@ -63,15 +80,21 @@ START_TIMEOUT = 180
 # ---------------------------------------------------------------- servers
 
 class Server:
-    """A net_server, natively or under `ferry run`, pinned to SERVER_CPU."""
+    """A net_server, natively or under `ferry run`, pinned to SERVER_CPU; with
+    `wine` (a Wine), net_server.exe under wine."""
 
-    def __init__(self, model, profile=None, run_dir=None, threads=64, env=None, docroot=None):
-        self.model, self.profile, self.run_dir = model, profile, run_dir
-        cmd = [str(SERVER), "--model", model, "--port", "0", "--threads", str(threads)]
+    def __init__(self, model, profile=None, run_dir=None, threads=64, env=None, docroot=None, wine=None):
+        self.model, self.profile, self.run_dir, self.wine = model, profile, run_dir, wine
+        cmd = [str(SERVER_EXE if wine else SERVER), "--model", model, "--port", "0", "--threads", str(threads)]
         if docroot:
-            cmd += ["--docroot", str(docroot)]
+            # wine's Z: drive is the Linux root
+            cmd += ["--docroot", f"Z:{docroot}" if wine else str(docroot)]
         if profile:
             cmd = [FERRY, "run", "--no-learn", "-p", str(profile), "-o", str(run_dir), "--", *cmd]
+        elif wine:
+            cmd = ["wine", *cmd]
+        if wine:
+            env = wine.env
         self.proc = subprocess.Popen(["taskset", "-c", SERVER_CPU, *cmd], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, start_new_session=True)
         self.port = self._read_port()
@@ -95,6 +118,8 @@ class Server:
     def _server_pid(self):
         """The net_server process: our child natively, ferry run's child under it
         (taskset execs in place, so the Popen pid is taskset's = the program's)."""
+        if self.wine:
+            return self._windows_pid()
         if not self.profile:
             return self.proc.pid
         for _ in range(100):
@@ -113,13 +138,36 @@ class Server:
             time.sleep(0.05)
         raise BenchError(f"cannot find the {self.model} server under ferry run (pid {self.proc.pid})")
 
+    def _windows_pid(self):
+        """The net_server.exe process: wine starts a Windows program's children
+        detached from their parent's tree (ferry-launch.exe's, under ferry run),
+        but in its session, which Popen made ours."""
+        for _ in range(100):
+            for d in Path("/proc").iterdir():
+                try:
+                    if (d.name.isdigit() and (d / "comm").read_text().startswith("net_server") and
+                            int((d / "stat").read_text().rsplit(")", 1)[1].split()[3]) == self.proc.pid):
+                        return int(d.name)
+                except (OSError, IndexError, ValueError):
+                    pass
+            time.sleep(0.05)
+        raise BenchError(f"cannot find the {self.model} server of session {self.proc.pid}", self.model)
+
     def cpu_s(self):
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK   # utime, stime
+        """utime + stime of the server, and under wine of the wineserver too
+        (one request in flight at a time: only the measured server uses it)."""
+        total = 0
+        for pid in [self.pid] + ([self.wine.server_pid] if self.wine else []):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / CLK_TCK
 
     def proc_record(self):
         from ferry import procfile
-        records = procfile.records_of(Path(self.run_dir) / "proc", self.pid)
+        if self.wine:
+            records = _windows_records(Path(self.run_dir) / "proc")
+        else:
+            records = procfile.records_of(Path(self.run_dir) / "proc", self.pid)
         if not records:
             raise BenchError(f"no process record of pid {self.pid} in {self.run_dir}")
         return records[-1]
@@ -130,15 +178,76 @@ class Server:
         calls = sum(sum(b.calls) + b.invalid for b in f.blocks)
         return calls, f.overflow, f.aggregation
 
+    def can_count(self):
+        """Whether the live process record gives this server's counts."""
+        try:
+            self.counts()
+            return True
+        except (BenchError, OSError, ValueError):
+            return False
+
     def alive(self):
         return self.proc.poll() is None
 
     def stop(self):
+        if self.wine and self.proc.poll() is None:
+            # wine ends a process on SIGTERM at once; SIGINT is its Ctrl-C, the
+            # server's graceful stop, sent to the session (ferry run and wine's
+            # detached child alike)
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+                self.proc.wait(timeout=20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
         status = httpload.stop(self.proc)
         for f in (self.proc.stdout, self.proc.stderr):
             if f:
                 f.close()
         return status
+
+
+class Wine:
+    """The wine session's environment and its wineserver, pinned to
+    SERVER_CPU with the servers: it does much of wine's socket work."""
+
+    def __init__(self, env):
+        self.env = env
+        prefix = str(Path(env["WINEPREFIX"]).resolve())
+        self.server_pid = next((p for p in _pids("wineserver")   # wineserver64 too
+                                if f"WINEPREFIX={prefix}".encode() in _environ(p)), None)
+        if self.server_pid is None:
+            raise BenchError(f"no wineserver of the prefix {prefix}")
+        os.sched_setaffinity(self.server_pid, {int(SERVER_CPU)})
+
+
+def _windows_records(proc_dir):
+    """The net_server.exe records of a run's proc/ (ferry.dll records a
+    process under its Windows pid), oldest first; those that cannot be read
+    are passed over (the process may be writing)."""
+    from ferry import procfile
+    found = []
+    for p in sorted(Path(proc_dir).glob("*.ferry")):
+        try:
+            found.extend(r for r in procfile.read_all(p) if r.windows and "net_server" in r.exe)
+        except procfile.ProcFileError:
+            continue
+    return sorted(found, key=lambda r: r.start_mono_ns)
+
+
+def _pids(comm):
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "comm").read_text().startswith(comm):
+                yield int(d.name)
+        except OSError:
+            pass
+
+
+def _environ(pid):
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
 
 
 # ---------------------------------------------------------------- wrk
@@ -202,12 +311,14 @@ def summarize(runs, counts):
     return table
 
 
-def print_tables(table, levels):
+def print_tables(table, levels, windows=False):
+    native = ("  (plain wine, its CPU time with the wineserver's; Nt calls counted in a second copy "
+              "under ferry run -p count)" if windows else
+              "  (native; calls counted in a second copy under ferry run -p count)")
     for model in MODELS:
         if model not in table:
             continue
-        print(f"\n{model}" + ("  (under ferry run -p net: aggregation)" if model == "cluster" else
-                              "  (native; calls counted in a second copy under ferry run -p count)"))
+        print(f"\n{model}" + ("  (under ferry run -p net: aggregation)" if model == "cluster" else native))
         print(f"  {'conc':>5} {'req/s':>9} {'mean ms':>8} {'p99 ms':>8} {'cpu us/req':>10} {'cpu %':>6} "
               f"{'calls/req':>9} {'cross/req':>9} {'saved':>8} {'err':>5}  rounds req/s")
         for level in levels:
@@ -221,11 +332,11 @@ def print_tables(table, levels):
                   f"{fmt(100 * r['saved'], '7.2f') + '%' if not math.isnan(r['saved']) else '       -'} "
                   f"{r['errors']:>5}  {' '.join(f'{x:.0f}' for x in r['rounds'])}")
     if any(r["incomplete"] for t in table.values() for r in t.values()):
-        print("  * more threads alive at once than the shim's 1024 per-thread count blocks: "
-              "calls of the threads beyond were not counted (a lower bound)")
+        print(f"  * more threads alive at once than {'ferry.dll' if windows else 'the shim'} has per-thread "
+              "count blocks for: calls of the threads beyond were not counted (a lower bound)")
 
 
-def plot(table, levels, out):
+def plot(table, levels, out, windows=False):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -234,8 +345,11 @@ def plot(table, levels, out):
         print("matplotlib is missing: no figures (pip install matplotlib into .venv)")
         return []
     out.mkdir(parents=True, exist_ok=True)
-    labels = {"thread": "dedicated thread", "pool": "thread pool", "async": "async (io_uring)",
+    labels = {"thread": "dedicated thread", "pool": "thread pool",
+              "async": "async (completion port)" if windows else "async (io_uring)",
               "cluster": "cluster calls (Ferry)"}
+    # the Windows server's figures under their own names, beside the Linux ones
+    name, under = ("pe_", ", net_server.exe under wine") if windows else ("", "")
     models = [m for m in MODELS if m in table]
     files = []
 
@@ -250,11 +364,11 @@ def plot(table, levels, out):
     ax.set_xlabel("concurrent connections")
     ax.set_ylabel("requests / s")
     ax.set_ylim(bottom=0)
-    ax.set_title("Figure 6.3: throughput vs concurrency (4,729-byte page, loopback)")
+    ax.set_title(f"Figure 6.3: throughput vs concurrency (4,729-byte page, loopback{under})")
     ax.grid(alpha=.3)
     ax.legend()
     fig.tight_layout()
-    files.append(out / "fig6_3_throughput.png")
+    files.append(out / f"{name}fig6_3_throughput.png")
     fig.savefig(files[-1], dpi=120)
     plt.close(fig)
 
@@ -270,9 +384,9 @@ def plot(table, levels, out):
         a.set_ylabel(f"{what} latency (ms)")
         a.grid(alpha=.3, which="both")
     a1.legend()
-    fig.suptitle("Figure 6.4: latency vs concurrency (the thesis's Table 6.5 as a plot)")
+    fig.suptitle(f"Figure 6.4: latency vs concurrency (the thesis's Table 6.5 as a plot{under})")
     fig.tight_layout()
-    files.append(out / "fig6_4_latency.png")
+    files.append(out / f"{name}fig6_4_latency.png")
     fig.savefig(files[-1], dpi=120)
     plt.close(fig)
 
@@ -284,11 +398,11 @@ def plot(table, levels, out):
     ax.set_xlabel("concurrent connections")
     ax.set_ylabel("server CPU time per request (µs)")
     ax.set_ylim(bottom=0)
-    ax.set_title("Server CPU time (the thesis's Figure 6.4 subject)")
+    ax.set_title(f"Server CPU time (the thesis's Figure 6.4 subject{under})")
     ax.grid(alpha=.3)
     ax.legend()
     fig.tight_layout()
-    files.append(out / "fig_cpu_time.png")
+    files.append(out / f"{name}fig_cpu_time.png")
     fig.savefig(files[-1], dpi=120)
     plt.close(fig)
     return files
@@ -305,6 +419,8 @@ def main():
                     help="disk (default): the page is read from its file for every request "
                          "(open, fstat, read, close), the thesis's pattern; memory: the page "
                          "linked into the server")
+    ap.add_argument("--windows", action="store_true",
+                    help="net_server.exe (mingw-w64, Winsock) under wine instead of the Linux server")
     args = ap.parse_args()
     models = subset(ap, "--models", args.models, MODELS, "model")
     levels, seconds, rounds = settings(ap, args, LEVELS, QUICK_LEVELS)
@@ -317,6 +433,12 @@ def main():
     if r.returncode != 0:
         print(f"bench/net: make -C examples failed:\n{r.stdout}{r.stderr}", file=sys.stderr)
         return 1
+    if args.windows:
+        missing = [t for t in ("wine", "wineserver") if not shutil.which(t)]
+        if missing or not SERVER_EXE.is_file():
+            print(f"bench/net: --windows needs {', '.join(missing) or 'mingw-w64 (x86_64-w64-mingw32-gcc) '}"
+                  f"{'' if missing else 'to build ' + str(SERVER_EXE.relative_to(ROOT))}", file=sys.stderr)
+            return 1
     if "cluster" in models and not PROFILE.is_file():
         print(f"bench/net: the cluster model cannot run: {PROFILE.relative_to(ROOT)} is missing", file=sys.stderr)
         return 1
@@ -328,32 +450,41 @@ def main():
         tmp = Path(tmp)
         # Benchmark runs stay out of the user's run index.
         env = dict(os.environ, FERRY_DATA=str(tmp / "data"))
+        wine = None
         docroot = None
         if args.page == "disk":
             docroot = tmp / "docroot"
             docroot.mkdir()
             (docroot / "index.html").write_bytes((ROOT / "examples" / "net" / "index.html").read_bytes())
+        stack = contextlib.ExitStack()
         try:
+            if args.windows:
+                (tmp / "wine").mkdir()
+                wine = Wine(stack.enter_context(wine_session(tmp / "wine")))
             for m in models:
                 if m == "cluster":
-                    servers[m] = Server(m, PROFILE, tmp / "run-cluster", args.threads, env, docroot)
+                    servers[m] = Server(m, PROFILE, tmp / "run-cluster", args.threads, env, docroot, wine)
                     counters[m] = servers[m]
                 else:
-                    servers[m] = Server(m, threads=args.threads, env=env, docroot=docroot)
-                    counters[m] = Server(m, "count", tmp / f"run-{m}", args.threads, env, docroot)
-            print(f"page: {'read from disk per request' if docroot else 'in memory'}; "
+                    servers[m] = Server(m, threads=args.threads, env=env, docroot=docroot, wine=wine)
+                    counters[m] = Server(m, "count", tmp / f"run-{m}", args.threads, env, docroot, wine)
+            # under wine, the cluster's calls are counted where ferry.dll writes its figures
+            count_cluster = "cluster" in servers and (not wine or servers["cluster"].can_count())
+            print(f"{'net_server.exe under wine; ' if wine else ''}"
+                  f"page: {'read from disk per request' if docroot else 'in memory'}; "
                   f"servers on CPU {SERVER_CPU}, wrk -t1 on CPU {CLIENT_CPU}; {rounds} interleaved round(s) "
-                  f"of {seconds} s per level, counting runs of {count_seconds} s; pool: {args.threads} threads")
+                  f"of {seconds} s per level{'' if wine else f', counting runs of {count_seconds} s'}; "
+                  f"pool: {args.threads} threads")
             for s in list(servers.values()) + [c for m, c in counters.items() if m != "cluster"]:
                 wrk(s.port, 10, 1)   # warm up: first connections, page faults, lazy binding
             for li, level in enumerate(levels):
                 for rnd in range(rounds):
                     k = (li + rnd) % len(models)
                     for m in models[k:] + models[:k]:
-                        res = measure(servers[m], level, seconds, counting=(m == "cluster"))
+                        res = measure(servers[m], level, seconds, counting=(m == "cluster" and count_cluster))
                         res["seconds"] = seconds
                         runs.setdefault((m, level), []).append(res)
-                        if m == "cluster":
+                        if m == "cluster" and count_cluster:
                             counts.setdefault((m, level), []).append(res)
                 for m in models:
                     if m != "cluster":
@@ -374,11 +505,13 @@ def main():
                 stops[m] = s.stop()
             bad = {m: rc for m, rc in stops.items() if rc not in (0, None)}
             if bad:
-                print(f"bench/net: servers that did not stop cleanly on SIGTERM: {bad}", file=sys.stderr)
+                print(f"bench/net: servers that did not stop cleanly on {'SIGINT' if wine else 'SIGTERM'}: "
+                      f"{bad}", file=sys.stderr)
+            stack.close()
 
     table = summarize(runs, counts)
-    print_tables(table, levels)
-    files = plot(table, levels, OUT)
+    print_tables(table, levels, windows=bool(wine))
+    files = plot(table, levels, OUT, windows=bool(wine))
     for f in files:
         print(f"figure: {f.relative_to(ROOT)}")
     print(f"total time {time.monotonic() - t_start:.0f} s")
@@ -387,11 +520,12 @@ def main():
               file=sys.stderr)
         return 1
     cc, pool, asy = table["cluster"], table["pool"], table["async"]
-    print(f"RESULT page={args.page} crossings_saved_c400={fmt(100 * cc[400]['saved'], '.2f')} "
-          f"cc_vs_pool_c400={fmt(ratio(cc[400]['rps'], pool[400]['rps']), '.3f')} "
-          f"cc_vs_async_c400={fmt(ratio(cc[400]['rps'], asy[400]['rps']), '.3f')} "
-          f"cc_vs_pool_c1={fmt(ratio(cc[1]['rps'], pool[1]['rps']), '.3f')} "
-          f"p99_cc_vs_pool_c400={fmt(ratio(cc[400]['p99_ms'], pool[400]['p99_ms']), '.3f')}")
+    k = "pe_" if wine else ""
+    print(f"RESULT {k}page={args.page} {k}crossings_saved_c400={fmt(100 * cc[400]['saved'], '.2f')} "
+          f"{k}cc_vs_pool_c400={fmt(ratio(cc[400]['rps'], pool[400]['rps']), '.3f')} "
+          f"{k}cc_vs_async_c400={fmt(ratio(cc[400]['rps'], asy[400]['rps']), '.3f')} "
+          f"{k}cc_vs_pool_c1={fmt(ratio(cc[1]['rps'], pool[1]['rps']), '.3f')} "
+          f"{k}p99_cc_vs_pool_c400={fmt(ratio(cc[400]['p99_ms'], pool[400]['p99_ms']), '.3f')}")
     return 0
 
 

@@ -38,19 +38,19 @@ def net_server():
 
 
 class Server:
-    def __init__(self, cmd, run_dir=None):
+    def __init__(self, cmd, run_dir=None, env=None):
         self.run_dir = run_dir
         self.proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
+                                     env=env, start_new_session=True)
         self.port = self._read_port()
 
     def _read_port(self):
-        port, line = httpload.read_listening_line(self.proc, START_TIMEOUT)
+        port, self.line = httpload.read_listening_line(self.proc, START_TIMEOUT)
         if port is None:
             self.stop()
             err = self.proc.stderr.read().decode(errors="replace").strip()
             raise AssertionError(f"server did not start (exit {self.proc.returncode}); "
-                                 f"stdout {line!r}; stderr:\n{err}")
+                                 f"stdout {self.line!r}; stderr:\n{err}")
         return port
 
     def stop(self):
@@ -265,13 +265,18 @@ def test_disk_mode_without_its_page_refuses_in_one_line(net_server, tmp_path):
     assert r.stderr.count("\n") == 1 and str(tmp_path / "none" / "index.html") in r.stderr
 
 
-@pytest.mark.parametrize("args, words", [
+# (arguments, words of the one-line refusal): tests/test_pe_net_server.py
+# gives them to the Windows server too
+BAD_ARGUMENTS = [
     (["--model", "pool", "--port", "http"], "--port"),
     (["--model", "fibers"], "unknown model"),
     (["--port", "0"], "--model is required"),
     (["--model", "pool", "--threads", "0"], "--threads"),
     (["--model", "thread", "--verbose"], "unknown argument"),
-])
+]
+
+
+@pytest.mark.parametrize("args, words", BAD_ARGUMENTS)
 def test_bad_arguments_one_line(net_server, args, words):
     r = subprocess.run([net_server, *args], capture_output=True, text=True, timeout=10)
     assert r.returncode == 2

@@ -3,13 +3,10 @@
 #include "http.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* The page is linked in by page.S (.incbin), so the server needs no file at
  * run time and every model does the same socket-only work per request;
@@ -61,10 +58,9 @@ int http_init(const char *docroot)
             return -ENOMEM;
         memcpy(page_path, docroot, n);
         memcpy(page_path + n, "/index.html", sizeof "/index.html");
-        int fd = open(page_path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            return -errno;
-        close(fd);
+        int rc = page_file_check(page_path);
+        if (rc < 0)
+            return rc;
     }
     build(R_PAGE, "200 OK", "", net_page_start, http_page_size());
     build(R_404, "404 Not Found", "", body_404, sizeof body_404 - 1);
@@ -73,7 +69,7 @@ int http_init(const char *docroot)
     return 0;
 }
 
-void http_release(struct conn *c)
+void http_release(struct http_conn *c)
 {
     free(c->body);
     c->body = NULL;
@@ -82,43 +78,19 @@ void http_release(struct conn *c)
 
 /* Disk mode: the page read now into c->body, its reply into r (two iovecs);
  * 0, or -1 when the file cannot be read (the request then gets a 404). */
-static int page_from_disk(struct conn *c, struct replies *r, int keep)
+static int page_from_disk(struct http_conn *c, struct replies *r, int keep)
 {
-    int fd = open(page_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    long got = page_file_read(page_path, &c->body, &c->body_cap);
+    if (got < 0)
         return -1;
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return -1;
-    }
-    size_t size = (size_t)st.st_size, got = 0;
-    if (size > c->body_cap) {
-        char *b = realloc(c->body, size);
-        if (!b) {
-            close(fd);
-            return -1;
-        }
-        c->body = b;
-        c->body_cap = size;
-    }
-    while (got < size) {
-        ssize_t k = read(fd, c->body + got, size - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;     /* shrunk since fstat: serve what is there */
-        got += (size_t)k;
-    }
-    close(fd);
     int h = snprintf(c->head, sizeof c->head,
                      "HTTP/1.1 200 OK\r\nServer: ferry-net\r\nContent-Type: text/html; charset=utf-8\r\n"
                      "Content-Length: %zu\r\nConnection: %s\r\n\r\n",
-                     got, keep ? "keep-alive" : "close");
+                     (size_t)got, keep ? "keep-alive" : "close");
     r->iov[r->n].iov_base = c->head;
     r->iov[r->n++].iov_len = (size_t)h;
     r->iov[r->n].iov_base = c->body;
-    r->iov[r->n++].iov_len = got;
+    r->iov[r->n++].iov_len = (size_t)got;
     return 0;
 }
 
@@ -232,7 +204,7 @@ static int answer(const char *p, const char *end, int *keep)
     return R_404;
 }
 
-void http_take(struct conn *c, struct replies *r)
+void http_take(struct http_conn *c, struct replies *r)
 {
     size_t off = 0;
     r->n = 0;
@@ -279,5 +251,19 @@ void http_take(struct conn *c, struct replies *r)
     else if (off) {
         memmove(c->buf, c->buf + off, c->len - off);
         c->len -= off;
+    }
+}
+
+int http_serve_buffered(struct http_conn *c, int (*send)(void *io, struct replies *r), void *io)
+{
+    for (;;) {
+        struct replies r;
+        http_take(c, &r);
+        if (r.n && send(io, &r) < 0)
+            return 0;
+        if (r.close)
+            return 0;
+        if (!r.more)
+            return 1;
     }
 }

@@ -4,8 +4,15 @@
 #define NET_HTTP_H
 
 #include <stddef.h>
-#include <sys/socket.h>
+#ifdef _WIN32
+/* Winsock has no iovec: the same two fields, turned into WSABUFs to be sent. */
+struct iovec {
+    void *iov_base;
+    size_t iov_len;
+};
+#else
 #include <sys/uio.h>
+#endif
 
 /* A request larger than this (request line plus headers) is refused with 400:
  * the benchmark's requests are ~40 bytes, browsers' well under 8 KiB. */
@@ -13,19 +20,14 @@
 /* Pipelined requests answered per round: bounds the iovec, not the client. */
 #define HTTP_MAX_REPLIES 16
 
-struct conn {
-    int fd;
+/* A connection's HTTP state; each platform's server embeds it in its own
+ * connection record, next to its socket and its way of waiting. */
+struct http_conn {
     size_t len;                 /* bytes of buf holding unanswered input */
     /* disk mode: the page as read for the reply in flight, and its header */
     char *body;
     size_t body_cap;
     char head[256];
-    struct conn *next;          /* pool model: the queue link */
-    /* async model: the reply in flight, as an iovec advanced on short sends */
-    struct iovec iov[HTTP_MAX_REPLIES];
-    int niov;
-    struct msghdr mh;
-    int close_after;
     char buf[CONN_BUF];
 };
 
@@ -47,9 +49,23 @@ size_t http_page_size(void);
 /* Answers every complete request at the start of c->buf (the replies are
  * static buffers, shared by all connections, except a disk-mode page, read
  * into c->body: one such reply per call, then r->more) and drops them from buf. */
-void http_take(struct conn *c, struct replies *r);
+void http_take(struct http_conn *c, struct replies *r);
+
+/* The blocking models' round (thread, pool, cluster): answers what c->buf
+ * holds, handing each batch of replies to send(io, r) (0, or -1 when the
+ * connection failed), until more input is needed.  Returns 1 when the
+ * connection stays open, 0 when a reply or a failed send closes it. */
+int http_serve_buffered(struct http_conn *c, int (*send)(void *io, struct replies *r), void *io);
 
 /* Frees what http_take kept in `c` (before freeing c). */
-void http_release(struct conn *c);
+void http_release(struct http_conn *c);
+
+/* The platform's part (net_posix.c, net_win.c): the disk-mode page file.
+ * page_file_check: 0 when `path` can be opened for reading, else -errno.
+ * page_file_read: the whole regular file at `path` read into *buf (grown,
+ * *cap its size), in the thesis's calls: open, size, read, close; the bytes
+ * read, or -1 when it cannot be read. */
+int page_file_check(const char *path);
+long page_file_read(const char *path, char **buf, size_t *cap);
 
 #endif

@@ -5,4 +5,6 @@
 net_page_start:
     .incbin "index.html"
 net_page_end:
+#ifdef __ELF__
     .section .note.GNU-stack,"",@progbits
+#endif

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "ferry.h"
 #include "http.h"
 
@@ -44,7 +45,19 @@
 #pragma weak ferry_fiber_spawn
 #pragma weak ferry_is_aggregating
 
-#define PROG "net_server"
+/* A connection: its socket, how the model waits for it, its HTTP state. */
+struct conn {
+    int fd;
+    struct conn *next;          /* pool model: the queue link */
+    /* async model: the reply in flight, as an iovec advanced on short sends */
+    struct iovec iov[HTTP_MAX_REPLIES];
+    int niov;
+    struct msghdr mh;
+    int close_after;
+    struct http_conn h;
+};
+
+const char net_stop_help[] = "SIGTERM or SIGINT stops it.";
 
 static int listen_fd = -1;
 static atomic_int stopping;
@@ -62,14 +75,6 @@ static void die(const char *what)
     exit(1);
 }
 
-static void usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, PROG ": ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see --help)\n");
-    exit(2);
-}
-
 static void conn_opened(int fd)
 {
     if (fd < live_max)
@@ -81,7 +86,7 @@ static void conn_close(struct conn *c)
     if (c->fd < live_max)
         atomic_store_explicit(&live[c->fd], 0, memory_order_relaxed);
     close(c->fd);
-    http_release(c);
+    http_release(&c->h);
     free(c);
 }
 
@@ -93,12 +98,12 @@ static struct conn *conn_new(int fd)
         return NULL;
     }
     c->fd = fd;
-    c->len = 0;
     c->next = NULL;
     c->niov = 0;
     c->close_after = 0;
-    c->body = NULL;
-    c->body_cap = 0;
+    c->h.len = 0;
+    c->h.body = NULL;
+    c->h.body_cap = 0;
     conn_opened(fd);
     return c;
 }
@@ -127,8 +132,9 @@ static int accept_conn(void)
     }
 }
 
-static int send_replies(int fd, struct replies *r)
+static int send_replies(void *conn, struct replies *r)
 {
+    int fd = ((struct conn *)conn)->fd;
     struct iovec *iov = r->iov;
     int n = r->n;
     while (n > 0) {
@@ -151,28 +157,18 @@ static int send_replies(int fd, struct replies *r)
     return 0;
 }
 
-/* Answers what c->buf holds, then what arrives, until the peer or a reply
- * closes the connection.  Returns 0 when the connection is to be closed. */
+/* Answers what c->h.buf holds; 0 when the connection is to be closed. */
 static int serve_buffered(struct conn *c)
 {
-    for (;;) {
-        struct replies r;
-        http_take(c, &r);
-        if (r.n && send_replies(c->fd, &r) < 0)
-            return 0;
-        if (r.close)
-            return 0;
-        if (!r.more)
-            return 1;
-    }
+    return http_serve_buffered(&c->h, send_replies, c);
 }
 
 static int read_more(struct conn *c)
 {
     for (;;) {
-        ssize_t k = read(c->fd, c->buf + c->len, CONN_BUF - c->len);
+        ssize_t k = read(c->fd, c->h.buf + c->h.len, CONN_BUF - c->h.len);
         if (k > 0) {
-            c->len += (size_t)k;
+            c->h.len += (size_t)k;
             return 1;
         }
         if (k < 0 && errno == EINTR)
@@ -319,7 +315,7 @@ static void async_arm_accept(struct io_uring *ring)
 static void async_recv(struct io_uring *ring, struct conn *c)
 {
     struct io_uring_sqe *sqe = get_sqe(ring);
-    io_uring_prep_recv(sqe, c->fd, c->buf + c->len, CONN_BUF - c->len, 0);
+    io_uring_prep_recv(sqe, c->fd, c->h.buf + c->h.len, CONN_BUF - c->h.len, 0);
     io_uring_sqe_set_data(sqe, c);
 }
 
@@ -346,7 +342,7 @@ static void async_close(struct io_uring *ring, struct conn *c)
     struct io_uring_sqe *sqe = get_sqe(ring);
     io_uring_prep_close(sqe, c->fd);
     io_uring_sqe_set_data64(sqe, TAG_IGNORE);
-    http_release(c);
+    http_release(&c->h);
     free(c);
 }
 
@@ -359,7 +355,7 @@ static void async_next(struct io_uring *ring, struct conn *c)
         return;
     }
     struct replies r;
-    http_take(c, &r);
+    http_take(&c->h, &r);
     if (r.n == 0) {
         async_recv(ring, c);
         return;
@@ -435,7 +431,7 @@ static void *async_thread(void *arg)
                 } else if (res <= 0) {
                     async_close(ring, c);
                 } else {
-                    c->len += (size_t)res;
+                    c->h.len += (size_t)res;
                     async_next(ring, c);
                 }
             }
@@ -505,32 +501,6 @@ static void cluster_check(void)
 
 /* ---------------------------------------------------------------- main */
 
-static long parse_num(const char *opt, const char *s, long lo, long hi)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s: expected an integer in %ld..%ld, got '%s' (see --help)\n", opt, lo,
-                hi, s);
-        exit(2);
-    }
-    return v;
-}
-
-static void usage(void)
-{
-    printf("usage: " PROG " --model thread|pool|async|cluster [--port N] [--threads N] [--carriers N]\n"
-           "                  [--docroot DIR]\n"
-           "  --port N      TCP port on 127.0.0.1; 0 (default) picks a free one\n"
-           "  --threads N   pool model: threads in the pool (default 64)\n"
-           "  --carriers N  cluster model: carrier threads (default: CPUs this process may use)\n"
-           "  --docroot DIR the page is DIR/index.html, opened, fstat'ed, read and closed for\n"
-           "                every request (default: the page linked into the program)\n"
-           "Prints \"listening on PORT\" once ready; SIGTERM or SIGINT stops it.\n"
-           "The cluster model runs only under `ferry run` with an aggregate profile.\n");
-}
-
 static int cpus_allowed(void)
 {
     cpu_set_t set;
@@ -541,51 +511,13 @@ static int cpus_allowed(void)
 
 int main(int argc, char **argv)
 {
-    const char *model = NULL, *docroot = NULL;
-    long port = 0, threads = 64, carriers = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        }
-        const char *val = NULL;
-        const char *eq = strchr(a, '=');
-        char name[32];
-        if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof name) {
-            memcpy(name, a, (size_t)(eq - a));
-            name[eq - a] = 0;
-            val = eq + 1;
-            a = name;
-        }
-        int known = !strcmp(a, "--model") || !strcmp(a, "--port") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--carriers") || !strcmp(a, "--docroot");
-        if (!known)
-            usage_error("unknown argument '%s'", argv[i]);
-        if (!val) {
-            if (i + 1 >= argc)
-                usage_error("%s needs a value", a);
-            val = argv[++i];
-        }
-        if (!strcmp(a, "--model"))
-            model = val;
-        else if (!strcmp(a, "--port"))
-            port = parse_num("--port", val, 0, 65535);
-        else if (!strcmp(a, "--threads"))
-            threads = parse_num("--threads", val, 1, 100000);
-        else if (!strcmp(a, "--docroot"))
-            docroot = val;
-        else
-            carriers = parse_num("--carriers", val, 1, 1024);
-    }
-    if (!model)
-        usage_error("%s", "--model is required: thread, pool, async or cluster");
-    int m = !strcmp(model, "thread") ? 0 : !strcmp(model, "pool") ? 1 : !strcmp(model, "async") ? 2
-            : !strcmp(model, "cluster") ? 3 : -1;
-    if (m < 0)
-        usage_error("--model: unknown model '%s' (thread, pool, async or cluster)", model);
-    if (m == 3)
+    struct net_options o;
+    net_parse_options(argc, argv, &o);
+    if (o.model == MODEL_CLUSTER)
         cluster_check();
+    long port = o.port, threads = o.threads, carriers = o.carriers;
+    const char *docroot = o.docroot;
+    int m = (int)o.model;
     if (!carriers)
         carriers = cpus_allowed();
 
@@ -639,18 +571,18 @@ int main(int argc, char **argv)
 
     struct async_loop *loop = NULL;
     pthread_t t;
-    if (m == 0) {
+    if (m == MODEL_THREAD) {
         atomic_store(&running, 1);
         if (pthread_create(&t, &small_stack, thread_acceptor, NULL))
             die("pthread_create");
-    } else if (m == 1) {
+    } else if (m == MODEL_POOL) {
         atomic_store(&running, (int)threads + 1);
         for (long i = 0; i < threads; i++)
             if (pthread_create(&t, &small_stack, pool_thread, NULL))
                 die("pthread_create");
         if (pthread_create(&t, &small_stack, pool_acceptor, NULL))
             die("pthread_create");
-    } else if (m == 2) {
+    } else if (m == MODEL_ASYNC) {
         loop = calloc(1, sizeof *loop);
         async_wake_fd = eventfd(0, EFD_CLOEXEC);
         if (!loop || async_wake_fd < 0)
@@ -714,7 +646,7 @@ int main(int argc, char **argv)
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    if (m == 3 && atomic_load(&running) == 0 && ferry_group_destroy)
+    if (m == MODEL_CLUSTER && atomic_load(&running) == 0 && ferry_group_destroy)
         ferry_group_destroy(group);
     return 0;
 }
