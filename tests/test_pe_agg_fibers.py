@@ -66,6 +66,15 @@ def test_seh_and_stack_probes_work_on_a_fiber(wine, win_programs, ferry_dll_buil
     assert _line(lines, "continued") == "continued 2 recovered 42 longjmp 7 probe 1128 on-own-stack 1"
 
 
+def test_each_fiber_keeps_its_own_last_error_and_winsock_data(wine, win_programs, ferry_dll_built, tmp_path):
+    # Fibers share their thread's TEB; ws2_32 keeps the sync event every
+    # blocking Winsock call waits on in its WinSockData: one per fiber, as
+    # one per thread.
+    lines = _run(wine, win_programs, tmp_path, _profile(tmp_path, ROUTED), "teb")
+    for i in range(3):
+        assert f"fiber {i} last-error {1000 + i} winsock {0x5000 + i:#x}" in lines, lines
+
+
 def test_routed_calls_park_their_fiber_while_others_run(wine, win_programs, ferry_dll_built, tmp_path):
     lines = _run(wine, win_programs, tmp_path, _profile(tmp_path, ROUTED), "park")
     # Each first fiber's call can only end once the second fiber ran (the read

@@ -179,6 +179,38 @@ static void seh_main(void *arg)
     join(f);
 }
 
+/* ---- a thread's own TEB fields, per fiber ----------------------------------- */
+
+/* Each fiber sets its last error and WinSockData (ws2_32's per-thread data)
+ * to values of its own, yields to the others, and reads them back. */
+static void teb_fiber(void *arg)
+{
+    int i = (int)(INT_PTR)arg;
+    SetLastError(1000 + i);
+    NT_TIB *tib;
+    __asm__ volatile("movq %%gs:0x30, %0" : "=r"(tib));
+    void **ws = (void **)((char *)tib + 0x1738);
+    *ws = (void *)(INT_PTR)(0x5000 + i);
+    yield();
+    yield();
+    DWORD le = GetLastError();
+    char line[96];
+    int n = snprintf(line, sizeof(line), "fiber %d last-error %lu winsock %#llx\n", i, le,
+                     (unsigned long long)(INT_PTR)*ws);
+    DWORD put;      /* one write: an unbuffered printf's pieces would interleave with the others' */
+    WriteFile(GetStdHandle(STD_OUTPUT_HANDLE), line, (DWORD)n, &put, NULL);
+}
+
+static void teb_main(void *arg)
+{
+    (void)arg;
+    struct ferry_fiber *f[3];
+    for (int i = 0; i < 3; i++)
+        spawn(&f[i], teb_fiber, (void *)(INT_PTR)i);
+    for (int i = 0; i < 3; i++)
+        join(f[i]);
+}
+
 /* ---- parking -------------------------------------------------------------- */
 
 static HANDLE pipe_r, pipe_w, event;
@@ -396,6 +428,8 @@ int main(int argc, char **argv)
         main_fn = fibers_main;
     } else if (!strcmp(argv[1], "seh"))
         main_fn = seh_main;
+    else if (!strcmp(argv[1], "teb"))
+        main_fn = teb_main;
     else if (!strcmp(argv[1], "park")) {
         sleep_only = argc == 3 && !strcmp(argv[2], "sleep");
         spin = argc == 3 && !strcmp(argv[2], "spin");
