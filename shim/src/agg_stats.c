@@ -97,13 +97,7 @@ int agg_stat_carrier_slot(void)
     struct ferry_agg_area *a = area();
     if (!a)
         return -1;
-    uint32_t n = __atomic_load_n(&a->carrier_slots, __ATOMIC_RELAXED);
-    do
-        if (n >= FERRY_AGG_CARRIER_SLOTS)
-            return -1;
-    while (!__atomic_compare_exchange_n(&a->carrier_slots, &n, n + 1, 1, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED));
-    return (int)n;
+    return ferry_agg_claim_carrier_slot(a);
 }
 
 static struct ferry_agg_carrier_row *carrier_row(struct agg_carrier *c)

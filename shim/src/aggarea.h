@@ -65,6 +65,18 @@ struct ferry_agg_area {
 
 _Static_assert(sizeof(struct ferry_agg_pool_row) == 256, "aggregation area layout");
 
+/* A carrier's row in the area, or -1 when every row is taken (both engines) */
+static inline int ferry_agg_claim_carrier_slot(struct ferry_agg_area *a)
+{
+    uint32_t n = __atomic_load_n(&a->carrier_slots, __ATOMIC_RELAXED);
+    do
+        if (n >= FERRY_AGG_CARRIER_SLOTS)
+            return -1;
+    while (!__atomic_compare_exchange_n(&a->carrier_slots, &n, n + 1, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
+    return (int)n;
+}
+
 /* A pool's settings as the file shows them (both engines, Linux and ferry.dll) */
 static inline void ferry_agg_pool_row_set(struct ferry_agg_pool_row *p, const struct ferry_pool_config *pc)
 {

@@ -133,13 +133,7 @@ int wagg_stat_carrier_slot(void)
     if (!a)
         return -1;
     add(&a->carriers, 1);
-    uint32_t n = __atomic_load_n(&a->carrier_slots, __ATOMIC_RELAXED);
-    do
-        if (n >= FERRY_AGG_CARRIER_SLOTS)
-            return -1;
-    while (!__atomic_compare_exchange_n(&a->carrier_slots, &n, n + 1, 1, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED));
-    return (int)n;
+    return ferry_agg_claim_carrier_slot(a);
 }
 
 void wagg_stat_carrier(int slot, uint64_t fibers, uint64_t switches, uint64_t peak,
