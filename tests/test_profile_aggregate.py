@@ -40,15 +40,22 @@ def test_shipped_aggregate_is_one_adaptive_pool_with_default_routing():
     assert p == bare == load(SHIPPED_DIR / "aggregate.toml")    # every setting the default
 
 
-def test_shipped_net_has_a_socket_pool_and_a_file_pool():
+def test_shipped_net_has_a_socket_pool_a_file_pool_and_a_wait_pool():
     p = load("net")
-    assert [q.name for q in p.agg_pools] == ["net", "files"]
+    assert [q.name for q in p.agg_pools] == ["net", "files", "waits"]
     c = aggenv.config(p)
     for name in routing.GROUPS["sockets"] + ("read", "write", "writev", "close"):
         assert c.route[NUMBERS[name]] == 0, name
     for name in ("openat", "fstat", "newfstatat", "pread64"):
         assert c.route[NUMBERS[name]] == 1, name
     assert c.route[NUMBERS["getpid"]] == c.route[NUMBERS["clock_gettime"]] == "n"
+    # a Windows program's blocking waits (every blocking Winsock call ends in
+    # one) each hold a worker: their own pool, with room for many connections
+    assert 2 not in c.route.values()
+    routes = dict(item.split(":") for item in aggenv.encode(p, windows=True).split("route=")[1].split(","))
+    assert routes["NtWaitForSingleObject"] == routes["NtWaitForMultipleObjects"] == "2"
+    assert routes["NtDeviceIoControlFile"] == "0"
+    assert p.agg_pools[2].concurrency >= 256
 
 
 def test_ferry_profile_check_accepts_the_shipped_aggregation_profiles():
