@@ -5,12 +5,11 @@ Each model is started under the session's wine on a free loopback port and
 driven by concurrent keep-alive clients (tests/httpload.py) that check every
 response byte for byte against index.html; then the 404/405/400 cases,
 pipelining and the disk mode.  The server stops on Ctrl-C (SIGINT under wine)
-with exit 0.  The cluster model refuses in one line (exit 3) under plain
-wine and with a ferry.dll that is not aggregating.  It is not served here
-under `ferry run -p profiles/net.toml` yet: ferry.dll's engine does not yet
-route wine's blocking Winsock calls correctly (a thread's ws2_32 waits on one
-sync event of its own, which all fibers of a carrier share, alertably, so
-natively on the carrier).  No timing is asserted.
+with exit 0.  The cluster model runs under `ferry run -p profiles/net.toml`,
+as bench/net.py --windows runs it, and must show in its process file that
+its calls went through ferry.dll's aggregation engine; under plain wine, or
+with a ferry.dll that is not aggregating, it refuses in one line (exit 3).
+No timing is asserted.
 """
 import os
 import signal
@@ -19,12 +18,13 @@ import subprocess
 import pytest
 
 import httpload
-from conftest import ROOT, ferry
-from test_net_server import BAD_ARGUMENTS, PAGE, Server, raw_exchange, split_responses
+from conftest import FERRY, ROOT, ferry
+from test_net_server import BAD_ARGUMENTS, NET_PROFILE, PAGE, Server, aggregation_area, raw_exchange, split_responses
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 SERVER = ROOT / "examples" / "build" / "net_server.exe"
 NATIVE = ["thread", "pool", "async"]
+MODELS = NATIVE + ["cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -44,13 +44,14 @@ def win_path(path):
 class WinServer(Server):
     """A server under wine (the session's), stopped as Windows stops it."""
 
-    def __init__(self, wine, cmd):
-        super().__init__(cmd, env=wine.env)
+    def __init__(self, wine, cmd, run_dir=None):
+        super().__init__(cmd, run_dir, env=wine.env)
         assert self.line == f"listening on {self.port}\n".encode(), self.line   # the Linux server's line
 
     def stop(self):
         """Ctrl-C (wine turns SIGINT into CTRL_C_EVENT), and the exit status;
-        None when it had to be killed."""
+        None when it had to be killed.  To the session: under `ferry run` the
+        program is a process wine detached from ferry-launch.exe's tree."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGINT)
             try:
@@ -67,15 +68,28 @@ class WinServer(Server):
         self.proc.stderr.close()
 
 
-def started(wine, exe, model, *extra):
-    return WinServer(wine, ["wine", exe, "--model", model, "--port", "0", *extra])
+def started(wine, exe, model, *extra, run_dir=None):
+    cmd = [exe, "--model", model, "--port", "0", *extra]
+    if model == "cluster":
+        return WinServer(wine, [*FERRY, "run", "--no-learn", "-p", NET_PROFILE, "-o", run_dir, "--", *cmd],
+                         run_dir)
+    return WinServer(wine, ["wine", *cmd])
 
 
-@pytest.fixture(params=NATIVE)
-def server(request, wine, net_server_exe):
-    s = started(wine, net_server_exe, request.param)
+@pytest.fixture(params=MODELS)
+def server(request, wine, net_server_exe, tmp_path):
+    s = started(wine, net_server_exe, request.param, run_dir=tmp_path / "run")
+    s.model = request.param
     yield s
     s.close()
+
+
+def check_aggregated(s, calls_at_least):
+    """The cluster model's calls went through ferry.dll's pools."""
+    area = aggregation_area(s.run_dir)
+    assert area is not None, "the cluster server never created a Ferry group"
+    aggregated, crossings, calls = area
+    assert calls >= calls_at_least and aggregated > 0 and crossings > 0, area
 
 
 def check_load(port, connections, requests, path="/"):
@@ -121,14 +135,18 @@ def test_serves_the_page_and_every_http_case(server):
     assert status.startswith("HTTP/1.1 200 ") and body == PAGE and headers["connection"] == "close"
 
     assert server.stop() == 0
+    if server.model == "cluster":
+        # each page request: at least its recv and its send (wine's AFD ioctls)
+        check_aggregated(server, 2 * 20 * 50)
 
 
-@pytest.mark.parametrize("model", NATIVE)
-def test_a_few_seconds_of_load_beyond_the_pool(wine, net_server_exe, model):
+@pytest.mark.parametrize("model", MODELS)
+def test_a_few_seconds_of_load_beyond_the_pool(wine, net_server_exe, tmp_path, model):
     """More keep-alive connections than pool threads, every answer checked:
     the pool model serves connections round by round, the async model keeps
-    dozens of receives in flight on its completion port."""
-    s = started(wine, net_server_exe, model, "--threads", "8")
+    dozens of receives in flight on its completion port, the cluster model
+    has a fiber parked on each."""
+    s = started(wine, net_server_exe, model, "--threads", "8", run_dir=tmp_path / "run")
     try:
         check_load(s.port, connections=64, requests=60)
         assert s.stop() == 0
@@ -136,12 +154,12 @@ def test_a_few_seconds_of_load_beyond_the_pool(wine, net_server_exe, model):
         s.close()
 
 
-@pytest.mark.parametrize("model", NATIVE)
+@pytest.mark.parametrize("model", MODELS)
 def test_disk_mode_reads_the_page_from_its_file_for_every_request(wine, net_server_exe, tmp_path, model):
     docroot = tmp_path / "docroot"
     docroot.mkdir()
     (docroot / "index.html").write_bytes(PAGE)
-    s = started(wine, net_server_exe, model, "--docroot", win_path(docroot))
+    s = started(wine, net_server_exe, model, "--docroot", win_path(docroot), run_dir=tmp_path / "run")
     try:
         check_load(s.port, connections=10, requests=30)
         req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -160,6 +178,9 @@ def test_disk_mode_reads_the_page_from_its_file_for_every_request(wine, net_serv
         (docroot / "index.html").unlink()
         assert raw_exchange(s.port, close).startswith(b"HTTP/1.1 404 ")
         assert s.stop() == 0
+        if model == "cluster":
+            # each page request: recv, NtCreateFile, NtQueryInformationFile, NtReadFile, NtClose, send
+            check_aggregated(s, 6 * 10 * 30)
     finally:
         s.close()
 
