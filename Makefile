@@ -6,7 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # every bench/*.py but the helpers they share
-BENCHES := $(filter-out bench/wrkload.py,$(wildcard bench/*.py))
+# helper modules are not benchmarks: pe_cluster.py runs pe_cluster_fibers.py's half
+BENCHES := $(filter-out bench/wrkload.py bench/pe_wine.py bench/pe_cluster_fibers.py,$(wildcard bench/*.py))
 
 .PHONY: all setup sysdeps shim layouts examples demo test test-fast check bench clean
 

@@ -3,13 +3,13 @@
 #include <winternl.h>
 
 #include "ferry_dll.h"
+#include "teb.h"
 #include "wagg.h"
 #include "wagg_fiber.h"
 #include "wagg_stats.h"
 #include "../src/procfile.h"
 
 #define WIN_MAX_BLOCKS 64       /* threads with a block of their own; more count in overflow */
-#define TEB_TLS_SLOTS 0x1480
 #define FERRY_PLATFORM_WINDOWS 1
 
 static struct ferry_stub stubs[FERRY_WIN_MAX_STUBS];
@@ -134,15 +134,13 @@ void *ferry_claim_block(void)
         b = spare;
     }
     /* TlsSetValue would reset the thread's last error: the TEB slot directly */
-    uint64_t off = TEB_TLS_SLOTS + 8ULL * tls_index;
-    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"(b), "r"(off) : "memory");
+    ferry_teb_set(TEB_TLS_SLOTS + 8ULL * tls_index, (uint64_t)b);
     return b;
 }
 
 static struct ferry_blk *thread_block(void)
 {
-    uint64_t off = TEB_TLS_SLOTS + 8ULL * tls_index, b;
-    __asm__ volatile("movq %%gs:(%1), %0" : "=r"(b) : "r"(off));
+    uint64_t b = ferry_teb_get(TEB_TLS_SLOTS + 8ULL * tls_index);
     return (struct ferry_blk *)b;
 }
 
@@ -170,9 +168,8 @@ uint64_t ferry_own_begin(void)
 {
     if (!tls_slot)      /* nothing patched: no call of ours is counted */
         return 0;
-    uint64_t off = tls_slot, was;
-    __asm__ volatile("movq %%gs:(%1), %0" : "=r"(was) : "r"(off));
-    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"((uint64_t)own), "r"(off) : "memory");
+    uint64_t was = ferry_teb_get(tls_slot);
+    ferry_teb_set(tls_slot, (uint64_t)own);
     return was;
 }
 
@@ -197,8 +194,7 @@ void ferry_own_end(uint64_t was)
 {
     if (!tls_slot)
         return;
-    uint64_t off = tls_slot;
-    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"(was), "r"(off) : "memory");
+    ferry_teb_set(tls_slot, was);
 }
 
 /* The end of a timed call (the trampolines of patch.c call it with the

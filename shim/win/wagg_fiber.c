@@ -16,7 +16,6 @@
 
 uint32_t wagg_carrier_slot;
 
-#define TEB_TLS_SLOTS 0x1480
 #define FIBER_STACK_DEFAULT (256 * 1024)
 
 int wagg_init_slots(void)
@@ -220,47 +219,20 @@ void wagg_carrier_drain(struct wagg_carrier *c)
  * completion.  Each fiber keeps its own, as a thread would; a finished
  * fiber's goes to the next fiber of the carrier (ws2_32 frees a thread's at
  * its exit, and knows nothing of fibers: freeing it is not ours to do). */
-#define TEB_LAST_ERROR 0x68
-#define TEB_WINSOCK_DATA 0x1738
-
-static uint64_t teb_get(uint64_t off)
-{
-    uint64_t v;
-    __asm__ volatile("movq %%gs:(%1), %0" : "=r"(v) : "r"(off));
-    return v;
-}
-
-static void teb_set(uint64_t off, uint64_t v)
-{
-    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"(v), "r"(off) : "memory");
-}
-
-static uint32_t teb_get32(uint64_t off)
-{
-    uint32_t v;
-    __asm__ volatile("movl %%gs:(%1), %0" : "=r"(v) : "r"(off));
-    return v;
-}
-
-static void teb_set32(uint64_t off, uint32_t v)
-{
-    __asm__ volatile("movl %0, %%gs:(%1)" : : "r"(v), "r"(off) : "memory");
-}
-
 static void run(struct ferry_fiber *f)
 {
     struct wagg_carrier *c = f->c;
-    uint64_t own_ws = teb_get(TEB_WINSOCK_DATA);
-    uint32_t own_le = teb_get32(TEB_LAST_ERROR);
+    uint64_t own_ws = ferry_teb_get(TEB_WINSOCK_DATA);
+    uint32_t own_le = ferry_teb_get32(TEB_LAST_ERROR);
     if (!f->winsock && c->nwinsock_spare)
         f->winsock = c->winsock_spare[--c->nwinsock_spare];
-    teb_set(TEB_WINSOCK_DATA, (uint64_t)f->winsock);
-    teb_set32(TEB_LAST_ERROR, f->last_error);
+    ferry_teb_set(TEB_WINSOCK_DATA, (uint64_t)f->winsock);
+    ferry_teb_set32(TEB_LAST_ERROR, f->last_error);
     SwitchToFiber(f->handle);
-    f->winsock = (void *)teb_get(TEB_WINSOCK_DATA);
-    f->last_error = teb_get32(TEB_LAST_ERROR);
-    teb_set(TEB_WINSOCK_DATA, own_ws);
-    teb_set32(TEB_LAST_ERROR, own_le);
+    f->winsock = (void *)ferry_teb_get(TEB_WINSOCK_DATA);
+    f->last_error = ferry_teb_get32(TEB_LAST_ERROR);
+    ferry_teb_set(TEB_WINSOCK_DATA, own_ws);
+    ferry_teb_set32(TEB_LAST_ERROR, own_le);
     if (f->done && f->winsock && c->nwinsock_spare < sizeof(c->winsock_spare) / sizeof(void *)) {
         c->winsock_spare[c->nwinsock_spare++] = f->winsock;
         f->winsock = 0;
@@ -318,13 +290,13 @@ int ferry_carrier_run(struct ferry_group *g, void (*main)(void *), void *arg)
     int converted = !IsThreadAFiber();
     /* the NT_TIB's FiberData (GetCurrentFiber, which gcc takes for an
      * access out of bounds) */
-    c->sched = converted ? ConvertThreadToFiber(0) : (void *)(uintptr_t)wagg_teb_get(0x20);
+    c->sched = converted ? ConvertThreadToFiber(0) : (void *)(uintptr_t)ferry_teb_get(0x20);
     if (!c->sched) {
         __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_RELAXED);
         release(c);
         return -ENOMEM;
     }
-    wagg_teb_set(wagg_carrier_slot, (uint64_t)(uintptr_t)c);
+    ferry_teb_set(wagg_carrier_slot, (uint64_t)(uintptr_t)c);
     wagg_ferry_mode(c);
     c->cl = wagg_client(g);
     c->slot = wagg_stat_carrier_slot();
@@ -339,9 +311,9 @@ int ferry_carrier_run(struct ferry_group *g, void (*main)(void *), void *arg)
     wagg_stats_publish(g);
     __atomic_sub_fetch(&g->carriers, 1, __ATOMIC_RELAXED);
     wagg_program_mode(c);
-    wagg_teb_set(wagg_carrier_slot, 0);
+    ferry_teb_set(wagg_carrier_slot, 0);
     if (ferry_route_slot)
-        wagg_teb_set(ferry_route_slot, 0);
+        ferry_teb_set(ferry_route_slot, 0);
     if (converted)
         ConvertFiberToThread();
     release(c);

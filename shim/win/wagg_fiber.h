@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "teb.h"
 #include "wagg.h"
 
 struct wagg_carrier;
@@ -70,22 +71,10 @@ extern uint32_t ferry_route_slot, ferry_block_slot, wagg_carrier_slot;
 /* The block ferry mode counts into, which nobody reads (ferry_dll.c) */
 extern uint64_t *const ferry_own_blk;
 
-static inline uint64_t wagg_teb_get(uint32_t off)
-{
-    uint64_t v;
-    __asm__ volatile("movq %%gs:(%1), %0" : "=r"(v) : "r"((uint64_t)off));
-    return v;
-}
-
-static inline void wagg_teb_set(uint32_t off, uint64_t v)
-{
-    __asm__ volatile("movq %0, %%gs:(%1)" : : "r"(v), "r"((uint64_t)off) : "memory");
-}
-
 /* The calling thread's carrier, or 0. */
 static inline struct wagg_carrier *wagg_current(void)
 {
-    return wagg_carrier_slot ? (struct wagg_carrier *)wagg_teb_get(wagg_carrier_slot) : 0;
+    return wagg_carrier_slot ? (struct wagg_carrier *)ferry_teb_get(wagg_carrier_slot) : 0;
 }
 
 /* At start-up, before any stub is patched: 0, or -1 when the TEB has no
@@ -96,17 +85,17 @@ static inline void wagg_ferry_mode(struct wagg_carrier *c)
 {
     if (!ferry_route_slot)
         return;
-    c->blk = wagg_teb_get(ferry_block_slot);   /* claimed meanwhile, perhaps */
-    wagg_teb_set(ferry_block_slot, (uint64_t)(uintptr_t)ferry_own_blk);
-    wagg_teb_set(ferry_route_slot, 0);
+    c->blk = ferry_teb_get(ferry_block_slot);   /* claimed meanwhile, perhaps */
+    ferry_teb_set(ferry_block_slot, (uint64_t)(uintptr_t)ferry_own_blk);
+    ferry_teb_set(ferry_route_slot, 0);
 }
 
 static inline void wagg_program_mode(struct wagg_carrier *c)
 {
     if (!ferry_route_slot)
         return;
-    wagg_teb_set(ferry_block_slot, c->blk);
-    wagg_teb_set(ferry_route_slot, (uint64_t)(uintptr_t)c);
+    ferry_teb_set(ferry_block_slot, c->blk);
+    ferry_teb_set(ferry_route_slot, (uint64_t)(uintptr_t)c);
 }
 
 /* In ferry mode, on fiber c->cur: back to the scheduler until it is run again. */
