@@ -9,18 +9,7 @@
 
 static struct ferry_group *agg_group;
 
-/* A check that fails is printed ("FAIL file:line: why") and counted; the
- * program ends with status 1 when any did. */
-static int failures __attribute__((unused));
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            failures++;                                 \
-        }                                               \
-    } while (0)
+#include "check.h"
 
 static void agg_die(const char *what, int r)
 {

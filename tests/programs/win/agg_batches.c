@@ -28,16 +28,7 @@ static struct {
     int (*number)(const char *);
 } F;
 
-static int failures;
-#define CHECK(cond, ...)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                           \
-            printf(__VA_ARGS__);                                                                  \
-            printf("\n");                                                                         \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
+#include "../check.h"
 
 static void *must(HMODULE m, const char *name)
 {
