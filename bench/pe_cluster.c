@@ -18,15 +18,7 @@
 
 #define MAX_BATCH 1024
 
-typedef LONG (NTAPI *yield_fn)(void);
-
-static double now_ns(void)
-{
-    LARGE_INTEGER c, f;
-    QueryPerformanceCounter(&c);
-    QueryPerformanceFrequency(&f);
-    return (double)c.QuadPart * 1e9 / (double)f.QuadPart;
-}
+#include "pe_clock.h"
 
 static void *must(HMODULE m, const char *name)
 {

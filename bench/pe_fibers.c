@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "../shim/include/ferry.h"
+#include "pe_clock.h"
 
-typedef LONG (NTAPI *yield_fn)(void);
 static yield_fn yield;
 static long per_fiber;
 static int nfibers;
@@ -34,13 +34,6 @@ static join_fn join;
 static yield_api_fn fiber_yield;
 static int switching;
 
-static double now_ns(void)
-{
-    LARGE_INTEGER c, f;
-    QueryPerformanceCounter(&c);
-    QueryPerformanceFrequency(&f);
-    return (double)c.QuadPart * 1e9 / (double)f.QuadPart;
-}
 
 static void caller(void *arg)
 {

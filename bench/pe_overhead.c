@@ -10,15 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef LONG (NTAPI *yield_fn)(void);
-
-static double now_ns(void)
-{
-    LARGE_INTEGER c, f;
-    QueryPerformanceCounter(&c);
-    QueryPerformanceFrequency(&f);
-    return (double)c.QuadPart * 1e9 / (double)f.QuadPart;
-}
+#include "pe_clock.h"
 
 int main(int argc, char **argv)
 {
