@@ -13,6 +13,7 @@ symlink, and never a FIFO that would block.
 import errno as errno_names
 import os
 import stat
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,13 @@ HEADER_SIZE = HEADER.size
 NR_MAX = constant("FERRY_NR_MAX")
 MAX_BLOCKS = constant("FERRY_MAX_BLOCKS")
 HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
-OFF_EVENTS = BLOCK.offset("events")     # the fixed part of a block ends here
+# Where a block's tables lie, by the record's version: 2 (now) is the
+# header's; 1 kept each number's figures at index nr of a fixed table
+# (no nr_slot), and is still read so that earlier runs can be reported.
+BLOCK_TABLES = {
+    1: {"nr": 4224, "sites": 151680, "errnos": 249984, "events": 266368},
+    VERSION: {m: BLOCK.offset(m) for m in ("nr_slot", "nr", "sites", "errnos", "events")},
+}
 NAME_SIZE = constant("FERRY_CALL_NAME_SIZE")     # a Windows process's call names
 MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
 PLATFORM_LINUX = constant("FERRY_PLATFORM_LINUX")
@@ -324,10 +331,11 @@ def _parse(path, st, data, names):
     if data[:len(MAGIC)] != MAGIC:
         raise ProcFileError(path, "not a Ferry process file")
     h = HEADER.unpack(data)
-    if h["version"] != VERSION or h["header_size"] != HEADER_SIZE:
+    tables = BLOCK_TABLES.get(h["version"])
+    if tables is None or h["header_size"] != HEADER_SIZE:
         raise ProcFileError(path, f"unsupported process file version {h['version']}")
     block_size = h["block_size"]
-    if block_size < OFF_EVENTS or block_size % 4096:
+    if block_size < tables["events"] or block_size % 4096:
         raise ProcFileError(path, "corrupt process file header (block size)")
     platform = h["platform"]
     if platform not in (PLATFORM_LINUX, PLATFORM_WINDOWS):
@@ -346,11 +354,11 @@ def _parse(path, st, data, names):
     count = min(h["nblocks"], h["max_blocks"])
     for b in range(count):
         off = HEADER_SIZE + b * block_size
-        if off + OFF_EVENTS > len(data):
+        if off + tables["events"] > len(data):
             if b == count - 1 and state == STATE_RUNNING:
                 break  # a thread was still creating its block when the process died
             raise ProcFileError(path, f"truncated process file (block {b} of {count} missing)")
-        blocks.append(_block(data, off, mode, h["event_capacity"]))
+        blocks.append(_block(data, off, mode, h["event_capacity"], tables))
     try:
         aggregation = aggdata.parse(data)
     except aggdata.AggAreaError as e:
@@ -363,10 +371,11 @@ def _parse(path, st, data, names):
                     h["max_blocks"])
 
 
-def _array(data, off, layout_, member):
-    """The raw bytes of an array member of the struct at `off`."""
-    at = off + layout_.offset(member)
-    return data[at:at + layout_.span(member)]
+def _table(data, off, tables, member):
+    """The raw bytes of a block's table `member` (its place by `tables`, the
+    record version's) for the block at `off`."""
+    at = off + tables[member]
+    return data[at:at + BLOCK.span(member)]
 
 
 _ZEROS = bytes(4096)
@@ -406,24 +415,38 @@ def _rows(layout_, raw):
     return lo, layout_.codec.iter_unpack(raw[lo * layout_.size:hi * layout_.size])
 
 
-def _block(data, off, mode, capacity):
+def _figures_at(data, off, tables):
+    """[offset of number n's figures, or None] of the block at `off`: in
+    order of first use, where nr_slot says (version 2; None: never timed),
+    or at index n (version 1)."""
+    nr_at = off + tables["nr"]
+    if "nr_slot" not in tables:
+        return [nr_at + n * NR_STATS.size for n in range(NR_MAX)]
+    slots = struct.unpack_from(f"<{NR_MAX}H", data, off + tables["nr_slot"])
+    return [nr_at + (k - 1) * NR_STATS.size if 0 < k <= NR_MAX else None for k in slots]
+
+
+def _block(data, off, mode, capacity, tables):
     b = BLOCK.unpack(data, off)
     calls = list(b["calls"])
     nr, sites, events = {}, {}, []
+    off_events = off + tables["events"]
     if mode in RECORDING_MODES:
-        nr_at = off + BLOCK.offset("nr")
-        for n in range(NR_MAX):
+        for n, at in enumerate(_figures_at(data, off, tables)):
             if not calls[n]:
                 continue
-            s = NR_STATS.unpack(data, nr_at + n * NR_STATS.size)
+            if at is None:  # counted, never timed (exit_group): as version 1 read its zeros
+                nr[n] = NrStats(calls[n])
+                continue
+            s = NR_STATS.unpack(data, at)
             nr[n] = NrStats(calls[n], s["errors"], s["time_total"], s["time_min"], s["time_max"], list(s["hist"]))
         ci, ei, ti = (SITE_STATS.position(m) for m in ("calls", "errors", "time_total"))
-        first, rows = _rows(SITE_STATS, _array(data, off, BLOCK, "sites"))
+        first, rows = _rows(SITE_STATS, _table(data, off, tables, "sites"))
         for g, row in enumerate(rows, first):
             if row[ci]:
                 sites[g] = (row[ci], row[ei], row[ti])
         ki, ni = ERRNO_SLOT.position("key"), ERRNO_SLOT.position("count")
-        for row in _rows(ERRNO_SLOT, _array(data, off, BLOCK, "errnos"))[1]:
+        for row in _rows(ERRNO_SLOT, _table(data, off, tables, "errnos"))[1]:
             key, count = row[ki], row[ni]
             if key and count:
                 n, err = key >> 16, key & 0xFFFF
@@ -433,9 +456,9 @@ def _block(data, off, mode, capacity):
         event_head = b["event_head"]
         if capacity and event_head:
             n_events = min(event_head, capacity)
-            ring_end = off + OFF_EVENTS + capacity * EVENT.size
+            ring_end = off_events + capacity * EVENT.size
             if ring_end <= len(data):
                 for k in range(event_head - n_events, event_head):
-                    e = EVENT.unpack(data, off + OFF_EVENTS + (k % capacity) * EVENT.size)
+                    e = EVENT.unpack(data, off_events + (k % capacity) * EVENT.size)
                     events.append((e["enter_tsc"], e["exit_tsc"], e["result"], e["nr"], e["site"]))
     return Block(b["tid"], calls, b["invalid"], nr, sites, events)

@@ -90,3 +90,48 @@ def test_tables_read_from_first_to_last_row():
             got = list(got)
             assert first == used[0] and len(got) == used[-1] - used[0] + 1
             assert all(got[m - first][0] == 7 << 8 for m in used)
+
+
+# The last commit whose shim wrote version 1 of the process record (each
+# number's figures at a fixed place in a block).
+LAST_V1 = "c3d6b22"
+
+
+def test_runs_recorded_by_a_version_1_shim_still_read(tmp_path):
+    """A run recorded before the block's figures were kept in order of first
+    use reads as it did: the same calls, figures and errnos as the same
+    program recorded now."""
+    import shutil
+    import tarfile
+
+    import pytest
+    from conftest import ROOT, ferry_env
+    if shutil.which("git") is None or subprocess.run(
+            ["git", "-C", str(ROOT), "cat-file", "-e", LAST_V1], capture_output=True).returncode:
+        pytest.skip("needs the source's git history to build the version 1 shim")
+    archive = tmp_path / "v1.tar"
+    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), LAST_V1, "shim"], check=True)
+    with tarfile.open(archive) as t:
+        t.extractall(tmp_path / "v1", filter="data")
+    subprocess.run(["make", "-s", "-C", str(tmp_path / "v1" / "shim"), "build/libferry.so"],
+                   check=True, capture_output=True, timeout=300)
+    argv = ["--", "ls", "-l", "/usr/bin", "/nonexistent"]
+    runs = {}
+    for name, env in (("v1", ferry_env(FERRY_SHIM=tmp_path / "v1/shim/build/libferry.so",
+                                       FERRY_CACHE=tmp_path / "cache-v1")),
+                      ("now", ferry_env(FERRY_CACHE=tmp_path / "cache-now"))):
+        r = ferry("run", "-p", "trace", "--no-learn", "-o", tmp_path / f"run-{name}", *argv, env=env, timeout=120)
+        assert r.returncode == 2, r.stderr
+        (ls,) = [p for p in procfile.read_dir(tmp_path / f"run-{name}" / "proc") if p.exe == "/usr/bin/ls"]
+        with open(ls.file, "rb") as f:
+            version = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE, ls.offset))["version"]
+        runs[name] = (version, ls.blocks[0])
+    assert runs["v1"][0] == 1 and runs["now"][0] == procfile.VERSION
+    old, new = runs["v1"][1], runs["now"][1]
+    assert old.calls == new.calls
+    assert sorted(old.nr) == sorted(new.nr) and len(old.nr) >= 10
+    for nr in new.nr:
+        assert (old.nr[nr].calls, old.nr[nr].errors, old.nr[nr].errnos) == \
+               (new.nr[nr].calls, new.nr[nr].errors, new.nr[nr].errnos), nr
+        assert sum(old.nr[nr].hist) == sum(new.nr[nr].hist), nr
+    assert sorted(old.sites) == sorted(new.sites)

@@ -111,3 +111,46 @@ def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path):
                     "export CHANGED=1; /bin/true"], env=env, check=True, capture_output=True, timeout=300)
     pieces = [int(m.group(1)) for m in re.finditer(r"\], (\d+), 0\) = \d+", log.read_text())]
     assert pieces and max(pieces) <= 3, sorted(pieces)
+
+
+def _pages_with_data(path, start, end):
+    """Pages of [start, end) of the sparse file at `path` that hold data."""
+    pages = set()
+    with open(path, "rb") as f:
+        fd, at = f.fileno(), start
+        while at < end:
+            try:
+                data = os.lseek(fd, at, os.SEEK_DATA)
+            except OSError:
+                break
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+            pages.update(range(data // 4096, -(-hole // 4096)))
+            at = hole
+    return {p for p in pages if start // 4096 <= p < -(-end // 4096)}
+
+
+def test_a_traced_process_figures_take_pages_by_use_not_by_number(tmp_path):
+    """Each number a traced process times has its figures (288 bytes) next
+    to the last one's, in the order first used: `ls` timed a dozen numbers
+    and touched a page of its record for about each (16 pages in all), one
+    more page of the run's file to fault in, allocate and write back.  Its
+    errors by errno share the errno table's first page likewise.  What the
+    run reads of them is what the process did."""
+    run_dir = tmp_path / "run"
+    r = ferry("run", "-p", "trace", "--no-learn", "-o", run_dir, "--", "ls", "-l", "/usr/bin",
+              "/nonexistent", timeout=120)
+    assert r.returncode != 0, r.stderr  # ls says so for /nonexistent
+    (ls,) = _records(run_dir, "/usr/bin/ls")
+    (block,) = ls.blocks
+    assert len(block.nr) >= 10, sorted(block.nr)
+    for nr, s in block.nr.items():
+        if nr != 231:  # exit_group never returns through the shim
+            assert sum(s.hist) == s.calls == block.calls[nr], (nr, s)
+            assert 0 < s.min_ticks <= s.max_ticks <= s.ticks, (nr, s)
+    assert block.nr[257].errnos.get("ENOENT", 0) >= 1, block.nr[257]  # openat
+    base = ls.offset + procfile.HEADER_SIZE
+    tables = procfile.BLOCK_TABLES[procfile.VERSION]
+    figures = _pages_with_data(ls.file, base + tables["nr_slot"], base + tables["sites"])
+    assert len(figures) <= 2 + len(block.nr) * procfile.NR_STATS.size // 4096, sorted(figures)
+    errnos = _pages_with_data(ls.file, base + tables["errnos"], base + tables["events"])
+    assert len(errnos) == 1, sorted(errnos)

@@ -25,7 +25,9 @@
 #include "layout.h"
 
 #define FERRY_PROC_MAGIC "FERRYPROC\0v1\0\0\0\0"
-#define FERRY_PROC_VERSION 1
+/* 2: a block's figures per call number in order of first use (nr_slot);
+ * 1: at a fixed place per number (ferry/procfile.py reads both) */
+#define FERRY_PROC_VERSION 2
 #define FERRY_PROC_HEADER_SIZE 65536
 #define FERRY_MAX_BLOCKS 1024
 #define FERRY_MAX_SITES 4096
@@ -201,7 +203,11 @@ struct ferry_catch_area {
     struct ferry_catch_site sites[FERRY_CATCH_SITES];
 };
 
-/* Per syscall number, in trace mode (calls are counted in blk.calls). */
+/* Per syscall number, in trace mode (calls are counted in blk.calls); a
+ * block's nr[] holds them in the order the numbers were first timed, and
+ * nr_slot says where: a short process times a few numbers, and each one at
+ * a fixed place (288 bytes apart) was another page of the record to fault
+ * in, allocate on disk and write back (`ls`: 16 pages, 6 of them these). */
 struct ferry_nr_stats {
     uint64_t errors;
     uint64_t time_total;            /* TSC ticks */
@@ -240,12 +246,39 @@ struct ferry_blk {
     uint64_t reserved[5];           /* 24 */
     uint64_t calls[FERRY_NR_MAX];   /* 64 = FERRY_BLK_CALLS */
     uint64_t invalid;               /* 4160 */
-    uint64_t reserved2[7];
-    struct ferry_nr_stats nr[FERRY_NR_MAX];         /* 4224 */
-    struct ferry_site_stats sites[FERRY_MAX_SITES]; /* 151680 */
-    struct ferry_errno_slot errnos[FERRY_ERRNO_SLOTS]; /* 249984 */
-    struct ferry_event events[];    /* 266368 */
+    uint32_t nr_used;               /* 4168: entries of nr[] handed out */
+    uint32_t reserved3;
+    uint64_t reserved2[6];
+    uint16_t nr_slot[FERRY_NR_MAX]; /* 4224: 1 + the index in nr[] of a number's
+                                       figures; 0: not timed yet */
+    struct ferry_nr_stats nr[FERRY_NR_MAX];         /* 5248, in order of first use */
+    struct ferry_site_stats sites[FERRY_MAX_SITES]; /* 152704 */
+    char reserved4[2944];           /* 251008: errnos start a page */
+    struct ferry_errno_slot errnos[FERRY_ERRNO_SLOTS]; /* 253952 */
+    struct ferry_event events[];    /* 270336 */
 };
+
+/* The figures of number `nr` (< FERRY_NR_MAX) in block `b`, given an entry
+ * of their own on first use.  A block is one thread's, but a signal handler
+ * on that thread may time a call in the middle of this: the claim is a
+ * compare-and-swap, and an entry it lost stays unused (nr_slot never names
+ * it, so it is never read). */
+static inline struct ferry_nr_stats *ferry_nr_figures(struct ferry_blk *b, unsigned nr)
+{
+    uint16_t k = __atomic_load_n(&b->nr_slot[nr], __ATOMIC_RELAXED);
+    if (!k) {
+        uint32_t got = __atomic_add_fetch(&b->nr_used, 1, __ATOMIC_RELAXED);
+        if (got > FERRY_NR_MAX)  /* only entries lost to handlers: none left */
+            return 0;
+        uint16_t want = 0;
+        if (__atomic_compare_exchange_n(&b->nr_slot[nr], &want, (uint16_t)got, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            k = (uint16_t)got;
+        else
+            k = want;
+    }
+    return &b->nr[k - 1];
+}
 
 _Static_assert(sizeof(struct ferry_proc_header) == FERRY_PROC_HEADER_SIZE, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, uid) == 152, "header layout");
@@ -266,10 +299,11 @@ _Static_assert(sizeof(struct ferry_catch_site) == 128, "catch layout");
 _Static_assert(sizeof(struct ferry_catch_area) <= 4096, "catch layout");
 _Static_assert(sizeof(struct ferry_module_entry) == 256, "module layout");
 _Static_assert(__builtin_offsetof(struct ferry_blk, calls) == FERRY_BLK_CALLS, "blk layout");
-_Static_assert(__builtin_offsetof(struct ferry_blk, nr) == 4224, "blk layout");
-_Static_assert(__builtin_offsetof(struct ferry_blk, sites) == 151680, "blk layout");
-_Static_assert(__builtin_offsetof(struct ferry_blk, errnos) == 249984, "blk layout");
-_Static_assert(__builtin_offsetof(struct ferry_blk, events) == 266368, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, nr_slot) == 4224, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, nr) == 5248, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, sites) == 152704, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, errnos) == 253952, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, events) == 270336, "blk layout");
 _Static_assert(sizeof(struct ferry_event) == 32, "event layout");
 
 #endif

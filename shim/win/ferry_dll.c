@@ -205,7 +205,9 @@ void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32
     struct ferry_blk *b = thread_block();
     if (!b || (void *)b == (void *)spare || (void *)b == (void *)own || index >= FERRY_NR_MAX)
         return;
-    struct ferry_nr_stats *s = &b->nr[index];
+    struct ferry_nr_stats *s = ferry_nr_figures(b, index);
+    if (!s)
+        return;
     uint64_t dt = exit_tsc - enter_tsc;
     s->time_total += dt;
     if (!s->time_min || dt < s->time_min)
