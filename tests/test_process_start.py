@@ -172,6 +172,44 @@ def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
         assert _allocated(p) <= 128 * 1024, (p.path, _allocated(p))
 
 
+def _exec_children(run_dir, path):
+    """The blocks of the vfork children that exec'd `path` in a run, oldest first."""
+    children = sorted((p for p in procfile.read_dir(run_dir / "proc") if p.exec_path == path),
+                      key=lambda p: p.start_mono_ns)
+    return [p.blocks[0] for p in children]
+
+
+def _figures(block):
+    return block.calls, {n: (s.calls, s.errors, s.errnos) for n, s in block.nr.items()}
+
+
+def test_a_vfork_child_counts_none_of_the_previous_childs_calls(tmp_path):
+    """A shell's vfork children count in one spare block of the shell's,
+    zeroed for each child: by hand, for the pages the last child's record
+    said it used, so that the next child does not fault them in again.  A
+    child whose exec failed on every directory of PATH (then wrote its error
+    and exited: other numbers, errnos, pages) leaves nothing to the next."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    runs = {}
+    for name, script in (("after", "no_such_command_x; /bin/true; /bin/true; /bin/true"),
+                         ("alone", "/bin/true")):
+        log, run_dir = tmp_path / f"{name}.strace", tmp_path / name
+        subprocess.run(["strace", "-f", "-qq", "-e", "trace=madvise", "-o", str(log), *FERRY, "run",
+                        "-p", "trace", "--no-learn", "-o", str(run_dir), "--", "sh", "-c", script],
+                       capture_output=True, timeout=300)
+        runs[name] = (log.read_text(), _exec_children(run_dir, "/bin/true"))
+    (alone,), after = runs["alone"][1], runs["after"][1]
+    assert len(after) == 3
+    for child in after:
+        assert _figures(child) == _figures(alone)
+    # the spare given back (MADV_DONTNEED over the block and its tally) only
+    # for the first child, and after the one whose exec failed
+    spare = procfile.BLOCK_TABLES[procfile.VERSION]["events"] + 4096
+    gave_back = [line for line in runs["after"][0].splitlines() if f", {spare}, MADV_DONTNEED" in line]
+    assert len(gave_back) <= 2, gave_back
+
+
 def _allocated(record):
     """Bytes of disk that a record's room holds (the rest is holes)."""
     with open(record.file, "rb") as f:

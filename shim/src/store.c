@@ -336,6 +336,7 @@ void ferry_store_after_fork(void)
         st.blocks[i] = 0;
     FERRY_THR->blk = 0;
     FERRY_THR->spare = 0;
+    FERRY_THR->spare_used_known = 0;
     FERRY_THR->in_vfork_child = 0;
     FERRY_THR->vfork_handed_back = 0;
     FERRY_THR->internal = 0;
@@ -394,16 +395,37 @@ int ferry_blk_spare_prepare(void)
 
 int ferry_in_vfork_child(void) { return FERRY_THR->in_vfork_child; }
 
+#define SPARE_PAGES ((sizeof(struct ferry_blk) + 4095) / 4096)
+_Static_assert(SPARE_PAGES <= 64 * sizeof(((struct ferry_thread *)0)->spare_used) / 8, "spare pages");
+
+/* The pages of the spare block in `used`, and the tally after it, zeroed. */
+static void spare_clear(const uint64_t *used)
+{
+    char *p = (char *)FERRY_THR->spare;
+    for (size_t i = 0; i < SPARE_PAGES; i++)
+        if (used[i / 64] >> (i % 64) & 1)
+            ferry_memset(p + i * 4096, 0, 4096);
+    ferry_memset(spare_internal(), 0, sizeof(ferry_hdr->internal));
+}
+
 void ferry_blk_enter_vfork_child(void)
 {
     if (FERRY_THR->in_vfork_child || !FERRY_THR->spare)
         return;  /* nested, or no spare: count with the parent, as before */
-    /* Zero again what the last vfork child of this thread wrote, by giving
-     * the pages back (anonymous memory: they read as zeros): clearing
-     * 266 KiB by hand took longer than the rest of the child's work.  The
-     * call is the child's first own call, tallied below. */
-    ferry_pass6(SYS_madvise, (long)FERRY_THR->spare, st.block_size + sizeof(ferry_hdr->internal),
-                MADV_DONTNEED, 0, 0, 0);
+    /* Zero again what the last vfork child of this thread wrote: the pages
+     * its record said it used, by hand (each given back was a fault and a
+     * page zeroed by the kernel in the next child, 5 for a shell's
+     * /bin/true); else, when that is not known (the child died before its
+     * record, or its events went round the ring), by giving the pages back
+     * (anonymous memory: they read as zeros): clearing all 266 KiB by hand
+     * took longer than the rest of the child's work. */
+    int madvised = !FERRY_THR->spare_used_known;
+    if (madvised)
+        ferry_pass6(SYS_madvise, (long)FERRY_THR->spare, st.block_size + sizeof(ferry_hdr->internal),
+                    MADV_DONTNEED, 0, 0, 0);
+    else
+        spare_clear(FERRY_THR->spare_used);
+    FERRY_THR->spare_used_known = 0;
     FERRY_THR->spare->in_use = 1;
     FERRY_THR->spare->tid = (int32_t)ferry_raw0(SYS_gettid);
     FERRY_THR->vfork_saved = FERRY_THR->blk;
@@ -413,7 +435,7 @@ void ferry_blk_enter_vfork_child(void)
     /* the child's own calls are not the parent's (zeroed above); the
      * parent's other threads run on, and tally theirs as before */
     FERRY_THR->internal = spare_internal();
-    FERRY_THR->internal[SYS_madvise]++;
+    FERRY_THR->internal[SYS_madvise] += madvised;  /* the child's first own call */
 }
 
 void ferry_blk_leave_vfork_child(void)
@@ -442,6 +464,7 @@ static void vfork_hand_back(void)
 static void vfork_take_back(void)
 {
     FERRY_THR->vfork_handed_back = 0;
+    FERRY_THR->spare_used_known = 0;  /* until its exit writes the record again */
     FERRY_THR->vfork_saved = FERRY_THR->blk;
     FERRY_THR->blk = FERRY_THR->spare;
     FERRY_THR->in_vfork_child = 1;
@@ -462,7 +485,6 @@ static int all_zero(const char *p, size_t n)
 
 #define PAGEMAP_PRESENT (1ULL << 63)
 #define PAGEMAP_SWAPPED (1ULL << 62)
-#define SPARE_PAGES ((sizeof(struct ferry_blk) + 4095) / 4096)
 
 /* Which pages of the spare block this vfork child touched: /proc/self/pagemap
  * says which are present or swapped out (what was never touched since the
@@ -486,15 +508,19 @@ static int spare_touched(const void *block, uint64_t *pages)
  * counts only grew, so a page not written reads as zeros.  Written, each
  * took room on disk and was written back: 330 KiB for every vfork child,
  * most of it zeros (a thread's block holds every syscall's and site's
- * figures). */
-static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off, const uint64_t *touched)
+ * figures).  `used` (when given) gets a bit for each page written. */
+static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off, const uint64_t *touched,
+                        uint64_t *used)
 {
     const char *p = buf;
     size_t start = 0;
     for (size_t i = 0; i < len; i += 4096) {
         size_t n = len - i < 4096 ? len - i : 4096;
-        if ((!touched || touched[i / 4096] & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED)) && !all_zero(p + i, n))
+        if ((!touched || touched[i / 4096] & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED)) && !all_zero(p + i, n)) {
+            if (used)
+                used[i / 4096 / 64] |= 1ULL << (i / 4096 % 64);
             continue;
+        }
         if (i > start)
             ferry_raw4(SYS_pwrite64, fd, p + start, i - start, off + start);
         start = i + n;
@@ -623,12 +649,17 @@ static void vfork_child_write(uint32_t state, int exit_code, const char *exec_pa
      * none: nwaits is 0) and its tally (the child's own goes last). */
     const char *h = (const char *)ferry_hdr;
     size_t mods = HEAD_PAGES + modules_used();
-    pwrite_used(fd, h + mods, HEAD_AT(waits) - mods, base + mods, 0);
+    pwrite_used(fd, h + mods, HEAD_AT(waits) - mods, base + mods, 0, 0);
     pwrite_used(fd, h + HEAD_AT(catchall), FERRY_PROC_HEADER_SIZE - HEAD_AT(catchall),
-                base + HEAD_AT(catchall), 0);
-    uint64_t touched[SPARE_PAGES];
+                base + HEAD_AT(catchall), 0, 0);
+    uint64_t touched[SPARE_PAGES], used[2] = {0, 0};
     pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE,
-                spare_touched(FERRY_THR->blk, touched) ? touched : 0);
+                spare_touched(FERRY_THR->blk, touched) ? touched : 0, used);
+    /* What the next child must find zeroed: every page that is not zero is
+     * one written here (events, beyond the block's tables, are not). */
+    FERRY_THR->spare_used[0] = used[0];
+    FERRY_THR->spare_used[1] = used[1];
+    FERRY_THR->spare_used_known = FERRY_THR->blk->event_head == 0;
     /* The tally goes last, with the two calls that write it and close the
      * file already in it; they are made untallied. */
     uint64_t *own = ferry_tally();

@@ -34,6 +34,8 @@ struct ferry_thread {
     struct ferry_slot vfork_slot;
     uint64_t vfork_hook_tsc;        /* when a vfork child's exec hook began */
     uint64_t *internal;             /* a vfork child's tally of the shim's own calls (raw.h) */
+    uint64_t spare_used[2];         /* pages of the spare block the last child wrote, */
+    int spare_used_known;           /* ...when it wrote its record last: zeroed by hand */
     /* shim.c: the clone-like call handed to the trampoline, for ferry_post
      * (a vfork child shares these with its parent: the parent clears them) */
     long pending_nr;
