@@ -43,7 +43,7 @@ static char *marker_of(char **envp, const char *name)
 /* /proc/PID/environ shows the strings the kernel laid out, not the array:
  * move the ones kept down over the ones taken out (only when they still lie
  * back to back, as the kernel left them), so that it shows none of Ferry's. */
-static void compact_strings(char **orig, size_t n, char **kept)
+static void compact_strings(char **orig, size_t n, char **kept, char *copy, size_t cap)
 {
     if (!n)
         return;
@@ -53,13 +53,12 @@ static void compact_strings(char **orig, size_t n, char **kept)
     char *end = orig[n - 1] + ferry_strlen(orig[n - 1]) + 1;
     /* Through a copy: the entries kept are not in address order (a value
      * given back lives where its marker was). */
-    static char copy[65536] FERRY_COLD;
     size_t used = 0;
     for (char **k = kept; *k; k++) {
         if (*k < orig[0] || *k >= end)
             return;  /* a string from elsewhere: leave the layout alone */
         size_t len = ferry_strlen(*k) + 1;
-        if (used + len > sizeof(copy))
+        if (used + len > cap)
             return;
         ferry_memcpy(copy + used, *k, len);
         used += len;
@@ -99,10 +98,14 @@ void ferry_environ_restore(char **envp)
             value_of[k] = m + WAS_LEN;
         }
     }
-    /* The original order of the strings, for compact_strings. */
-    static char *orig[4096] FERRY_COLD;
+    /* The original order of the strings, for compact_strings, and after
+     * it the copy it makes of them: one piece of memory, whose first page
+     * (each page touched is a fault in every start) holds both for an
+     * environment of a few KiB. */
+    static char *scratch[4096 + 65536 / sizeof(char *)] FERRY_COLD __attribute__((aligned(4096)));
+    char **orig = scratch;
     size_t norig = 0;
-    for (char **e = envp; *e && norig < sizeof(orig) / sizeof(orig[0]); e++)
+    for (char **e = envp; *e && norig < 4096; e++)
         orig[norig++] = *e;
     int whole = envp[norig] == 0;
     char **out = envp;
@@ -127,5 +130,6 @@ void ferry_environ_restore(char **envp)
     }
     *out = 0;
     if (whole)
-        compact_strings(orig, norig, envp);
+        compact_strings(orig, norig, envp, (char *)(orig + norig),
+                        sizeof(scratch) - norig * sizeof(char *));
 }
