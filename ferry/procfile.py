@@ -39,7 +39,9 @@ MAX_BLOCKS = constant("FERRY_MAX_BLOCKS")
 HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
 # Where a block's tables lie, by the record's version: 2 (now) is the
 # header's; 1 kept each number's figures at index nr of a fixed table
-# (no nr_slot), and is still read so that earlier runs can be reported.
+# (no nr_slot).  Version 1 is still read so that earlier runs can be reported.
+# Version 1 kept exec_path after the command line (a page more for each exec).
+HEADER_V1 = {"cmdline_len": (1280, "<I"), "cmdline": (1288, "4096s"), "exec_path": (5384, "1024s")}
 BLOCK_TABLES = {
     1: {"nr": 4224, "sites": 151680, "errnos": 249984, "events": 266368},
     VERSION: {m: BLOCK.offset(m) for m in ("nr_slot", "nr", "sites", "errnos", "events")},
@@ -331,6 +333,8 @@ def _parse(path, st, data, names):
     if data[:len(MAGIC)] != MAGIC:
         raise ProcFileError(path, "not a Ferry process file")
     h = HEADER.unpack(data)
+    if h["version"] == 1:
+        h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V1.items()})
     tables = BLOCK_TABLES.get(h["version"])
     if tables is None or h["header_size"] != HEADER_SIZE:
         raise ProcFileError(path, f"unsupported process file version {h['version']}")

@@ -115,18 +115,21 @@ def test_runs_recorded_by_a_version_1_shim_still_read(tmp_path):
         t.extractall(tmp_path / "v1", filter="data")
     subprocess.run(["make", "-s", "-C", str(tmp_path / "v1" / "shim"), "build/libferry.so"],
                    check=True, capture_output=True, timeout=300)
-    argv = ["--", "ls", "-l", "/usr/bin", "/nonexistent"]
+    argv = ["--", "sh", "-c", "exec ls -l /usr/bin /nonexistent"]
     runs = {}
     for name, env in (("v1", ferry_env(FERRY_SHIM=tmp_path / "v1/shim/build/libferry.so",
                                        FERRY_CACHE=tmp_path / "cache-v1")),
                       ("now", ferry_env(FERRY_CACHE=tmp_path / "cache-now"))):
         r = ferry("run", "-p", "trace", "--no-learn", "-o", tmp_path / f"run-{name}", *argv, env=env, timeout=120)
         assert r.returncode == 2, r.stderr
-        (ls,) = [p for p in procfile.read_dir(tmp_path / f"run-{name}" / "proc") if p.exe == "/usr/bin/ls"]
+        procs = procfile.read_dir(tmp_path / f"run-{name}" / "proc")
+        (ls,) = [p for p in procs if p.exe == "/usr/bin/ls"]
         with open(ls.file, "rb") as f:
             version = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE, ls.offset))["version"]
-        runs[name] = (version, ls.blocks[0])
+        runs[name] = (version, ls.blocks[0], sorted((p.exe, p.argv, p.exec_path) for p in procs))
     assert runs["v1"][0] == 1 and runs["now"][0] == procfile.VERSION
+    assert runs["v1"][2] == runs["now"][2]
+    assert ("/usr/bin/dash", ["sh", "-c", "exec ls -l /usr/bin /nonexistent"], "/usr/bin/ls") in runs["now"][2]
     old, new = runs["v1"][1], runs["now"][1]
     assert old.calls == new.calls
     assert sorted(old.nr) == sorted(new.nr) and len(old.nr) >= 10

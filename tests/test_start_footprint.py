@@ -154,3 +154,21 @@ def test_a_traced_process_figures_take_pages_by_use_not_by_number(tmp_path):
     assert len(figures) <= 2 + len(block.nr) * procfile.NR_STATS.size // 4096, sorted(figures)
     errnos = _pages_with_data(ls.file, base + tables["errnos"], base + tables["events"])
     assert len(errnos) == 1, sorted(errnos)
+
+
+def test_an_exec_writes_no_header_page_but_the_first_for_its_path(tmp_path):
+    """The path an image execs lies in the header's first page, with the
+    rest every start writes: an exec (a shell's `exec`, a vfork child's
+    exec) wrote a page more of the record for it, and a vfork child's record
+    the page of its parent's command line room, all zeros."""
+    pages = {}
+    for name, script in (("exec", "exec /bin/true"), ("vfork", "/bin/true; :")):
+        run_dir = tmp_path / name
+        r = ferry("run", "-p", "trace", "--no-learn", "-o", run_dir, "--", "sh", "-c", script, timeout=120)
+        assert r.returncode == 0, r.stderr
+        (shell,) = [p for p in procfile.read_dir(run_dir / "proc") if p.exec_path == "/bin/true"]
+        assert shell.argv == ["sh", "-c", script] and shell.exe == "/usr/bin/dash"
+        head = _pages_with_data(shell.file, shell.offset, shell.offset + procfile.HEADER_SIZE)
+        pages[name] = sorted(p - shell.offset // 4096 for p in head)
+    for name, written in pages.items():
+        assert 1 not in written and 0 in written, (name, written)

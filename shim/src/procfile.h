@@ -25,8 +25,9 @@
 #include "layout.h"
 
 #define FERRY_PROC_MAGIC "FERRYPROC\0v1\0\0\0\0"
-/* 2: a block's figures per call number in order of first use (nr_slot);
- * 1: at a fixed place per number (ferry/procfile.py reads both) */
+/* 2: a block's figures per call number in order of first use (nr_slot),
+ * exec_path before cmdline; 1: figures at a fixed place per number, exec_path
+ * after cmdline (ferry/procfile.py reads both) */
 #define FERRY_PROC_VERSION 2
 #define FERRY_PROC_HEADER_SIZE 65536
 #define FERRY_MAX_BLOCKS 1024
@@ -141,10 +142,12 @@ struct ferry_proc_header {
                                        call it caught: a page less for each process */
     uint32_t reserved0[3];          /* 244 */
     char exe[1024];                 /* 256 */
-    uint32_t cmdline_len;           /* 1280 */
+    char exec_path[1024];           /* 1280: in the first page with the rest
+                                       that a process always writes (version 1:
+                                       after cmdline, a page more for each exec) */
+    uint32_t cmdline_len;           /* 2304 */
     uint32_t reserved1;
-    char cmdline[4096];             /* 1288: NUL-separated arguments */
-    char exec_path[1024];           /* 5384 */
+    char cmdline[4096];             /* 2312: NUL-separated arguments */
     char reserved2[8192 - 6408];    /* 6408 */
     struct ferry_module_entry modules[FERRY_MAX_MODULES];   /* 8192 */
     struct ferry_wait_entry waits[FERRY_MAX_WAITS];         /* 40960 */
@@ -286,8 +289,8 @@ _Static_assert(__builtin_offsetof(struct ferry_proc_header, names_offset) == 232
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, start_spans) == 160, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, catchall_on) == 240, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header layout");
-_Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 1288, "header layout");
-_Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 5384, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 1280, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 2312, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, modules) == 8192, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, waits) == 40960, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, internal) == 49152, "header layout");

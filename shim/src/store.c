@@ -567,12 +567,15 @@ static int vfork_child_record(uint64_t *base, uint32_t *seq)
 
 #define AT(field) (base + __builtin_offsetof(struct ferry_proc_header, field))
 #define HEAD_AT(field) __builtin_offsetof(struct ferry_proc_header, field)
-/* The header's pages before its module table: identity, exe, command line,
- * exec path.  The fields a child makes its own all lie in the first bytes. */
+/* The header's pages before its module table: identity, exe, exec path,
+ * command line.  The fields a child makes its own all lie in the first bytes. */
 #define HEAD_PAGES HEAD_AT(modules)
 #define HEAD_OWN 256
 _Static_assert(HEAD_AT(start_spans) + sizeof(((struct ferry_proc_header *)0)->start_spans) <= HEAD_OWN,
                "a vfork child's own fields");
+_Static_assert(HEAD_AT(exec_path) >= HEAD_OWN && HEAD_AT(cmdline) > HEAD_AT(exec_path) &&
+               HEAD_AT(cmdline) + sizeof(((struct ferry_proc_header *)0)->cmdline) <= HEAD_PAGES,
+               "a vfork child's head: its exec path, then the command line, before the modules");
 #define PUT(buf, field, value)                                                  \
     do {                                                                        \
         __typeof__(((struct ferry_proc_header *)0)->field) v_ = (value);        \
@@ -587,10 +590,22 @@ static size_t modules_used(void)
     return (n * sizeof(ferry_hdr->modules[0]) + 4095) & ~4095UL;
 }
 
-/* The first pages of a vfork child's record in one write: the parent's,
- * with the child's identity, state, end and exec path in place (written
- * field by field, they were eight more system calls for every child), and
- * the parent's module table as far as it holds entries. */
+/* Where the parent's command line ends in its header: what a child's
+ * record needs of the header's first pages (the rest of them is zeros). */
+static size_t head_used(void)
+{
+    size_t len = ferry_hdr->cmdline_len < sizeof(ferry_hdr->cmdline) ? ferry_hdr->cmdline_len
+                                                                     : sizeof(ferry_hdr->cmdline);
+    return HEAD_AT(cmdline) + len;
+}
+
+/* The first pages of a vfork child's record: the parent's, with the child's
+ * identity, state, end and exec path in place (written field by field, they
+ * were eight more system calls for every child), as far as the parent's
+ * command line goes, in one write; and the parent's module table as far as
+ * it holds entries, in another: a page between them that holds nothing
+ * (the command line's room) is not written, one page less for every
+ * child. */
 static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state, int exit_code,
                              const char *exec_path, uint32_t kind)
 {
@@ -627,8 +642,12 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state
         iov[n++] = (struct iovec){path, len + 1};
         rest = HEAD_AT(exec_path) + len + 1;
     }
-    iov[n++] = (struct iovec){(void *)(h + rest), HEAD_PAGES + modules_used() - rest};
+    size_t used = head_used();
+    iov[n++] = (struct iovec){(void *)(h + rest), used - rest};
     ferry_raw6(SYS_pwritev, fd, (long)iov, n, (long)base, 0, 0);
+    size_t mods = modules_used();
+    if (mods)
+        ferry_raw4(SYS_pwrite64, fd, (long)(h + HEAD_PAGES), (long)mods, (long)(base + HEAD_PAGES));
 }
 
 #undef PUT
