@@ -171,8 +171,8 @@ void agg_idle(struct agg_carrier *c, int idle)
         __atomic_and_fetch(&idle_mask, ~bit, __ATOMIC_SEQ_CST);
 }
 
-/* c's ring holds more than it can run now (two fibers, or one while
- * another runs): one idle carrier is woken to take some.  The look at
+/* c has more ready than it can run now (two fibers, or one while another
+ * runs), some of them in its ring: one idle carrier is woken to take some.  The look at
  * idle_mask is a plain load: a carrier that goes idle just after it is not
  * woken, and the fiber runs here, as it would without stealing. */
 static void offer(struct agg_carrier *c)
@@ -183,7 +183,7 @@ static void offer(struct agg_carrier *c)
     if (!idle)
         return;
     uint32_t len = c->rq_t - head_of(c);
-    if (len < 2 && !(len && c->current))
+    if (!len || (len + c->npin < 2 && !c->current))
         return;
     /* the first idle one after c, so that busy carriers wake different ones */
     unsigned s = (unsigned)c->steal_slot + 1;
