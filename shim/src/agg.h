@@ -346,6 +346,7 @@ void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns);
 void agg_futex_recheck(struct agg_carrier *c);
 void agg_futex_wake_all(void *addr);
 int agg_futex_interrupt(struct agg_fiber *f);
+int agg_futex_abandon(struct agg_fiber *f);
 void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f);
 void agg_futex_forget(void);
 

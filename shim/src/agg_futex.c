@@ -66,8 +66,8 @@ static void unlink_waiter(struct bucket *b, struct agg_fiber *f)
     __atomic_sub_fetch(&f->carrier->nfwait, 1, __ATOMIC_RELAXED);
 }
 
-/* On f's own carrier, once its wait has ended: its timer goes, it runs. */
-void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f)
+/* On f's own carrier, once its wait has ended: its timer goes. */
+static void wait_over(struct agg_carrier *c, struct agg_fiber *f)
 {
     f->futex_addr = 0;
     if (f->timer) {
@@ -79,7 +79,31 @@ void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f)
         io_uring_sqe_set_data64(sqe, AGG_TAG_IGNORE);
         c->pools[0].misc++;
     }
+}
+
+/* ... and it runs. */
+void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f)
+{
+    wait_over(c, f);
     agg_wake(f);
+}
+
+/* f, about to park in its wait, has a signal to take: 1 when the wait ended
+ * here with EINTR (f goes on running), 0 when a waker ended it first (its
+ * post brings f back). */
+int agg_futex_abandon(struct agg_fiber *f)
+{
+    struct bucket *b = bucket_of(f->futex_addr);
+    agg_lock(&b->lock);
+    int mine = f->queued;
+    if (mine) {
+        unlink_waiter(b, f);
+        f->futex_result = -EINTR;
+    }
+    agg_unlock(&b->lock);
+    if (mine)
+        wait_over(f->carrier, f);
+    return mine;
 }
 
 /* Carriers to wake once a bucket's lock is released. */

@@ -67,9 +67,18 @@ void agg_park(struct agg_fiber *f)
         f->state = AGG_PARKED;
     }
     /* a signal that came while it ran or was ready ends the call at once,
-     * as it would end a thread's before the thread slept */
-    if (f->thread && (__atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~(f->sigmask & ~f->waitset)))
-        agg_interrupt(f);
+     * as it would end a thread's before the thread slept (never queued
+     * from here: f is still on its stack) */
+    if (f->thread && !f->suspended &&
+        (__atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~(f->sigmask & ~f->waitset))) {
+        if (!f->futex_addr) {
+            agg_interrupt(f);
+        } else if (!f->interrupted && agg_futex_abandon(f)) {
+            f->interrupted = 1;
+            f->state = AGG_RUNNING;
+            return;
+        }
+    }
     if (c->round_left && (n = c->ops->pick(c))) {
         c->round_left--;
         c->current = n;
@@ -578,7 +587,7 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
     /* back here from whichever fiber of the round parked last or finished.
      * Not on a thread block of a fiber that may move from here on: it may
      * run on another carrier with that block while this one goes on. */
-    if (c->steal_slot >= 0)
+    if (c->steal_slot >= 0 && agg_steal_on())
         agg_carrier_tls(c);
     if (c->requeue) {
         struct agg_fiber *y = c->requeue;
