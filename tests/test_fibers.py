@@ -224,8 +224,8 @@ def test_workload_same_as_native(name, profile, native_results, test_programs, t
 # fib_steal's observations (lines "obs KEY yes|no"): natively a thread never changes
 # kernel thread; under fibers2 an idle carrier takes over a reader whose read
 # completed on a busy carrier (work stealing), and signals reach it there.
-STEAL_OBS = {None: {"moved-mid-call": "no", "signal-off-main": "yes"},
-             "fibers2": {"moved-mid-call": "yes", "signal-off-main": "yes"}}
+STEAL_OBS = {None: {"moved-mid-call": "no", "tgkill-after-move": "no"},
+             "fibers2": {"moved-mid-call": "yes", "tgkill-after-move": "yes"}}
 
 
 def split_obs(stdout):

@@ -319,6 +319,8 @@ void agg_steal_join(struct agg_carrier *c);
 int agg_steal_on(void);
 /* Take ready fibers from a busy carrier: how many. */
 unsigned agg_steal(struct agg_carrier *c);
+/* f (movable, parked on nothing of its carrier's) runs on c from now. */
+void agg_adopt(struct agg_carrier *c, struct agg_fiber *f);
 /* Some other carrier has fibers c could take. */
 int agg_steal_ready(struct agg_carrier *c);
 void agg_idle(struct agg_carrier *c, int idle);

@@ -119,9 +119,21 @@ static void release(struct bucket *b, struct agg_fiber *f, long res, struct kick
 {
     unlink_waiter(b, f);
     f->futex_result = res;
-    struct agg_carrier *c = f->carrier;
-    if (c == agg_carrier) {
+    struct agg_carrier *c = f->carrier, *here = agg_carrier;
+    if (c == here) {
         agg_futex_woken(c, f);
+        return;
+    }
+    /* Woken by a thread of a carrier with nothing else ready: it runs there,
+     * once the waker parks, rather than waking its own carrier (a listener
+     * handing a connection to a worker at low load stays on one carrier,
+     * with no crossing to wake another).  Only a wait with no timer in its
+     * carrier's ring; under load the waker's queue is not empty and the
+     * waiter stays. */
+    if (k && !res && f->movable && !f->timer && here && here->steal_slot >= 0 && agg_rq_empty(here) &&
+        agg_steal_on()) {
+        wait_over(here, f);
+        agg_adopt(here, f);
         return;
     }
     if (!agg_post_quiet(f, AGG_POST_FUTEX))

@@ -171,8 +171,11 @@ void agg_idle(struct agg_carrier *c, int idle)
         __atomic_and_fetch(&idle_mask, ~bit, __ATOMIC_SEQ_CST);
 }
 
-/* c has more ready than it can run now (two fibers, or one while another
- * runs), some of them in its ring: one idle carrier is woken to take some.  The look at
+/* c has more ready than it can run next (two fibers), some of them in its
+ * ring: one idle carrier is woken to take some.  One ready fiber behind a
+ * running one is not offered: the runner usually parks soon (a fiber that
+ * hands work to another, as a listener does), and moving the other would
+ * cost a wake of a sleeping carrier and a cold cache each time.  The look at
  * idle_mask is a plain load: a carrier that goes idle just after it is not
  * woken, and the fiber runs here, as it would without stealing. */
 static void offer(struct agg_carrier *c)
@@ -183,7 +186,7 @@ static void offer(struct agg_carrier *c)
     if (!idle)
         return;
     uint32_t len = c->rq_t - head_of(c);
-    if (!len || (len + c->npin < 2 && !c->current))
+    if (!len || len + c->npin < 2)
         return;
     /* the first idle one after c, so that busy carriers wake different ones */
     unsigned s = (unsigned)c->steal_slot + 1;
@@ -220,11 +223,13 @@ static unsigned grab(struct agg_carrier *v, struct agg_fiber **out)
     }
 }
 
-/* f, taken from v's ring, becomes c's: what finds its carrier through the
- * fiber (its struct, its thread block's copy of the shim's state, the
- * catch-all's selector byte, which is per kernel thread) says c from now. */
-static void adopt(struct agg_carrier *c, struct agg_carrier *v, struct agg_fiber *f)
+/* f, ready or parked on nothing of its carrier's, becomes c's and ready:
+ * what finds its carrier through the fiber (its struct, its thread block's
+ * copy of the shim's state, the catch-all's selector byte, which is per
+ * kernel thread) says c from now. */
+void agg_adopt(struct agg_carrier *c, struct agg_fiber *f)
 {
+    struct agg_carrier *v = f->carrier;
     __atomic_store_n(&f->carrier, c, __ATOMIC_RELEASE);
     unsigned long tp = (unsigned long)f->tcb;
     *FERRY_TLS_IN(tp, agg_carrier) = c;
@@ -262,7 +267,7 @@ unsigned agg_steal(struct agg_carrier *c)
             continue;
         unsigned m = grab(v, got);
         for (unsigned i = 0; i < m; i++)
-            adopt(c, v, got[i]);
+            agg_adopt(c, got[i]);
         if (m)
             return m;
     }
