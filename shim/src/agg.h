@@ -178,6 +178,7 @@ struct agg_carrier {
     unsigned rq_over, npin;
     int steal_slot;               /* its index among the carriers that steal, -1: none */
     uint64_t steal_seed;
+    uint64_t offered_ns;          /* when it last woke an idle carrier */
     struct agg_fiber *requeue;    /* yielded: queued once it is off its stack (it may move) */
     unsigned alive;               /* fibers not finished (atomic: a thief moves one) */
     unsigned round_left;          /* fibers left to run in this round */

@@ -36,6 +36,7 @@
 #define SLOTS AGG_RQ_SLOTS
 #define MAX_MEMBERS 64
 #define GRAB_MAX (SLOTS / 2)
+#define OFFER_NS 100000ULL   /* a carrier wakes an idle one at most this often */
 
 static struct agg_carrier *members[MAX_MEMBERS];
 static unsigned nmembers;
@@ -91,7 +92,7 @@ void agg_rq_push(struct agg_carrier *c, struct agg_fiber *f)
         /* after every movable fiber queued so far */
         f->rq_at = c->rq_t + c->rq_over;
         list_add(&c->pin_head, &c->pin_tail, f);
-        c->npin++;
+        __atomic_store_n(&c->npin, c->npin + 1, __ATOMIC_RELAXED);  /* thieves look at it */
         return;
     }
     if (!c->over_head && c->rq_t - head_of(c) < SLOTS) {
@@ -108,7 +109,7 @@ static struct agg_fiber *take_pinned(struct agg_carrier *c)
 {
     struct agg_fiber *f = list_take(&c->pin_head, &c->pin_tail);
     if (f)
-        c->npin--;
+        __atomic_store_n(&c->npin, c->npin - 1, __ATOMIC_RELAXED);
     return f;
 }
 
@@ -188,6 +189,12 @@ static void offer(struct agg_carrier *c)
     uint32_t len = c->rq_t - head_of(c);
     if (!len || len + c->npin < 2)
         return;
+    /* a backlog that lasts, not each moment two are ready: every wake costs
+     * both carriers a crossing, and the woken one's batches get smaller */
+    uint64_t now = agg_now_ns();
+    if (now - c->offered_ns < OFFER_NS)
+        return;
+    c->offered_ns = now;
     /* the first idle one after c, so that busy carriers wake different ones */
     unsigned s = (unsigned)c->steal_slot + 1;
     uint64_t rot = s >= 64 ? idle : (idle >> s) | (s ? idle << (64 - s) : 0);
@@ -200,7 +207,8 @@ static void offer(struct agg_carrier *c)
     }
 }
 
-/* Up to half of v's ring (at least one), into out.  The slots are read
+/* Up to half of v's ring (at least one) when v has more ready than it runs
+ * next, into out.  The slots are read
  * before the head moves past them: once the CAS succeeds, v's carrier has
  * not reused them (it writes a slot only while it lies outside the ring). */
 static unsigned grab(struct agg_carrier *v, struct agg_fiber **out)
@@ -213,6 +221,8 @@ static unsigned grab(struct agg_carrier *v, struct agg_fiber **out)
             return 0;
         if (n > SLOTS)
             continue;  /* head and tail read at different moments */
+        if (n < 2 && !__atomic_load_n(&v->npin, __ATOMIC_RELAXED))
+            return 0;  /* its next: taking it would only move it */
         n -= n / 2;
         if (n > GRAB_MAX)
             n = GRAB_MAX;
@@ -281,7 +291,10 @@ int agg_steal_ready(struct agg_carrier *c)
         return 0;
     for (unsigned i = 0; i < n; i++) {
         struct agg_carrier *v = victim(c, n, i);
-        if (v && __atomic_load_n(&v->rq_t, __ATOMIC_ACQUIRE) != head_of(v))
+        if (!v)
+            continue;
+        uint32_t len = __atomic_load_n(&v->rq_t, __ATOMIC_ACQUIRE) - head_of(v);
+        if (len && len <= SLOTS && (len >= 2 || __atomic_load_n(&v->npin, __ATOMIC_RELAXED)))
             return 1;
     }
     return 0;
