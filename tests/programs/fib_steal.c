@@ -162,6 +162,23 @@ static void *reader(void *arg)
     return NULL;
 }
 
+/* A reader started on its first read (it told the main thread so), which
+ * the main thread then feeds. */
+static struct reader *start_reader(pthread_t *t, int go_on)
+{
+    struct reader *r = calloc(1, sizeof *r);
+    if (!r || pipe(r->data) || pipe(r->quiet))
+        die("setup", errno ? errno : ENOMEM);
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->to_reader, NULL);
+    pthread_cond_init(&r->to_main, NULL);
+    r->go_on = go_on;
+    atomic_store(&reader_done, 0);
+    *t = spawn(reader, r);
+    wait_step(r, &r->to_main, 1);
+    return r;
+}
+
 static void spin_until_done(void)
 {
     long long end = now_ns() + SPIN_LIMIT_NS;
@@ -204,15 +221,7 @@ int main(void)
     pthread_t t = 0;
     int moved = 0, reads_ok = 1;
     for (int attempt = 0; attempt < ATTEMPTS && !moved; attempt++) {
-        r = calloc(1, sizeof *r);
-        if (!r || pipe(r->data) || pipe(r->quiet))
-            die("setup", errno ? errno : ENOMEM);
-        pthread_mutex_init(&r->lock, NULL);
-        pthread_cond_init(&r->to_reader, NULL);
-        pthread_cond_init(&r->to_main, NULL);
-        atomic_store(&reader_done, 0);
-        t = spawn(reader, r);
-        wait_step(r, &r->to_main, 1);
+        r = start_reader(&t, 0);
         sleep_ms(1);                        /* let it park in its read */
         if (write(r->data[1], "hello", 5) != 5)
             die("write", errno);
@@ -232,15 +241,7 @@ int main(void)
     if (!moved) {
         /* natively, and in fiber mode without stealing: a reader that runs
          * where it began, then the same parts with it */
-        r = calloc(1, sizeof *r);
-        if (!r || pipe(r->data) || pipe(r->quiet))
-            die("setup", errno ? errno : ENOMEM);
-        pthread_mutex_init(&r->lock, NULL);
-        pthread_cond_init(&r->to_reader, NULL);
-        pthread_cond_init(&r->to_main, NULL);
-        r->go_on = 1;
-        t = spawn(reader, r);
-        wait_step(r, &r->to_main, 1);
+        r = start_reader(&t, 1);
         if (write(r->data[1], "hello", 5) != 5)
             die("write", errno);
     }
