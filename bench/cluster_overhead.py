@@ -61,7 +61,7 @@ PART_OF_OBJECT = {
     "entry.o": "entry", "shim.o": "entry", "store.o": "entry", "catchall.o": "entry",
     "agg_route.o": "route", "agg_group.o": "route", "agg_config.o": "route",
     "agg_stats.o": "route", "agg_switch.o": "switch", "agg_fiber.o": "switch",
-    "agg_threads.o": "switch", "agg_sched.o": "submit",
+    "agg_threads.o": "switch", "agg_runq.o": "switch", "agg_sched.o": "submit",
 }
 PART_OF_FUNCTION = {
     "agg_sqe": "route", "agg_sqe_room": "route", "agg_post": "route", "agg_post_quiet": "route",

@@ -11,7 +11,8 @@ Under both fiber runners the run directory must also show that fibers were
 really used, and under fibers2 that more than one carrier ran.
 
 Workloads: tests/programs/fib_pthreads (pthreads from mutexes to signals),
-fib_carriers (what crosses carriers, each part with a checksum), fib_crash (a
+fib_carriers (what crosses carriers, each part with a checksum), fib_steal (a
+thread taken over by an idle carrier mid-call, under fibers2 only), fib_crash (a
 thread crashes: same signal), py_fibers.py (Python threading), examples/net in
 its `thread` and `pool` models, and Debian's apache2 with mpm_worker serving a
 static page.  Outputs, exit statuses and every HTTP response are compared; no
@@ -216,6 +217,38 @@ def test_workload_same_as_native(name, profile, native_results, test_programs, t
         clones = sum(s["calls"] for s in model["syscalls"] if s["name"] in ("clone", "clone3"))
         assert clones >= THREADS_CREATED[name]
     assert_fibers_used(profile, tmp_path / "run", THREADS_CREATED.get(name, 0))
+
+
+# ---------------------------------------------------------------- stealing
+
+# fib_steal's observations (lines "obs KEY yes|no"): natively a thread never changes
+# kernel thread; under fibers2 an idle carrier takes over a reader whose read
+# completed on a busy carrier (work stealing), and signals reach it there.
+STEAL_OBS = {None: {"moved-mid-call": "no", "tgkill-after-move": "no"},
+             "fibers2": {"moved-mid-call": "yes", "tgkill-after-move": "yes"}}
+
+
+def split_obs(stdout):
+    lines = stdout.decode(errors="replace").splitlines()
+    obs = dict(line.split()[1:3] for line in lines if line.startswith("obs "))
+    return [line for line in lines if not line.startswith("obs ")], obs
+
+
+@pytest.mark.parametrize("profile", [pytest.param(None, id="native"), PROFILES[2]], indirect=True)
+def test_fiber_moves_to_an_idle_carrier(profile, test_programs, tmp_path):
+    """A thread whose blocking read completes while its carrier is busy runs on,
+    from that read, on the idle carrier; there it waits on and wakes futexes of
+    a thread of the other carrier, and a tgkill and a process-directed kill
+    interrupt its blocking reads, their handlers running in it."""
+    argv = [test_programs / "fib_steal"]
+    cmd = under(profile, tmp_path / "run", argv)
+    r = subprocess.run(cmd, capture_output=True, cwd=tmp_path, timeout=WORKLOAD_TIMEOUT, preexec_fn=no_core)
+    parts, obs = split_obs(r.stdout)
+    assert r.returncode == 0 and all(p.endswith(" ok") for p in parts) and len(parts) == 6, describe(r)
+    want = STEAL_OBS[None if profile is None else "fibers2"]
+    assert obs == want, describe(r)
+    if profile is not None:
+        assert_fibers_used(profile, tmp_path / "run", 2)
 
 
 # ---------------------------------------------------------------- servers

@@ -22,7 +22,7 @@ RUN_TIMEOUT = 60
 CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "restart",
          "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
          "change_user", "spin", "hipri", "rtmax", "rtmax_default", "poll_restart", "siginfo", "epoll"]
-PROFILES = ["fibers", "aggregate"]
+PROFILES = ["fibers", "two-carriers", "aggregate"]
 
 
 def session_left(sid):
@@ -82,7 +82,10 @@ def native(case, tmp_path):
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("case", CASES)
 def test_same_as_native(case, profile, tmp_path):
+    """two-carriers: the fibers profile on two carriers, which take ready fibers
+    from each other (docs/aggregate.md, "Carriers that help each other")."""
     code, out, err = native(case, tmp_path)
+    profile = two_carriers(profile, tmp_path)
     got_code, got_out, got_err = run(ferry_argv(profile, tmp_path / "run", PYTHON, PROGRAM, case), tmp_path)
     assert (got_code, got_out) == (code, out), (
         f"native: exit {code}\n{out.decode(errors='replace')[-2000:]}\n"
@@ -127,15 +130,21 @@ workers = 8
 """
 
 
+def two_carriers(profile, tmp_path):
+    """`profile` as `ferry run -p` takes it: "two-carriers" is TWO_CARRIERS, written out."""
+    if profile != "two-carriers":
+        return profile
+    (tmp_path / "two.toml").write_text(TWO_CARRIERS)
+    return str(tmp_path / "two.toml")
+
+
 @pytest.mark.parametrize("profile", ["fibers", "two-carriers", "aggregate"])
 @pytest.mark.parametrize("case", ["flag", "signal", "many"])
 def test_threads_that_make_no_call_still_take_turns(case, profile, tmp_path):
     """Threads that spin without a system call (tests/programs/spinners.c):
     natively the kernel gives each its turn and delivers a signal to a
     running thread at once; fibers on one or two carriers must too."""
-    if profile == "two-carriers":
-        (tmp_path / "two.toml").write_text(TWO_CARRIERS)
-        profile = str(tmp_path / "two.toml")
+    profile = two_carriers(profile, tmp_path)
     argv = [PROGRAMS / "spinners", case]
     code, out, err = run([str(a) for a in argv], tmp_path)
     got = run(ferry_argv(profile, tmp_path / "run", *argv), tmp_path)

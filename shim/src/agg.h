@@ -7,8 +7,9 @@
  * agg_sched.c (carriers, scheduler, wait policies), agg_route.c (routing and
  * translation of calls to io_uring operations), agg_worker.c (helper threads
  * for the calls io_uring cannot run), agg_futex.c (private futexes between
- * fibers), agg_stats.c (figures), agg_api.c (the raw batch and the public
- * entry points).
+ * fibers), agg_runq.c (run queues, work stealing between carriers),
+ * agg_stats.c (figures), agg_api.c (the raw batch and the public entry
+ * points).
  */
 #ifndef FERRY_AGG_H
 #define FERRY_AGG_H
@@ -119,6 +120,9 @@ struct agg_fiber {
     unsigned posted;              /* AGG_POST_* bits, atomic */
     struct agg_fiber *post_next;  /* in its carrier's inbox */
     int queued;                   /* in a futex bucket (under the bucket's lock) */
+    /* run queue (agg_runq.c) */
+    int movable;                  /* another carrier may run it (a program's thread, not the first) */
+    uint32_t rq_at;               /* a fiber that stays: the ring position it comes after */
 };
 
 /* What another carrier (or a thread outside) asks of a fiber's own carrier:
@@ -126,6 +130,10 @@ struct agg_fiber {
 #define AGG_POST_NEW 1u           /* a new thread placed here: count it, run it */
 #define AGG_POST_FUTEX 2u         /* its futex wait ended (result in futex_result) */
 #define AGG_POST_SIGNAL 4u        /* a signal was sent to it (sigpending) */
+#define AGG_POST_DEAD 8u          /* it ended while posts were pending: their reader frees it */
+#define AGG_POST_HELD 16u         /* its carrier is reading its posts (agg_inbox_drain) */
+
+#define AGG_RQ_SLOTS 256          /* a carrier's ring of fibers others may steal (power of two) */
 
 struct agg_timer {
     struct agg_fiber *fiber;      /* NULL once the wait ended another way */
@@ -160,9 +168,19 @@ struct agg_carrier {
     struct agg_fiber *current;
     struct agg_fiber *finished;   /* switched to the scheduler for the last time */
     const struct agg_sched_ops *ops;
-    struct agg_fiber *rq_head, *rq_tail;
-    unsigned alive;               /* fibers not finished */
-    unsigned nready;              /* fibers in the run queue */
+    /* run queue (agg_runq.c): movable fibers in a ring that other carriers
+     * take from (rq_h), the others in lists only this carrier touches */
+    struct agg_fiber *rq_ring[AGG_RQ_SLOTS];
+    uint32_t rq_h;                /* next to run: taken by CAS, here and by thieves */
+    uint32_t rq_t;                /* next free slot: written here only */
+    struct agg_fiber *over_head, *over_tail; /* movable fibers beyond a full ring */
+    struct agg_fiber *pin_head, *pin_tail; /* fibers that stay on this carrier */
+    unsigned rq_over, npin;
+    int steal_slot;               /* its index among the carriers that steal, -1: none */
+    uint64_t steal_seed;
+    uint64_t offered_ns;          /* when it last woke an idle carrier */
+    struct agg_fiber *requeue;    /* yielded: queued once it is off its stack (it may move) */
+    unsigned alive;               /* fibers not finished (atomic: a thief moves one) */
     unsigned round_left;          /* fibers left to run in this round */
     struct agg_pool_run pools[FERRY_MAX_POOLS];
     int efd;                      /* the other pools' rings (and, without IORING_OP_FUTEX_WAIT,
@@ -266,6 +284,8 @@ char *agg_thread_block(size_t stack, size_t *size, unsigned long *tp, char **sta
 uint64_t agg_now_ns(void);
 void agg_park(struct agg_fiber *f);
 void agg_wake(struct agg_fiber *f);
+/* f (running) lets the others of its carrier run first. */
+void agg_yield(struct agg_fiber *f);
 /* Ask f's carrier to act on f (AGG_POST_*), from any thread. */
 void agg_post(struct agg_fiber *f, unsigned what);
 /* The same without waking the carrier: 1 when agg_kick(carrier) is due
@@ -286,6 +306,26 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out);
 void agg_carrier_loop(struct agg_carrier *c);
 void agg_carrier_forget(struct agg_carrier *c);
 void agg_group_forget(struct ferry_group *g);
+
+/* agg_runq.c */
+void agg_rq_push(struct agg_carrier *c, struct agg_fiber *f);
+struct agg_fiber *agg_rq_pick(struct agg_carrier *c);
+unsigned agg_rq_len(struct agg_carrier *c);
+static inline int agg_rq_empty(struct agg_carrier *c)
+{
+    return !c->pin_head && !c->over_head && __atomic_load_n(&c->rq_h, __ATOMIC_RELAXED) == c->rq_t;
+}
+/* c joins the carriers that steal from each other (the program's threads). */
+void agg_steal_join(struct agg_carrier *c);
+int agg_steal_on(void);
+/* Take ready fibers from a busy carrier: how many. */
+unsigned agg_steal(struct agg_carrier *c);
+/* f (movable, parked on nothing of its carrier's) runs on c from now. */
+void agg_adopt(struct agg_carrier *c, struct agg_fiber *f);
+/* Some other carrier has fibers c could take. */
+int agg_steal_ready(struct agg_carrier *c);
+void agg_idle(struct agg_carrier *c, int idle);
+void agg_steal_forget(void);
 
 /* agg_route.c */
 enum agg_tr { AGG_TR_RING, AGG_TR_NATIVE, AGG_TR_WORKER };
@@ -309,6 +349,7 @@ void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns);
 void agg_futex_recheck(struct agg_carrier *c);
 void agg_futex_wake_all(void *addr);
 int agg_futex_interrupt(struct agg_fiber *f);
+int agg_futex_abandon(struct agg_fiber *f);
 void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f);
 void agg_futex_forget(void);
 
@@ -317,7 +358,8 @@ void agg_thread_resumed(struct agg_fiber *f);
 void agg_threads_idle(struct agg_carrier *c);
 uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
 void agg_threads_take_signals(struct agg_carrier *c);
-void agg_threads_signalled(struct agg_fiber *f);
+int agg_threads_signalled(struct agg_carrier *c, struct agg_fiber *f);
+void agg_thread_free(struct agg_fiber *f);
 void agg_threads_raise(struct agg_fiber *f, uint64_t frame_mask);
 int agg_in_vfork_child(void);
 extern int agg_threads_alive;

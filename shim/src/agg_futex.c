@@ -66,8 +66,8 @@ static void unlink_waiter(struct bucket *b, struct agg_fiber *f)
     __atomic_sub_fetch(&f->carrier->nfwait, 1, __ATOMIC_RELAXED);
 }
 
-/* On f's own carrier, once its wait has ended: its timer goes, it runs. */
-void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f)
+/* On f's own carrier, once its wait has ended: its timer goes. */
+static void wait_over(struct agg_carrier *c, struct agg_fiber *f)
 {
     f->futex_addr = 0;
     if (f->timer) {
@@ -79,7 +79,31 @@ void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f)
         io_uring_sqe_set_data64(sqe, AGG_TAG_IGNORE);
         c->pools[0].misc++;
     }
+}
+
+/* ... and it runs. */
+void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f)
+{
+    wait_over(c, f);
     agg_wake(f);
+}
+
+/* f, about to park in its wait, has a signal to take: 1 when the wait ended
+ * here with EINTR (f goes on running), 0 when a waker ended it first (its
+ * post brings f back). */
+int agg_futex_abandon(struct agg_fiber *f)
+{
+    struct bucket *b = bucket_of(f->futex_addr);
+    agg_lock(&b->lock);
+    int mine = f->queued;
+    if (mine) {
+        unlink_waiter(b, f);
+        f->futex_result = -EINTR;
+    }
+    agg_unlock(&b->lock);
+    if (mine)
+        wait_over(f->carrier, f);
+    return mine;
 }
 
 /* Carriers to wake once a bucket's lock is released. */
@@ -95,9 +119,21 @@ static void release(struct bucket *b, struct agg_fiber *f, long res, struct kick
 {
     unlink_waiter(b, f);
     f->futex_result = res;
-    struct agg_carrier *c = f->carrier;
-    if (c == agg_carrier) {
+    struct agg_carrier *c = f->carrier, *here = agg_carrier;
+    if (c == here) {
         agg_futex_woken(c, f);
+        return;
+    }
+    /* Woken by a thread of a carrier with nothing else ready: it runs there,
+     * once the waker parks, rather than waking its own carrier (a listener
+     * handing a connection to a worker at low load stays on one carrier,
+     * with no crossing to wake another).  Only a wait with no timer in its
+     * carrier's ring; under load the waker's queue is not empty and the
+     * waiter stays. */
+    if (k && !res && f->movable && !f->timer && here && here->steal_slot >= 0 && agg_rq_empty(here) &&
+        agg_steal_on()) {
+        wait_over(here, f);
+        agg_adopt(here, f);
         return;
     }
     if (!agg_post_quiet(f, AGG_POST_FUTEX))

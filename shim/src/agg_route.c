@@ -963,7 +963,7 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         agg_stat(g, AGG_ST(crossings), 1);
         return 0;
     }
-    if (!c->rq_head && (f->thread || g->cfg.quiet == FERRY_QUIET_DIRECT) &&
+    if (agg_rq_empty(c) && (f->thread || g->cfg.quiet == FERRY_QUIET_DIRECT) &&
         quiet_now(g, r, g->cfg.quiet == FERRY_QUIET_DIRECT && c->batch_avg16 < QUIET_BATCH16, done_at))
         return 1;
     f->busy = 1;

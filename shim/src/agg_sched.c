@@ -20,27 +20,11 @@ void agg_stacks_release(struct agg_carrier *c);
 
 /* ---- the replaceable part: which ready fiber runs next ------------------ */
 
-static void rr_push(struct agg_carrier *c, struct agg_fiber *f)
-{
-    f->next = 0;
-    if (c->rq_tail)
-        c->rq_tail->next = f;
-    else
-        c->rq_head = f;
-    c->rq_tail = f;
-}
+/* First come, first run: the run queue of agg_runq.c, which other carriers
+ * may take ready fibers from. */
+static void rr_push(struct agg_carrier *c, struct agg_fiber *f) { agg_rq_push(c, f); }
 
-static struct agg_fiber *rr_pick(struct agg_carrier *c)
-{
-    struct agg_fiber *f = c->rq_head;
-    if (f) {
-        c->rq_head = f->next;
-        if (!c->rq_head)
-            c->rq_tail = 0;
-        f->next = 0;
-    }
-    return f;
-}
+static struct agg_fiber *rr_pick(struct agg_carrier *c) { return agg_rq_pick(c); }
 
 const struct agg_sched_ops agg_sched_round_robin = {"round-robin", rr_push, rr_pick};
 
@@ -60,10 +44,11 @@ uint64_t agg_now_ns(void)
 
 /* ---- parking ------------------------------------------------------------- */
 
+/* Once queued, f may run on another carrier at once: nothing here touches
+ * f (or what lives on its stack) after this. */
 void agg_wake(struct agg_fiber *f)
 {
     f->state = AGG_READY;
-    f->carrier->nready++;
     f->carrier->ops->push(f->carrier, f);
 }
 
@@ -73,10 +58,28 @@ void agg_wake(struct agg_fiber *f)
 void agg_park(struct agg_fiber *f)
 {
     struct agg_carrier *c = f->carrier;
-    f->state = AGG_PARKED;
     struct agg_fiber *n;
+    if (f->movable) {
+        /* the carrier f was on may be reading `state` for a signal it sent:
+         * one of the two sees the other (agg_threads_signalled) */
+        __atomic_store_n(&f->state, AGG_PARKED, __ATOMIC_SEQ_CST);
+    } else {
+        f->state = AGG_PARKED;
+    }
+    /* a signal that came while it ran or was ready ends the call at once,
+     * as it would end a thread's before the thread slept (never queued
+     * from here: f is still on its stack) */
+    if (f->thread && !f->suspended &&
+        (__atomic_load_n(&f->sigpending, __ATOMIC_ACQUIRE) & ~(f->sigmask & ~f->waitset))) {
+        if (!f->futex_addr) {
+            agg_interrupt(f);
+        } else if (!f->interrupted && agg_futex_abandon(f)) {
+            f->interrupted = 1;
+            f->state = AGG_RUNNING;
+            return;
+        }
+    }
     if (c->round_left && (n = c->ops->pick(c))) {
-        c->nready--;
         c->round_left--;
         c->current = n;
         n->state = AGG_RUNNING;
@@ -87,6 +90,24 @@ void agg_park(struct agg_fiber *f)
         c->current = 0;
         ferry_agg_switch(&f->ctx, &c->sched);
     }
+    if (f->thread)
+        agg_thread_resumed(f);
+}
+
+/* A fiber that may move must be off its stack before it is queued (a thief
+ * would run it from a context not yet saved): the scheduler queues it. */
+void agg_yield(struct agg_fiber *f)
+{
+    struct agg_carrier *c = f->carrier;
+    if (!f->movable) {
+        agg_wake(f);
+        agg_park(f);
+        return;
+    }
+    f->state = AGG_PARKED;
+    c->requeue = f;
+    c->current = 0;
+    ferry_agg_switch(&f->ctx, &c->sched);
     if (f->thread)
         agg_thread_resumed(f);
 }
@@ -126,33 +147,94 @@ void agg_kick(struct agg_carrier *c)
     }
 }
 
-int agg_post_quiet(struct agg_fiber *f, unsigned what)
+/* f's carrier once f is linked in its inbox, 0 when it already was (the
+ * carrier reads every bit).  Read after the bit is set: f cannot move on
+ * unnoticed from then (a carrier it left sends its posts on). */
+static struct agg_carrier *link_post(struct agg_fiber *f, unsigned what)
 {
-    struct agg_carrier *c = f->carrier;
     if (__atomic_fetch_or(&f->posted, what, __ATOMIC_SEQ_CST))
-        return 0;  /* already in the inbox: the carrier reads every bit */
+        return 0;
+    struct agg_carrier *c = __atomic_load_n(&f->carrier, __ATOMIC_ACQUIRE);
     struct agg_fiber *old = __atomic_load_n(&c->inbox, __ATOMIC_RELAXED);
     do
         f->post_next = old;
     while (!__atomic_compare_exchange_n(&c->inbox, &old, f, 1, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-    return 1;
+    return c;
 }
+
+int agg_post_quiet(struct agg_fiber *f, unsigned what) { return link_post(f, what) != 0; }
 
 void agg_post(struct agg_fiber *f, unsigned what)
 {
-    struct agg_carrier *c = f->carrier;  /* f may be gone once posted */
-    if (agg_post_quiet(f, what))
+    struct agg_carrier *c = link_post(f, what);  /* f may be gone once posted */
+    if (c)
         agg_kick(c);
+}
+
+/* f, in this carrier's inbox, has moved to `to`: its posts follow it (its
+ * bits stay set, so no one else links it meanwhile, and it is not freed). */
+static void forward(struct agg_fiber *f, struct agg_carrier *to)
+{
+    struct agg_fiber *old = __atomic_load_n(&to->inbox, __ATOMIC_RELAXED);
+    do
+        f->post_next = old;
+    while (!__atomic_compare_exchange_n(&to->inbox, &old, f, 1, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    int running = __atomic_load_n(&to->current, __ATOMIC_ACQUIRE) == f;
+    agg_kick(to);
+    if (running && (__atomic_load_n(&f->posted, __ATOMIC_ACQUIRE) & AGG_POST_SIGNAL))
+        agg_signal_kick(to);
 }
 
 /* A fiber joins c (on c). */
 void agg_count_fiber(struct agg_carrier *c)
 {
-    c->alive++;
+    unsigned alive = __atomic_add_fetch(&c->alive, 1, __ATOMIC_ACQ_REL);
     agg_stat_carrier(c, 1, 0, 0, 0);
-    if (c->alive > c->peak) {
-        c->peak = c->alive;
+    if (alive > c->peak) {
+        c->peak = alive;
         agg_stat_carrier_peak(c);
+    }
+}
+
+/* A fiber's posts are taken under AGG_POST_HELD: while the word is not 0
+ * the fiber is neither linked again (a new post only adds its bit, seen
+ * when the hold is let go) nor freed (a thread that ends meanwhile leaves
+ * AGG_POST_DEAD, and its struct, to whoever holds it).  A fiber that moved
+ * to another carrier has its bits sent on to that carrier's inbox. */
+static void send_on(struct agg_fiber *f, unsigned bits)
+{
+    __atomic_or_fetch(&f->posted, bits, __ATOMIC_ACQ_REL);
+    __atomic_and_fetch(&f->posted, ~AGG_POST_HELD, __ATOMIC_ACQ_REL);
+    forward(f, __atomic_load_n(&f->carrier, __ATOMIC_ACQUIRE));
+}
+
+static void take_posts(struct agg_carrier *c, struct agg_fiber *f)
+{
+    for (;;) {
+        unsigned what = __atomic_exchange_n(&f->posted, AGG_POST_HELD, __ATOMIC_ACQ_REL) & ~AGG_POST_HELD;
+        if (what & AGG_POST_DEAD) {
+            agg_thread_free(f);
+            return;
+        }
+        if (__atomic_load_n(&f->carrier, __ATOMIC_ACQUIRE) != c) {
+            send_on(f, what);
+            return;
+        }
+        if (what & AGG_POST_NEW) {
+            agg_count_fiber(c);
+            agg_wake(f);
+        }
+        if (what & AGG_POST_FUTEX)
+            agg_futex_woken(c, f);
+        if ((what & AGG_POST_SIGNAL) && agg_threads_signalled(c, f)) {
+            /* it moved after it was looked at, and parked on another carrier */
+            send_on(f, AGG_POST_SIGNAL);
+            return;
+        }
+        unsigned held = AGG_POST_HELD;
+        if (__atomic_compare_exchange_n(&f->posted, &held, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return;
+        /* more came while it was held */
     }
 }
 
@@ -162,15 +244,7 @@ void agg_inbox_drain(struct agg_carrier *c)
     while (f) {
         /* read before the bits are taken: a new post may link f again */
         struct agg_fiber *next = f->post_next;
-        unsigned what = __atomic_exchange_n(&f->posted, 0, __ATOMIC_SEQ_CST);
-        if (what & AGG_POST_NEW) {
-            agg_count_fiber(c);
-            agg_wake(f);
-        }
-        if (what & AGG_POST_FUTEX)
-            agg_futex_woken(c, f);
-        if (what & AGG_POST_SIGNAL)
-            agg_threads_signalled(f);
+        take_posts(c, f);
         f = next;
     }
 }
@@ -179,7 +253,7 @@ void agg_fiber_finish(struct agg_fiber *f)
 {
     struct agg_carrier *c = f->carrier;
     f->state = AGG_DONE;
-    c->alive--;
+    __atomic_sub_fetch(&c->alive, 1, __ATOMIC_ACQ_REL);
     if (f->joiner)
         agg_wake(f->joiner);
     c->finished = f;  /* the scheduler releases it, off its stack */
@@ -379,7 +453,7 @@ static void wait_ring(struct agg_carrier *c, unsigned pool, unsigned min, uint64
     }
 }
 
-static int anything_ready(struct agg_carrier *c) { return c->rq_head != 0; }
+static int anything_ready(struct agg_carrier *c) { return !agg_rq_empty(c); }
 
 static void flush_stats(struct agg_carrier *c)
 {
@@ -473,7 +547,7 @@ static void wait_for_events(struct agg_carrier *c)
         timeout = limit;
     if (posts) {
         __atomic_store_n(&c->sleeping, AGG_SLEEP_RING, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&c->inbox, __ATOMIC_SEQ_CST))
+        if (__atomic_load_n(&c->inbox, __ATOMIC_SEQ_CST) || agg_steal_ready(c))
             min = 0;  /* something came meanwhile: submit, reap, do not wait */
     }
     wait_ring(c, wp, min, timeout);
@@ -510,7 +584,16 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
     c->acc_switches++;
     c->runs++;
     ferry_agg_switch(&c->sched, &f->ctx);
-    /* back here from whichever fiber of the round parked last or finished */
+    /* back here from whichever fiber of the round parked last or finished.
+     * Not on a thread block of a fiber that may move from here on: it may
+     * run on another carrier with that block while this one goes on. */
+    if (c->steal_slot >= 0 && agg_steal_on())
+        agg_carrier_tls(c);
+    if (c->requeue) {
+        struct agg_fiber *y = c->requeue;
+        c->requeue = 0;
+        agg_wake(y);
+    }
     f = c->finished;
     c->finished = 0;
     c->current = 0;
@@ -544,19 +627,25 @@ void agg_carrier_loop(struct agg_carrier *c)
             for (unsigned i = 0; i < c->g->cfg.npools; i++)
                 submit_nowait(c, i);
             reap_all(c);
-            c->round_left = c->nready;
+            c->round_left = agg_rq_len(c);
         }
         struct agg_fiber *f = c->ops->pick(c);
         if (f) {
-            c->nready--;
-            c->round_left--;
+            if (c->round_left)
+                c->round_left--;
             run(c, f);
             continue;
         }
         c->round_left = 0;
-        if (!c->alive && !(c->threads && __atomic_load_n(&agg_threads_alive, __ATOMIC_ACQUIRE)))
+        if (!__atomic_load_n(&c->alive, __ATOMIC_ACQUIRE) &&
+            !(c->threads && __atomic_load_n(&agg_threads_alive, __ATOMIC_ACQUIRE)))
             break;
+        /* nothing to run here: help a busy carrier, or sleep */
+        if (agg_steal(c))
+            continue;
+        agg_idle(c, 1);
         wait_for_events(c);
+        agg_idle(c, 0);
     }
 }
 
@@ -637,6 +726,7 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
     c->sched.fsbase = 0;  /* switching to the scheduler leaves fs alone */
     c->efd = -1;
     c->tick_timer = -1;
+    c->steal_slot = -1;
     c->slot = agg_stat_carrier_slot();
     int r = 0;
     for (unsigned i = 0; i < g->cfg.npools; i++) {
@@ -719,8 +809,7 @@ __attribute__((visibility("default"))) int ferry_fiber_yield(void)
     struct agg_fiber *self = agg_self;
     if (!self)
         return -EINVAL;
-    agg_wake(self);
-    agg_park(self);
+    agg_yield(self);
     self->state = AGG_RUNNING;
     return 0;
 }

@@ -256,9 +256,11 @@ static void tick(struct agg_carrier *c, ucontext_t *uc, int slice)
     if (slice && c->runs == c->tick_runs) {
         /* it has had the carrier for a whole tick: the others' turn */
         c->round_left = 0;  /* through the scheduler, which reaps */
-        agg_wake(f);
-        agg_park(f);
+        agg_yield(f);
         f->state = AGG_RUNNING;
+        /* maybe on another carrier now, this handler's frame with it: the
+         * kernel restores the program's registers and mask there */
+        c = f->carrier;
     }
     if (slice)
         c->tick_runs = c->runs;

@@ -362,9 +362,7 @@ void agg_threads_take_signals(struct agg_carrier *c)
         if (t && dequeue(sig, info)) {
             keep_info(t, sig, info);
             __atomic_or_fetch(&t->sigpending, bit, __ATOMIC_ACQ_REL);
-            if (t->carrier == c)
-                agg_threads_signalled(t);
-            else
+            if (t->carrier != c || agg_threads_signalled(c, t))
                 post_signal(t);
         }
         agg_unlock(&world_lock);
@@ -433,6 +431,7 @@ static int become_fiber0(struct ferry_group *g)
     agg_threads_alive = 1;
     carriers[0] = c;
     ncarriers = 1;
+    agg_steal_join(c);
     __atomic_add_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
     agg_stat(g, AGG_ST(fibers), 1);
     agg_stat(g, AGG_ST(carriers), 1);
@@ -461,6 +460,7 @@ static void carrier_main(void *arg)
         agg_carrier = c;
         agg_self = 0;
         ferry_catchall_thread();
+        agg_steal_join(c);  /* one at a time: the starter waits for `done` */
         b->c = c;
     }
     __atomic_store_n(&b->done, r == 0 ? 1 : 2, __ATOMIC_RELEASE);
@@ -575,6 +575,7 @@ void agg_threads_after_fork(void)
     next_vtid = 0;
     ncarriers = 0;
     carriers_tried = 0;
+    agg_steal_forget();
     accepted_stale = 1;
     agg_self = 0;
     agg_carrier = 0;
@@ -651,6 +652,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
                                    (long)stack_top - 128};
     struct agg_carrier *c = place(self->carrier);
     f->thread = 1;
+    f->movable = agg_steal_on();  /* fiber 0 never: its block is carrier 0's own */
     f->start = s;
     f->carrier = c;
     f->tcb = (void *)tls;
@@ -726,7 +728,7 @@ static int clone_thread(struct agg_fiber *self, struct ferry_regs *r)
 
 /* On the scheduler, once the fiber that ran the thread is off its stack:
  * glibc may reuse that stack as soon as the tid word reads 0. */
-static void free_thread(struct agg_fiber *f)
+void agg_thread_free(struct agg_fiber *f)
 {
     agg_free(f->siginfo);
     agg_free(f->start);
@@ -747,34 +749,35 @@ void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f)
     accepted_stale = 1;
     if (f == fiber0)
         fiber0 = 0;
-    /* a signal posted before it left the table: the inbox frees it */
-    int posted = __atomic_load_n(&f->posted, __ATOMIC_ACQUIRE) != 0;
     agg_unlock(&world_lock);
     __atomic_sub_fetch(&c->placed, 1, __ATOMIC_RELAXED);
     agg_tick_update(c);
-    if (!posted)
-        free_thread(f);
+    /* a post made before it left the table (maybe being read by the carrier
+     * it left): the inbox that holds it frees it */
+    if (!__atomic_fetch_or(&f->posted, AGG_POST_DEAD, __ATOMIC_ACQ_REL))
+        agg_thread_free(f);
     __atomic_sub_fetch(&agg_threads_alive, 1, __ATOMIC_ACQ_REL);
 }
 
-/* On t's carrier, for a signal sent to t from anywhere: a fiber parked in
- * a call is woken so the call ends with EINTR, as a blocked thread's would;
- * one that runs or is ready sees it at its next call. */
-void agg_threads_signalled(struct agg_fiber *t)
+/* On carrier c, for a signal sent to t from anywhere: a fiber parked in a
+ * call on c is woken so the call ends with EINTR, as a blocked thread's
+ * would; one that runs or is ready sees it at its next call (or as it
+ * parks, agg_park).  1 when t is parked on another carrier (it moved since
+ * it was c's): the caller passes the signal on. */
+int agg_threads_signalled(struct agg_carrier *c, struct agg_fiber *t)
 {
-    if (t->state == AGG_DONE) {
-        free_thread(t);  /* left the table with this post pending */
-        return;
-    }
     uint64_t due = __atomic_load_n(&t->sigpending, __ATOMIC_ACQUIRE) & ~(t->sigmask & ~t->waitset);
-    if (!due || t->state != AGG_PARKED)
-        return;
+    if (!due || __atomic_load_n(&t->state, __ATOMIC_SEQ_CST) != AGG_PARKED)
+        return 0;
+    if (__atomic_load_n(&t->carrier, __ATOMIC_ACQUIRE) != c)
+        return 1;
     if (t->suspended) {
         t->suspended = 0;
         agg_wake(t);
     } else {
         agg_interrupt(t);
     }
+    return 0;
 }
 
 /* A signal for a fiber that is not running: kept until it runs (with
@@ -789,10 +792,8 @@ static long signal_fiber(struct agg_fiber *self, struct agg_fiber *t, long sig)
         agg_stat(self->carrier->g, AGG_ST(native), 1);
         return ferry_raw3(SYS_tgkill, ferry_raw0(SYS_getpid), real_tid(self->carrier), sig);
     }
-    __atomic_or_fetch(&t->sigpending, 1ULL << (sig - 1), __ATOMIC_ACQ_REL);
-    if (t->carrier == self->carrier)
-        agg_threads_signalled(t);
-    else
+    __atomic_or_fetch(&t->sigpending, 1ULL << (sig - 1), __ATOMIC_SEQ_CST);
+    if (t->carrier != self->carrier || agg_threads_signalled(self->carrier, t))
         post_signal(t);
     return 0;
 }
@@ -1023,7 +1024,7 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         /* the others of this carrier run first; once a round, the CPU
          * goes to other threads too (another carrier's fiber may be the
          * one the fibers here wait for, and it may share this CPU) */
-        if (!c->rq_head || !c->round_left)
+        if (agg_rq_empty(c) || !c->round_left)
             ferry_raw0(SYS_sched_yield);
         ferry_fiber_yield();
         r->rax = 0;
