@@ -147,7 +147,8 @@ struct agg_pool_run {              /* a carrier's view of one pool */
     int up;
     unsigned inflight;            /* calls submitted or written, not completed */
     unsigned misc;                /* other operations in flight (timers, the wake read) */
-    unsigned queued;              /* calls written since the last enter */
+    unsigned queued;              /* calls written since the last flush of the SQ */
+    unsigned unentered;           /* calls flushed since the last io_uring_enter (SQPOLL) */
     uint64_t rate;                /* adaptive: completions per ms (EWMA) */
 };
 
@@ -243,7 +244,12 @@ extern int agg_profile_set;
 unsigned agg_online_cpus(void);
 
 /* agg_group.c */
+#define INT_FLAG_REG_RING_ 1  /* liburing 2.3's mark of a registered ring */
 int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd);
+/* Submit what the SQ holds and wait for `min` completions (at most
+ * `timeout_ns` with IORING_FEAT_EXT_ARG, 0: no limit); 1 when that took an
+ * io_uring_enter, 0 when nothing needed one (agg_enter.c). */
+int agg_ring_enter(struct io_uring *ring, unsigned min, uint64_t timeout_ns, int ext_arg);
 int agg_fd_high(int fd);
 void agg_ring_hide(struct io_uring *ring);
 void agg_ring_exit(struct io_uring *ring, int own);
