@@ -33,3 +33,11 @@ def test_enters_counted_are_the_kernels(agg, test_programs, suite, setting, tmp_
     assert stats["aggregated"] > 0
     enters = sum(1 for line in trace.read_text().splitlines() if "io_uring_enter(" in line)
     assert stats["enters"] == enters
+
+
+def test_figures_are_current_while_the_carrier_never_waits(agg):
+    """A carrier whose fibers keep it busy never waits; the figures read
+    while it runs show the calls its fibers completed all the same."""
+    r = agg("agg_stats_live", env={"FERRY_MODE": "aggregate"})
+    got = dict(kv.split("=") for kv in r.stdout.split())
+    assert int(got["aggregated"]) >= int(got["calls"]), r.stdout

@@ -299,10 +299,17 @@ static unsigned reap(struct agg_carrier *c, unsigned pool)
     return n;
 }
 
+static void flush_stats(struct agg_carrier *c);
+
+/* At a round's start.  A carrier whose fibers keep it busy never waits,
+ * where its figures go to the area: what its rounds completed goes there
+ * from here too, so that the figures read while it runs are current. */
 static void reap_all(struct agg_carrier *c)
 {
     for (unsigned i = 0; i < c->g->cfg.npools; i++)
         reap(c, i);
+    if (c->acc_aggregated)
+        flush_stats(c);
 }
 
 static void arm_wake(struct agg_carrier *c)
