@@ -152,6 +152,10 @@ struct agg_pool_run {              /* a carrier's view of one pool */
     uint64_t rate;                /* adaptive: completions per ms (EWMA) */
 };
 
+/* Fiber mappings a carrier keeps for reuse: a server's connections come and
+ * go by the hundred, and each mapping made or unmapped is a crossing. */
+#define AGG_STACK_CACHE 512
+
 struct agg_carrier {
     struct ferry_group *g;
     struct agg_ctx sched;         /* the scheduler's own context */
@@ -185,8 +189,8 @@ struct agg_carrier {
     unsigned placed;              /* threads placed on it and not ended (atomic) */
     unsigned peak;                /* most fibers alive at once */
     struct agg_fiber *dead;       /* finished, joined or not yet */
-    char *stack_cache[16];
-    size_t stack_cache_size[16];
+    char *stack_cache[AGG_STACK_CACHE];
+    size_t stack_cache_size[AGG_STACK_CACHE];
     unsigned nstack_cache;
     /* preemption (agg_signal.c): a timer on the carrier thread's CPU time */
     unsigned long runs;           /* fibers switched to, ever */
