@@ -21,8 +21,12 @@ come from a second copy of each server running under `ferry run -p count`,
 read from its live process file before and after a wrk run at each level.
 The cluster model only exists under Ferry: its throughput run is also its
 counting run, and its crossings come from the process file's aggregation
-area (docs/aggregate.md).  Crossings saved = 1 - crossings / calls of the
-fibers, the thesis's measure (99.89% there); the RESULT line gives it in
+area (docs/aggregate.md): every io_uring_enter a carrier makes, every call
+it makes at once, every call a worker makes, and the system calls the
+engine makes for the fibers (a descriptor's kind, a fiber's stack); the
+calls the engine never sees (other threads', and fibers' calls the routing
+table leaves native) are crossings each.  Crossings saved = 1 - crossings /
+calls of the server, the thesis's measure (99.89% there); the RESULT line gives it in
 percent, the throughput ratios as cluster / other (higher is better) and the
 p99 ratio as cluster / pool (lower is better).
 
@@ -300,10 +304,12 @@ def summarize(runs, counts):
             if aggs:
                 tot = {k: sum(a[k] for a in aggs) for k in aggs[0]}
                 fiber_calls = tot["aggregated"] + tot["native"] + tot["worker"]
-                # Calls of threads that are not fibers go straight to the kernel.
-                other = calls - fiber_calls
-                row["cross_req"] = (tot["crossings"] + max(other, 0)) / creq
-                row["saved"] = 1 - tot["crossings"] / fiber_calls if fiber_calls else NAN
+                # Calls the engine never sees (threads that are not fibers, and
+                # fibers' calls routed native by the table, such as malloc's
+                # mprotect) go straight to the kernel: each is a crossing.
+                other = max(calls - fiber_calls, 0)
+                row["cross_req"] = (tot["crossings"] + other) / creq
+                row["saved"] = 1 - (tot["crossings"] + other) / (fiber_calls + other) if fiber_calls else NAN
                 row["fiber_calls_req"] = fiber_calls / creq
             else:
                 row["cross_req"] = row["calls_req"]
@@ -311,14 +317,14 @@ def summarize(runs, counts):
     return table
 
 
-def print_tables(table, levels, windows=False):
+def print_tables(table, levels, windows=False, profile="net"):
     native = ("  (plain wine, its CPU time with the wineserver's; Nt calls counted in a second copy "
               "under ferry run -p count)" if windows else
               "  (native; calls counted in a second copy under ferry run -p count)")
     for model in MODELS:
         if model not in table:
             continue
-        print(f"\n{model}" + ("  (under ferry run -p net: aggregation)" if model == "cluster" else native))
+        print(f"\n{model}" + (f"  (under ferry run -p {profile}: aggregation)" if model == "cluster" else native))
         print(f"  {'conc':>5} {'req/s':>9} {'mean ms':>8} {'p99 ms':>8} {'cpu us/req':>10} {'cpu %':>6} "
               f"{'calls/req':>9} {'cross/req':>9} {'saved':>8} {'err':>5}  rounds req/s")
         for level in levels:
@@ -419,6 +425,8 @@ def main():
                     help="disk (default): the page is read from its file for every request "
                          "(open, fstat, read, close), the thesis's pattern; memory: the page "
                          "linked into the server")
+    ap.add_argument("--profile", type=Path, default=PROFILE,
+                    help=f"the cluster model's profile (default {PROFILE.relative_to(ROOT)})")
     ap.add_argument("--windows", action="store_true",
                     help="net_server.exe (mingw-w64, Winsock) under wine instead of the Linux server")
     args = ap.parse_args()
@@ -439,8 +447,8 @@ def main():
             print(f"bench/net: --windows needs {', '.join(missing) or 'mingw-w64 (x86_64-w64-mingw32-gcc) '}"
                   f"{'' if missing else 'to build ' + str(SERVER_EXE.relative_to(ROOT))}", file=sys.stderr)
             return 1
-    if "cluster" in models and not PROFILE.is_file():
-        print(f"bench/net: the cluster model cannot run: {PROFILE.relative_to(ROOT)} is missing", file=sys.stderr)
+    if "cluster" in models and not args.profile.is_file():
+        print(f"bench/net: the cluster model cannot run: {args.profile} is missing", file=sys.stderr)
         return 1
 
     servers, counters = {}, {}
@@ -463,7 +471,7 @@ def main():
                 wine = Wine(stack.enter_context(wine_session(tmp / "wine")))
             for m in models:
                 if m == "cluster":
-                    servers[m] = Server(m, PROFILE, tmp / "run-cluster", args.threads, env, docroot, wine)
+                    servers[m] = Server(m, args.profile, tmp / "run-cluster", args.threads, env, docroot, wine)
                     counters[m] = servers[m]
                 else:
                     servers[m] = Server(m, threads=args.threads, env=env, docroot=docroot, wine=wine)
@@ -510,7 +518,7 @@ def main():
             stack.close()
 
     table = summarize(runs, counts)
-    print_tables(table, levels, windows=bool(wine))
+    print_tables(table, levels, windows=bool(wine), profile=args.profile.stem)
     files = plot(table, levels, OUT, windows=bool(wine))
     for f in files:
         print(f"figure: {f.relative_to(ROOT)}")

@@ -155,9 +155,14 @@ struct agg_pool_run {              /* a carrier's view of one pool */
     int up;
     unsigned inflight;            /* calls submitted or written, not completed */
     unsigned misc;                /* other operations in flight (timers, the wake read) */
-    unsigned queued;              /* calls written since the last enter */
+    unsigned queued;              /* calls written since the last flush of the SQ */
+    unsigned unentered;           /* calls flushed since the last io_uring_enter (SQPOLL) */
     uint64_t rate;                /* adaptive: completions per ms (EWMA) */
 };
+
+/* Fiber mappings a carrier keeps for reuse: a server's connections come and
+ * go by the hundred, and each mapping made or unmapped is a crossing. */
+#define AGG_STACK_CACHE 512
 
 struct agg_carrier {
     struct ferry_group *g;
@@ -202,8 +207,8 @@ struct agg_carrier {
     unsigned placed;              /* threads placed on it and not ended (atomic) */
     unsigned peak;                /* most fibers alive at once */
     struct agg_fiber *dead;       /* finished, joined or not yet */
-    char *stack_cache[16];
-    size_t stack_cache_size[16];
+    char *stack_cache[AGG_STACK_CACHE];
+    size_t stack_cache_size[AGG_STACK_CACHE];
     unsigned nstack_cache;
     /* preemption (agg_signal.c): a timer on the carrier thread's CPU time */
     unsigned long runs;           /* fibers switched to, ever */
@@ -261,7 +266,12 @@ extern int agg_profile_set;
 unsigned agg_online_cpus(void);
 
 /* agg_group.c */
+#define INT_FLAG_REG_RING_ 1  /* liburing 2.3's mark of a registered ring */
 int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd);
+/* Submit what the SQ holds and wait for `min` completions (at most
+ * `timeout_ns` with IORING_FEAT_EXT_ARG, 0: no limit); 1 when that took an
+ * io_uring_enter, 0 when nothing needed one (agg_enter.c). */
+int agg_ring_enter(struct io_uring *ring, unsigned min, uint64_t timeout_ns, int ext_arg);
 int agg_fd_high(int fd);
 void agg_ring_hide(struct io_uring *ring);
 void agg_ring_exit(struct io_uring *ring, int own);

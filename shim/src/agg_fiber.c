@@ -96,6 +96,9 @@ static char *stack_get(struct agg_carrier *c, size_t size)
             c->stack_cache_size[i] = c->stack_cache_size[c->nstack_cache];
             return s;
         }
+    /* system calls a carrier makes for its fibers: crossings too */
+    if (c)
+        agg_stat(c->g, AGG_ST(crossings), 2);
     long p = ferry_raw6(SYS_mmap, 0, (long)size, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if ((unsigned long)p > -4096UL)
@@ -106,11 +109,13 @@ static char *stack_get(struct agg_carrier *c, size_t size)
 
 static void stack_put(struct agg_carrier *c, char *s, size_t size)
 {
-    if (c && c->nstack_cache < 16) {
+    if (c && c->nstack_cache < AGG_STACK_CACHE) {
         c->stack_cache[c->nstack_cache] = s;
         c->stack_cache_size[c->nstack_cache++] = size;
         return;
     }
+    if (c)
+        agg_stat(c->g, AGG_ST(crossings), 1);
     ferry_raw2(SYS_munmap, s, size);
 }
 

@@ -17,7 +17,6 @@
 
 #define FD_ROOM 32       /* below the top of the region they go to */
 #define FD_REGION 4096   /* ... which ends at the soft limit, or here */
-#define INT_FLAG_REG_RING_ 1  /* liburing 2.3's mark of a registered ring */
 #define USE_REGISTERED_RING_ (1U << 31)
 
 /* A program finds its descriptors at the lowest free numbers (stdout closed:

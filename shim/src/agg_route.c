@@ -82,6 +82,16 @@ static int timeo(long fd, int dir)
     return fd >= 0 && fd < FD_MAX && (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & dir);
 }
 
+/* The engine's own question about a fiber's descriptor: a system call its
+ * carrier makes, so a crossing like any other. */
+static long ask(long nr, long fd, void *buf)
+{
+    struct agg_fiber *f = agg_self;
+    if (f && f->carrier)
+        agg_stat(f->carrier->g, AGG_ST(crossings), 1);
+    return ferry_pass6(nr, fd, (long)buf, 0, 0, 0, 0);
+}
+
 static int nonblocking(long fd)
 {
     if (fd < 0 || fd >= FD_MAX)
@@ -89,10 +99,10 @@ static int nonblocking(long fd)
     unsigned char st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
     if (!(st & FD_KNOWN)) {
         long fl = (st & FD_NONBLOCK) ? O_NONBLOCK : 0;
-        if (!(st & FD_FLAGS) && (fl = ferry_pass6(SYS_fcntl, fd, F_GETFL, 0, 0, 0, 0)) < 0)
+        if (!(st & FD_FLAGS) && (fl = ask(SYS_fcntl, fd, (void *)F_GETFL)) < 0)
             return 0;  /* EBADF and the like: the operation says it too */
         struct stat sb;
-        int known = ferry_pass6(SYS_fstat, fd, (long)&sb, 0, 0, 0, 0) == 0;
+        int known = ask(SYS_fstat, fd, &sb) == 0;
         int sock = known && S_ISSOCK(sb.st_mode);
         int reg = known && S_ISREG(sb.st_mode);
         /* /proc describes the thread that reads it: read on an io_uring
@@ -101,7 +111,7 @@ static int nonblocking(long fd)
          * device (major 0), as tmpfs and overlayfs: only those are asked. */
         long sfs[15];  /* struct statfs: f_type first */
         int proc = reg && DEV_MAJOR(sb.st_dev) == 0 &&
-                   ferry_pass6(SYS_fstatfs, fd, (long)sfs, 0, 0, 0, 0) == 0 &&
+                   ask(SYS_fstatfs, fd, sfs) == 0 &&
                    sfs[0] == PROC_SUPER_MAGIC;
         st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
              (reg ? FD_REGULAR : 0) | (proc ? FD_PROC : 0);

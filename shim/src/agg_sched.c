@@ -264,33 +264,41 @@ void agg_fiber_finish(struct agg_fiber *f)
 
 /* ---- rings ----------------------------------------------------------------- */
 
-/* `submitted` counts calls only, not the engine's own operations. */
-static void note_enter(struct agg_carrier *c, unsigned pool)
+/* After the SQ was flushed (agg_ring_enter): `queued` counts calls only,
+ * not the engine's own operations.  A crossing is counted only when the
+ * kernel was entered; its batch is every call flushed since the last one
+ * (with SQPOLL the thread takes most of them without an enter). */
+static void note_enter(struct agg_carrier *c, unsigned pool, int entered)
 {
     struct ferry_group *g = c->g;
-    unsigned submitted = c->pools[pool].queued;
-    c->pools[pool].queued = 0;
+    struct agg_pool_run *pr = &c->pools[pool];
+    unsigned submitted = pr->queued;
+    pr->queued = 0;
+    if (submitted)
+        agg_stat_pool(g, pool, AGG_PST(submitted), submitted);
+    pr->unentered += submitted;
+    if (!entered && !submitted)
+        return;
+    /* the last eight submissions weigh most: a load that grows shows in a few */
+    c->batch_avg16 = c->batch_avg16 - c->batch_avg16 / 8 + submitted * 2;
+    if (!entered)
+        return;
     agg_stat_pool(g, pool, AGG_PST(enters), 1);
     agg_stat(g, AGG_ST(crossings), 1);
     c->acc_crossings++;
-    /* the last eight entries weigh most: a load that grows shows in a few */
-    c->batch_avg16 = c->batch_avg16 - c->batch_avg16 / 8 + submitted * 2;
-    if (submitted) {
-        agg_stat_pool(g, pool, AGG_PST(submitted), submitted);
-        agg_stat_batch(g, pool, submitted);
-    }
-    agg_stat_pool(g, pool, AGG_PST(depth_sum), c->pools[pool].inflight);
-    agg_stat_max_depth(g, pool, c->pools[pool].inflight);
+    if (pr->unentered)
+        agg_stat_batch(g, pool, pr->unentered);
+    pr->unentered = 0;
+    agg_stat_pool(g, pool, AGG_PST(depth_sum), pr->inflight);
+    agg_stat_max_depth(g, pool, pr->inflight);
 }
 
 static void submit_nowait(struct agg_carrier *c, unsigned pool)
 {
     struct io_uring *ring = &c->pools[pool].ring;
-    unsigned n = io_uring_sq_ready(ring);
-    if (!n)
+    if (!io_uring_sq_ready(ring))
         return;
-    io_uring_submit(ring);
-    note_enter(c, pool);
+    note_enter(c, pool, agg_ring_enter(ring, 0, 0, 0));
 }
 
 void agg_sqe_room(struct agg_carrier *c, unsigned pool, unsigned n)
@@ -365,10 +373,17 @@ static unsigned reap(struct agg_carrier *c, unsigned pool)
     return n;
 }
 
+static void flush_stats(struct agg_carrier *c);
+
+/* At a round's start.  A carrier whose fibers keep it busy never waits,
+ * where its figures go to the area: what its rounds completed goes there
+ * from here too, so that the figures read while it runs are current. */
 static void reap_all(struct agg_carrier *c)
 {
     for (unsigned i = 0; i < c->g->cfg.npools; i++)
         reap(c, i);
+    if (c->acc_aggregated)
+        flush_stats(c);
 }
 
 static void arm_wake(struct agg_carrier *c)
@@ -433,19 +448,14 @@ static void wait_ring(struct agg_carrier *c, unsigned pool, unsigned min, uint64
     struct agg_pool_run *pr = &c->pools[pool];
     struct io_uring *ring = &pr->ring;
     uint64_t t0 = agg_now_ns();
-    struct io_uring_cqe *cqe;
-    if (timeout_ns && c->g->ext_arg) {
-        struct __kernel_timespec ts = {(long long)(timeout_ns / 1000000000ULL),
-                                       (long long)(timeout_ns % 1000000000ULL)};
-        io_uring_submit_and_wait_timeout(ring, &cqe, min, &ts, 0);
-    } else {
-        io_uring_submit_and_wait(ring, min);
-    }
+    int entered = agg_ring_enter(ring, min, timeout_ns, c->g->ext_arg);
     uint64_t dt = agg_now_ns() - t0;
-    note_enter(c, pool);
+    note_enter(c, pool, entered);
     agg_stat_pool(c->g, pool, AGG_PST(wait_ns), dt);
     unsigned got = reap(c, pool);
-    if (got) {
+    if (!entered) {
+        /* what was there already says nothing of the rate */
+    } else if (got) {
         uint64_t sample = (uint64_t)got * 1000000ULL / (dt ? dt : 1);  /* per ms */
         pr->rate = pr->rate ? (pr->rate * 3 + sample) / 4 : sample;
     } else if (timeout_ns) {
@@ -665,7 +675,7 @@ static void teardown(struct agg_carrier *c)
     }
     for (unsigned i = 0; i < c->g->cfg.npools; i++)
         while (c->pools[i].misc || c->pools[i].inflight) {
-            io_uring_submit_and_wait(&c->pools[i].ring, 1);
+            note_enter(c, i, agg_ring_enter(&c->pools[i].ring, 1, 0, 0));
             reap(c, i);
         }
     flush_stats(c);

@@ -412,9 +412,9 @@ int main(int argc, char **argv)
     if (agg_group) {
         struct ferry_group_stats st;
         ferry_group_stats(agg_group, &st);
-        fprintf(stderr, "stats aggregated=%lu native=%lu worker=%lu enters=%lu\n",
+        fprintf(stderr, "stats aggregated=%lu native=%lu worker=%lu enters=%lu crossings=%lu\n",
                 (unsigned long)st.aggregated, (unsigned long)st.native, (unsigned long)st.worker,
-                (unsigned long)st.pools[0].enters);
+                (unsigned long)st.pools[0].enters, (unsigned long)st.crossings);
     }
     return 0;
 }
