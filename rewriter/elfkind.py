@@ -76,6 +76,15 @@ PE_FILE = ("a Windows PE file: `ferry instrument` rewrites ELF files; `ferry run
            "with ntdll patched in memory, `ferry sites` lists its sites")
 
 
+SEGMENT_NAMES = {1: "LOAD", 2: "DYNAMIC", 3: "INTERP", 4: "NOTE", 6: "PHDR", 7: "TLS",
+                 0x6474E550: "GNU_EH_FRAME", 0x6474E551: "GNU_STACK", 0x6474E552: "GNU_RELRO",
+                 0x6474E553: "GNU_PROPERTY"}
+
+
+def _segment_name(p_type):
+    return SEGMENT_NAMES.get(p_type, f"type {p_type:#x}")
+
+
 def header_problem(data):
     """Why the raw header cannot be trusted, or None."""
     if data[:2] == b"MZ":
@@ -109,6 +118,11 @@ def header_problem(data):
             "<IIQQQQQQ", data, e_phoff + i * 56)
         if p_type == PT_LOAD and p_offset + p_filesz > len(data):
             return "truncated: a loadable segment extends past the end of the file"
+        # The kernel reads only PT_LOAD's bytes, but LIEF reads every
+        # segment's when it rewrites: one claiming a gigabyte is refused here.
+        if p_filesz and p_offset + p_filesz > len(data):
+            return (f"corrupt program header: segment {i} ({_segment_name(p_type)}) "
+                    f"extends past the end of the file")
         if p_type == PT_LOAD and (p_align == 0 or p_align & (p_align - 1)):
             return f"corrupt program header: a loadable segment's alignment is {p_align:#x}"
     for i in range(e_shnum):

@@ -137,6 +137,21 @@ def test_a_segment_claiming_gigabytes_of_memory_is_refused_not_allocated(tmp_pat
     assert "p_memsz" in r.stderr
 
 
+def test_a_segment_reaching_past_the_file_is_refused_not_loaded(tmp_path):
+    # Found by hypothesis: one byte of /usr/bin/true's PT_DYNAMIC p_filesz made
+    # it ~1 GB; LIEF then read that much to add a segment (std::bad_alloc).
+    data = bytearray(SMALL_PROGRAM)
+    e_phoff, = struct.unpack_from("<Q", data, 32)
+    dynamic = next(i for i in range(16) if struct.unpack_from("<I", data, e_phoff + 56 * i)[0] == 2)
+    data[e_phoff + 56 * dynamic + 35] = 62       # p_filesz += 1 GB
+    path = tmp_path / "prog"
+    path.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    r = ferry("instrument", path, "-o", out, preexec_fn=_address_space_limit)
+    _assert_clean_failure(r, path, out)
+    assert "DYNAMIC" in r.stderr and "past the end of the file" in r.stderr
+
+
 mutation = st.one_of(
     st.tuples(st.just("truncate"), st.integers(0, len(SMALL_PROGRAM) - 1), st.just(0)),
     st.tuples(st.just("byte"), st.integers(0, 4095), st.integers(0, 255)),
@@ -172,6 +187,7 @@ def _instrument_mutated(tmp_path_factory, name, original, mutations):
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=4))
 @example(mutations=[("byte", 792, 1)])  # found by hypothesis: a damaged PT_INTERP path
+@example(mutations=[("byte", 435, 62)])  # found by hypothesis: PT_DYNAMIC's p_filesz past the file
 def test_damaged_program_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
     path = _instrument_mutated(tmp_path_factory, "prog", SMALL_PROGRAM, mutations)
     r = ferry("sites", "--json", path)
