@@ -56,6 +56,9 @@ struct agg_req {
     struct agg_carrier *carrier;
     struct agg_req *next;         /* worker queue, then the carrier's done list */
     int done;
+    unsigned cflags;              /* the CQE's flags (IORING_CQE_F_SOCK_NONEMPTY) */
+    int urgent;                   /* submitted and reaped before the round goes on; its
+                                     fiber runs first once it completes */
     int cancel;                   /* a signal for the fiber: a worker's call ends with EINTR */
     int worker_tid;               /* the worker running it (0: queued, -1: finished) */
     /* room for translations that need a kernel structure */
@@ -119,6 +122,8 @@ struct agg_fiber {
     unsigned posted;              /* AGG_POST_* bits, atomic */
     struct agg_fiber *post_next;  /* in its carrier's inbox */
     int queued;                   /* in a futex bucket (under the bucket's lock) */
+    int accept_more;              /* 1 + the listening socket whose last accept said that
+                                     more connections wait; 0: none */
 };
 
 /* What another carrier (or a thread outside) asks of a fiber's own carrier:
@@ -139,6 +144,7 @@ struct agg_sched_ops {
     const char *name;
     void (*push)(struct agg_carrier *c, struct agg_fiber *f);   /* f became ready */
     struct agg_fiber *(*pick)(struct agg_carrier *c);           /* next to run, or NULL */
+    void (*push_first)(struct agg_carrier *c, struct agg_fiber *f);  /* ready, runs next */
 };
 extern const struct agg_sched_ops agg_sched_round_robin;
 
@@ -164,6 +170,7 @@ struct agg_carrier {
     unsigned alive;               /* fibers not finished */
     unsigned nready;              /* fibers in the run queue */
     unsigned round_left;          /* fibers left to run in this round */
+    int urgent;                   /* a parked fiber's urgent call: submit and reap now */
     struct agg_pool_run pools[FERRY_MAX_POOLS];
     int efd;                      /* the other pools' rings (and, without IORING_OP_FUTEX_WAIT,
                                    * wakers) signal here; -1: none or only the fixed file */

@@ -983,6 +983,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     req.fiber = f;
     req.carrier = c;
     req.done = 0;
+    req.cflags = 0;
+    req.urgent = 0;
     req.next = 0;
     req.timed = 0;
     req.cancel = 0;
@@ -997,7 +999,14 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         agg_stat(g, AGG_ST(crossings), 1);
         return 0;
     }
+    int accept = nr == SYS_accept || nr == SYS_accept4;
     if (tr == AGG_TR_RING) {
+        /* Connections that wait in the backlog (the last accept said so)
+         * are taken one after another, as a thread's accept loop does, not
+         * one per round of every other fiber: with a thousand connections
+         * arriving at once, a round each left them waiting for seconds. */
+        if (accept && f->accept_more == r->rdi + 1)
+            req.urgent = c->urgent = 1;
         if (req.timed)
             agg_sqe_room(c, t, 2);
         struct io_uring_sqe *sqe = agg_sqe(c, t);
@@ -1041,6 +1050,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         stat_from_statx((struct stat *)(nr == SYS_fstat ? r->rsi : r->rdx), &req.stx);
         learn_from_stat(stat_of_fd(nr, req.args), req.stx.stx_mode, req.stx.stx_dev_major);
     }
+    if (accept && tr == AGG_TR_RING)
+        f->accept_more = res >= 0 && (req.cflags & IORING_CQE_F_SOCK_NONEMPTY) ? (int)r->rdi + 1 : 0;
     if (nr == SYS_close)
         forget_fd(r->rdi);
     else if (res >= 0 && (nr == SYS_socket || nr == SYS_accept || nr == SYS_accept4 ||

@@ -42,7 +42,15 @@ static struct agg_fiber *rr_pick(struct agg_carrier *c)
     return f;
 }
 
-const struct agg_sched_ops agg_sched_round_robin = {"round-robin", rr_push, rr_pick};
+static void rr_push_first(struct agg_carrier *c, struct agg_fiber *f)
+{
+    f->next = c->rq_head;
+    c->rq_head = f;
+    if (!c->rq_tail)
+        c->rq_tail = f;
+}
+
+const struct agg_sched_ops agg_sched_round_robin = {"round-robin", rr_push, rr_pick, rr_push_first};
 
 /* ---- time ---------------------------------------------------------------- */
 
@@ -75,7 +83,8 @@ void agg_park(struct agg_fiber *f)
     struct agg_carrier *c = f->carrier;
     f->state = AGG_PARKED;
     struct agg_fiber *n;
-    if (c->round_left && (n = c->ops->pick(c))) {
+    /* an urgent call goes through the scheduler, which submits and reaps it */
+    if (c->round_left && !c->urgent && (n = c->ops->pick(c))) {
         c->nready--;
         c->round_left--;
         c->current = n;
@@ -242,11 +251,22 @@ static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *
         struct agg_req *req = p;
         req->result = agg_fixup(req->nr, req->args, req, cqe->res);
         req->done_tsc = ferry_rdtsc();
+        req->cflags = cqe->flags;
         req->done = 1;
         c->pools[pool].inflight--;
         c->acc_completed[pool]++;
         c->acc_aggregated++;
-        agg_wake(req->fiber);
+        if (req->urgent) {
+            /* its fiber runs next, in this round: it has more of the same to do */
+            struct agg_fiber *f = req->fiber;
+            f->state = AGG_READY;
+            c->nready++;
+            c->ops->push_first(c, f);
+            if (c->round_left)
+                c->round_left++;
+        } else {
+            agg_wake(req->fiber);
+        }
         break;
     }
     case AGG_TAG_WAKE:
@@ -551,6 +571,14 @@ void agg_carrier_loop(struct agg_carrier *c)
             c->nready--;
             c->round_left--;
             run(c, f);
+            if (c->urgent) {
+                /* a fiber parked in an urgent call: it leaves now, and if
+                 * it completes at once its fiber runs before the others */
+                c->urgent = 0;
+                for (unsigned i = 0; i < c->g->cfg.npools; i++)
+                    submit_nowait(c, i);
+                reap_all(c);
+            }
             continue;
         }
         c->round_left = 0;
