@@ -401,6 +401,18 @@ static void wait_ring(struct agg_carrier *c, unsigned pool, unsigned min, uint64
 
 static int anything_ready(struct agg_carrier *c) { return c->rq_head != 0; }
 
+/* With no fiber ready the carrier is about to wait: when that wait is one
+ * io_uring_enter that submits what the round stored and waits for one
+ * completion, a submit of its own first would only add a crossing (at low
+ * load, one per call).  Under load (the policy waits for more than one) the
+ * round's own submit stays: what completes at once runs without a wait. */
+static int wait_submits(struct agg_carrier *c)
+{
+    uint64_t timeout;
+    return c->g->cfg.npools == 1 && !c->worker_pending &&
+           c->g->cfg.pools[0].wait != FERRY_WAIT_NONE && policy(c, 0, &timeout) == 1;
+}
+
 static void flush_stats(struct agg_carrier *c)
 {
     struct ferry_group *g = c->g;
@@ -561,9 +573,12 @@ void agg_carrier_loop(struct agg_carrier *c)
              * yield) must not wait for the ready queue to run dry. */
             if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED))
                 agg_inbox_drain(c);
-            for (unsigned i = 0; i < c->g->cfg.npools; i++)
-                submit_nowait(c, i);
             reap_all(c);
+            if (c->nready || !wait_submits(c)) {
+                for (unsigned i = 0; i < c->g->cfg.npools; i++)
+                    submit_nowait(c, i);
+                reap_all(c);
+            }
             c->round_left = c->nready;
         }
         struct agg_fiber *f = c->ops->pick(c);
