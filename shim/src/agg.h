@@ -171,6 +171,7 @@ struct agg_carrier {
     unsigned nready;              /* fibers in the run queue */
     unsigned round_left;          /* fibers left to run in this round */
     int urgent;                   /* a parked fiber's urgent call: submit and reap now */
+    unsigned urgent_left;         /* urgent calls this round may still make */
     struct agg_pool_run pools[FERRY_MAX_POOLS];
     int efd;                      /* the other pools' rings (and, without IORING_OP_FUTEX_WAIT,
                                    * wakers) signal here; -1: none or only the fixed file */

@@ -1005,8 +1005,10 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
          * are taken one after another, as a thread's accept loop does, not
          * one per round of every other fiber: with a thousand connections
          * arriving at once, a round each left them waiting for seconds. */
-        if (accept && f->accept_more == r->rdi + 1)
+        if (accept && f->accept_more == r->rdi + 1 && c->urgent_left) {
+            c->urgent_left--;
             req.urgent = c->urgent = 1;
+        }
         if (req.timed)
             agg_sqe_room(c, t, 2);
         struct io_uring_sqe *sqe = agg_sqe(c, t);

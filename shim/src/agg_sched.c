@@ -15,6 +15,7 @@
 #define ADAPT_WINDOW_NS 20000ULL    /* adaptive: the longest a completion may be held back */
 #define FUTEX_RECHECK_NS 1000000ULL /* with fibers on futexes: look for outside wakers this often */
 #define NONE_SPIN 4000              /* wait=none: polls of the CQ before waiting for one */
+#define URGENT_MIN 64               /* urgent calls a round allows at least (else: its fibers) */
 
 void agg_stacks_release(struct agg_carrier *c);
 
@@ -580,6 +581,9 @@ void agg_carrier_loop(struct agg_carrier *c)
                 reap_all(c);
             }
             c->round_left = c->nready;
+            /* the fibers that have urgent calls may take at most as many
+             * turns more as the round has fibers: half the carrier at worst */
+            c->urgent_left = c->nready > URGENT_MIN ? c->nready : URGENT_MIN;
         }
         struct agg_fiber *f = c->ops->pick(c);
         if (f) {

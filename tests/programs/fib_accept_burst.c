@@ -5,9 +5,12 @@
  * A ticker thread yields in a loop until every client has been answered and
  * counts its turns.  Under fibers on one carrier a yielding fiber runs once
  * per scheduler round, so the count is the number of rounds the burst took
- * (natively it is just a count of yields, and meaningless).  With `rounds`
- * as argument the count is printed on a line of its own, for the test to
- * bound; the rest of the output is the same natively and under Ferry.
+ * (natively it is just a count of yields, and meaningless), and it notes
+ * the most connections accepted between two of its turns: the acceptor may
+ * take the backlog in a row, but not so long that the others never run.
+ * With `rounds` as argument both are printed on a line of their own, for
+ * the test to bound; the rest of the output is the same natively and under
+ * Ferry.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -22,7 +25,7 @@
 #define CLIENTS 128
 
 static int listen_fd;
-static atomic_int served;
+static atomic_int served, accepted;
 
 static void *connection(void *arg)
 {
@@ -48,18 +51,29 @@ static void *acceptor(void *arg)
         int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0)
             die("accept4", errno);
+        atomic_fetch_add(&accepted, 1);
         pthread_t t;
         MUST(pthread_create(&t, &detached, connection, (void *)(long)fd));
     }
     return NULL;
 }
 
+struct turns {
+    long turns;
+    int most_accepted;   /* between two turns */
+};
+
 static void *ticker(void *arg)
 {
-    long *turns = arg;
+    struct turns *t = arg;
+    int seen = atomic_load(&accepted);
     while (atomic_load(&served) < CLIENTS) {
         sched_yield();
-        ++*turns;
+        t->turns++;
+        int now = atomic_load(&accepted);
+        if (now - seen > t->most_accepted)
+            t->most_accepted = now - seen;
+        seen = now;
     }
     return NULL;
 }
@@ -81,7 +95,7 @@ int main(int argc, char **argv)
         if (write(clients[i], "ping\n", 5) != 5)
             die("request", errno);
     }
-    long turns = 0;
+    struct turns turns = {0, 0};
     pthread_t tick = spawn(ticker, &turns), acc = spawn(acceptor, NULL);
     join(acc);
     join(tick);
@@ -94,6 +108,6 @@ int main(int argc, char **argv)
     }
     printf("%d clients connected at once, %d answered\n", CLIENTS, answered);
     if (argc > 1 && !strcmp(argv[1], "rounds"))
-        printf("rounds %ld\n", turns);
+        printf("rounds %ld, at most %d accepted in one\n", turns.turns, turns.most_accepted);
     return answered == CLIENTS ? 0 : 1;
 }
