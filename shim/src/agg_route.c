@@ -412,16 +412,26 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
     case SYS_poll: {
         if (a[1] != 1)
             return a[1] == 0 && a[2] == 0 ? AGG_TR_NATIVE : AGG_TR_WORKER;
-        if (a[2] == 0)
+        int ms = (int)a[2];
+        if (ms == 0)
             return AGG_TR_NATIVE;
-        if (a[2] > 0)
-            return AGG_TR_WORKER;
+        if (ms > 0 && !req)
+            return AGG_TR_WORKER;  /* a raw batch has no room for the timeout */
         struct {
             int fd;
             short events, revents;
         } pfd;
         if (ferry_safe_read(&pfd, (void *)a[0], sizeof(pfd)) != sizeof(pfd) || pfd.fd < 0)
             return AGG_TR_WORKER;
+        /* a timeout is linked to the poll, as for epoll_wait: a server's
+         * wait for its client's next bytes (apache's) stays in the batch */
+        if (ms > 0) {
+            req->timed = 1;
+            if (sqe) {
+                req->ts.tv_sec = ms / 1000;
+                req->ts.tv_nsec = (long long)(ms % 1000) * 1000000LL;
+            }
+        }
         rw(s, IORING_OP_POLL_ADD, pfd.fd, 0, 0, 0);
         s->poll32_events = (uint16_t)pfd.events | POLLERR | POLLHUP;
         break;
@@ -510,6 +520,8 @@ long agg_fixup(long nr, const long *a, struct agg_req *req, long res)
             *revents = POLLNVAL;
             return 1;
         }
+        if (res == -ECANCELED)
+            *revents = 0;  /* its timeout, or a signal: poll(2) writes revents all the same */
         if (res < 0)
             return res;
         *revents = (short)(res & ((uint16_t)events | POLLERR | POLLHUP | POLLNVAL));
