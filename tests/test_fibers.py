@@ -305,24 +305,26 @@ def test_net_server_unmodified_threads(model, profile, net_server, tmp_path):
 
 
 @NO_FIBERS
-def test_one_connection_one_crossing_per_call(net_server, tmp_path):
+def test_one_connection_costs_about_the_native_crossings(net_server, tmp_path):
     """At one connection a thread-per-connection server's fiber is alone on its
-    carrier: each of its calls that leaves through the ring should cost the one
-    io_uring_enter that submits it and waits, not a submit and then a wait (issue
-    14, no loss at low load).  The engine's own count of crossings against the
-    calls it saw; the margin is for the carrier's idle wake-ups (at most 100 a
-    second) before and after the load."""
+    carrier (issue 14, no loss at low load).  Natively a request costs two
+    system calls (read, write).  Under fibers the read waits on the ring in one
+    io_uring_enter that submits it and waits (not a submit and then a wait), the
+    write is made at once, and a read tried without waiting that found nothing
+    is not tried again at each request.  The engine's own count of crossings,
+    at most 2.5 a request; the margin is for the carrier's idle wake-ups (at most
+    100 a second) before and after the load.  3.0 before either fix."""
+    requests = 1000
     s = Server([net_server, "--model", "thread", "--port", "0"], str(FIBERS_PROFILE), tmp_path / "run")
     try:
         s.read_port_line()
-        n, errors = httpload.keepalive_load(s.port, PAGE, connections=1, requests=1000)
-        assert errors == [] and n == 1000, f"{n} good responses: {errors[:4]}"
+        n, errors = httpload.keepalive_load(s.port, PAGE, connections=1, requests=requests)
+        assert errors == [] and n == requests, f"{n} good responses: {errors[:4]}"
     finally:
         status = s.stop()
     assert status == 0, s.stderr
     agg = load_run(s.run_dir)["aggregation"]
-    assert agg["calls"] >= 2000, agg
-    assert agg["crossings"] <= 1.25 * agg["calls"], agg
+    assert agg["crossings"] <= 2.5 * requests, agg
 
 
 @pytest.fixture

@@ -124,6 +124,8 @@ struct agg_fiber {
     int queued;                   /* in a futex bucket (under the bucket's lock) */
     int accept_more;              /* 1 + the listening socket whose last accept said that
                                      more connections wait; 0: none */
+    int read_miss;                /* 1 + the socket whose last quiet read found nothing */
+    unsigned read_skips;          /* ... its reads that go to the ring without a try */
 };
 
 /* What another carrier (or a thread outside) asks of a fiber's own carrier:
