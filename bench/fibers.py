@@ -215,12 +215,21 @@ def main():
                                       "file), e.g. trace to check the harness")
     ap.add_argument("--no-smp", dest="smp", action="store_false",
                     help="leave out the runs on every CPU with one carrier per CPU")
+    ap.add_argument("--levels", help="comma-separated concurrency levels to measure (default: "
+                                     + ", ".join(map(str, LEVELS)) + "; keys of the others are -)")
     ap.add_argument("--servers", default=",".join(KINDS),
                     help="comma-separated subset of " + ", ".join(KINDS) + " (the RESULT line needs "
                          "net-thread and apache)")
     args = ap.parse_args()
     kinds = subset(ap, "--servers", args.servers, KINDS, "server")
     levels, seconds, rounds = settings(ap, args, LEVELS, QUICK_LEVELS)
+    if args.levels:
+        try:
+            levels = sorted({int(x) for x in args.levels.split(",") if x.strip()})
+        except ValueError:
+            ap.error("--levels: expected comma-separated numbers, e.g. 1,2000")
+        if not levels or levels[0] < 1:
+            ap.error("--levels: expected levels of 1 or more")
 
     if args.profile is None:
         if not FIBERS.is_file():

@@ -21,7 +21,7 @@ def test_aggregation_area_in_process_file(agg, tmp_path):
     (tmp_path / "d").mkdir()
     r = agg("agg_results", "fiber", "pipes", tmp_path / "d",
             env={"FERRY_MODE": "aggregate", "FERRY_RUN_DIR": str(run_dir),
-                 "FERRY_AGG": "workers=3;pool=128,2,0,-1,3,some,8,50000;route=0:0,1:0,61:w"})
+                 "FERRY_AGG": "workers=3;pool=128,2,0,-1,3,some,8,50000;route=0:0,1:0,7:w,61:w"})
     records = proc_records(run_dir)
     assert len(records) == 1
     data = read_record(records[0])

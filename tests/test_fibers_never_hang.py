@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import FERRY, PROGRAMS, ROOT
+from ferry.rundata import load_run
 
 PROGRAM = ROOT / "tests" / "programs" / "py_never_hang.py"
 PYTHON = "/usr/bin/python3"
@@ -21,7 +22,8 @@ RUN_TIMEOUT = 60
 
 CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "restart",
          "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
-         "change_user", "spin", "hipri", "rtmax", "rtmax_default", "poll_restart", "siginfo", "epoll"]
+         "change_user", "spin", "hipri", "rtmax", "rtmax_default", "poll_restart", "poll_timeout", "siginfo",
+         "epoll"]
 PROFILES = ["fibers", "two-carriers", "aggregate"]
 
 
@@ -91,6 +93,18 @@ def test_same_as_native(case, profile, tmp_path):
         f"native: exit {code}\n{out.decode(errors='replace')[-2000:]}\n"
         f"under {profile}: exit {got_code}\n{got_out.decode(errors='replace')[-2000:]}\n"
         f"--- stderr\n{got_err.decode(errors='replace')[-2000:]}")
+
+
+def test_poll_with_timeout_stays_in_the_batch(tmp_path):
+    """poll of one descriptor with a timeout (apache waits so for its client's
+    next request) is a ring operation with a linked timeout under fibers, not a
+    hand-over to a worker thread and back for each call (issue 14, low load):
+    the case's 200 polls of a ready pipe leave the workers' count below 200
+    (Python's own start makes a few dozen worker calls)."""
+    code, out, err = run(ferry_argv("fibers", tmp_path / "run", PYTHON, PROGRAM, "poll_timeout"), tmp_path)
+    assert code == 0 and b"ready 200 of 200" in out, (code, out, err)
+    agg = load_run(tmp_path / "run")["aggregation"]
+    assert agg["worker"] < 200, agg
 
 
 def test_engine_descriptors_stay_out_of_the_way(tmp_path):

@@ -57,6 +57,9 @@ struct agg_req {
     struct agg_carrier *carrier;
     struct agg_req *next;         /* worker queue, then the carrier's done list */
     int done;
+    unsigned cflags;              /* the CQE's flags (IORING_CQE_F_SOCK_NONEMPTY) */
+    int urgent;                   /* submitted and reaped before the round goes on; its
+                                     fiber runs first once it completes */
     int cancel;                   /* a signal for the fiber: a worker's call ends with EINTR */
     int worker_tid;               /* the worker running it (0: queued, -1: finished) */
     /* room for translations that need a kernel structure */
@@ -123,6 +126,10 @@ struct agg_fiber {
     /* run queue (agg_runq.c) */
     int movable;                  /* another carrier may run it (a program's thread, not the first) */
     uint32_t rq_at;               /* a fiber that stays: the ring position it comes after */
+    int accept_more;              /* 1 + the listening socket whose last accept said that
+                                     more connections wait; 0: none */
+    int read_miss;                /* 1 + the socket whose last quiet read found nothing */
+    unsigned read_skips;          /* ... its reads that go to the ring without a try */
 };
 
 /* What another carrier (or a thread outside) asks of a fiber's own carrier:
@@ -147,6 +154,7 @@ struct agg_sched_ops {
     const char *name;
     void (*push)(struct agg_carrier *c, struct agg_fiber *f);   /* f became ready */
     struct agg_fiber *(*pick)(struct agg_carrier *c);           /* next to run, or NULL */
+    void (*push_first)(struct agg_carrier *c, struct agg_fiber *f);  /* ready, runs next */
 };
 extern const struct agg_sched_ops agg_sched_round_robin;
 
@@ -180,6 +188,8 @@ struct agg_carrier {
     uint32_t rq_t;                /* next free slot: written here only */
     struct agg_fiber *over_head, *over_tail; /* movable fibers beyond a full ring */
     struct agg_fiber *pin_head, *pin_tail; /* fibers that stay on this carrier */
+    struct agg_fiber *rq_next;    /* runs before the rest, never taken by a thief: a fiber
+                                     whose urgent call completed (Go's runnext) */
     unsigned rq_over, npin;
     int steal_slot;               /* its index among the carriers that steal, -1: none */
     uint64_t steal_seed;
@@ -187,6 +197,8 @@ struct agg_carrier {
     struct agg_fiber *requeue;    /* yielded: queued once it is off its stack (it may move) */
     unsigned alive;               /* fibers not finished (atomic: a thief moves one) */
     unsigned round_left;          /* fibers left to run in this round */
+    int urgent;                   /* a parked fiber's urgent call: submit and reap now */
+    unsigned urgent_left;         /* urgent calls this round may still make */
     struct agg_pool_run pools[FERRY_MAX_POOLS];
     int efd;                      /* the other pools' rings (and, without IORING_OP_FUTEX_WAIT,
                                    * wakers) signal here; -1: none or only the fixed file */
@@ -320,10 +332,13 @@ void agg_group_forget(struct ferry_group *g);
 /* agg_runq.c */
 void agg_rq_push(struct agg_carrier *c, struct agg_fiber *f);
 struct agg_fiber *agg_rq_pick(struct agg_carrier *c);
+/* f runs next, before every fiber queued (a fiber there before goes back in line). */
+void agg_rq_push_first(struct agg_carrier *c, struct agg_fiber *f);
 unsigned agg_rq_len(struct agg_carrier *c);
 static inline int agg_rq_empty(struct agg_carrier *c)
 {
-    return !c->pin_head && !c->over_head && __atomic_load_n(&c->rq_h, __ATOMIC_RELAXED) == c->rq_t;
+    return !c->rq_next && !c->pin_head && !c->over_head &&
+           __atomic_load_n(&c->rq_h, __ATOMIC_RELAXED) == c->rq_t;
 }
 /* c joins the carriers that steal from each other (the program's threads). */
 void agg_steal_join(struct agg_carrier *c);

@@ -422,16 +422,26 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
     case SYS_poll: {
         if (a[1] != 1)
             return a[1] == 0 && a[2] == 0 ? AGG_TR_NATIVE : AGG_TR_WORKER;
-        if (a[2] == 0)
+        int ms = (int)a[2];
+        if (ms == 0)
             return AGG_TR_NATIVE;
-        if (a[2] > 0)
-            return AGG_TR_WORKER;
+        if (ms > 0 && !req)
+            return AGG_TR_WORKER;  /* a raw batch has no room for the timeout */
         struct {
             int fd;
             short events, revents;
         } pfd;
         if (ferry_safe_read(&pfd, (void *)a[0], sizeof(pfd)) != sizeof(pfd) || pfd.fd < 0)
             return AGG_TR_WORKER;
+        /* a timeout is linked to the poll, as for epoll_wait: a server's
+         * wait for its client's next bytes (apache's) stays in the batch */
+        if (ms > 0) {
+            req->timed = 1;
+            if (sqe) {
+                req->ts.tv_sec = ms / 1000;
+                req->ts.tv_nsec = (long long)(ms % 1000) * 1000000LL;
+            }
+        }
         rw(s, IORING_OP_POLL_ADD, pfd.fd, 0, 0, 0);
         s->poll32_events = (uint16_t)pfd.events | POLLERR | POLLHUP;
         break;
@@ -520,6 +530,8 @@ long agg_fixup(long nr, const long *a, struct agg_req *req, long res)
             *revents = POLLNVAL;
             return 1;
         }
+        if (res == -ECANCELED)
+            *revents = 0;  /* its timeout, or a signal: poll(2) writes revents all the same */
         if (res < 0)
             return res;
         *revents = (short)(res & ((uint16_t)events | POLLERR | POLLHUP | POLLNVAL));
@@ -860,6 +872,32 @@ static int read_file_now(struct ferry_group *g, struct ferry_regs *r)
     return 1;
 }
 
+/* A read of a blocking socket, tried without waiting.  A request-response
+ * peer has sent nothing yet when its server reads right after answering:
+ * after a try that found nothing, the next reads of that socket go to the
+ * ring at once (8, then the try again), so that such a connection costs one
+ * failed try in 9 reads and not one in each. */
+#define READ_SKIPS 8
+
+static int recv_now(struct ferry_group *g, struct ferry_regs *r, long fd)
+{
+    struct agg_fiber *f = agg_self;
+    if (f->read_miss == fd + 1 && f->read_skips) {
+        f->read_skips--;
+        return 0;
+    }
+    long n = direct(g, SYS_recvfrom, fd, r->rsi, r->rdx,
+                    (r->rax == SYS_recvfrom ? r->r10 : 0) | MSG_DONTWAIT, 0, 0);
+    if (n == -EAGAIN) {
+        f->read_miss = (int)fd + 1;
+        f->read_skips = READ_SKIPS;
+        return 0;
+    }
+    f->read_miss = 0;
+    r->rax = n;
+    return 1;
+}
+
 /* The quiet path holds while the carrier's ring entries carry fewer than
  * two calls on average: at one connection there is nothing to batch with,
  * while under load a run queue that empties for a moment does not mean the
@@ -905,14 +943,8 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
         if (!r->rdx || nonblocking(fd) || timeo(fd, FD_TIMEO_R))
             return 0;   /* nonblocking: routed natively anyway */
         st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
-        if (st & FD_SOCKET) {
-            long n = direct(g, SYS_recvfrom, fd, r->rsi, r->rdx,
-                            (nr == SYS_recvfrom ? r->r10 : 0) | MSG_DONTWAIT, 0, 0);
-            if (n == -EAGAIN)
-                return 0;
-            r->rax = n;
-            return 1;
-        }
+        if (st & FD_SOCKET)
+            return recv_now(g, r, fd);
         if (nr == SYS_read && (st & FD_REGULAR) && !(st & FD_PROC))
             return read_file_now(g, r);
         return 0;
@@ -993,6 +1025,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     req.fiber = f;
     req.carrier = c;
     req.done = 0;
+    req.cflags = 0;
+    req.urgent = 0;
     req.next = 0;
     req.timed = 0;
     req.cancel = 0;
@@ -1007,7 +1041,16 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         agg_stat(g, AGG_ST(crossings), 1);
         return 0;
     }
+    int accept = nr == SYS_accept || nr == SYS_accept4;
     if (tr == AGG_TR_RING) {
+        /* Connections that wait in the backlog (the last accept said so)
+         * are taken one after another, as a thread's accept loop does, not
+         * one per round of every other fiber: with a thousand connections
+         * arriving at once, a round each left them waiting for seconds. */
+        if (accept && f->accept_more == r->rdi + 1 && c->urgent_left) {
+            c->urgent_left--;
+            req.urgent = c->urgent = 1;
+        }
         if (req.timed)
             agg_sqe_room(c, t, 2);
         struct io_uring_sqe *sqe = agg_sqe(c, t);
@@ -1051,6 +1094,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         stat_from_statx((struct stat *)(nr == SYS_fstat ? r->rsi : r->rdx), &req.stx);
         learn_from_stat(stat_of_fd(nr, req.args), req.stx.stx_mode, req.stx.stx_dev_major);
     }
+    if (accept && tr == AGG_TR_RING)
+        f->accept_more = res >= 0 && (req.cflags & IORING_CQE_F_SOCK_NONEMPTY) ? (int)r->rdi + 1 : 0;
     if (nr == SYS_close)
         forget_fd(r->rdi);
     else if (res >= 0 && (nr == SYS_socket || nr == SYS_accept || nr == SYS_accept4 ||

@@ -8,7 +8,9 @@
  * run takes half of another's ring, from a victim picked at random, so that
  * with 8-64 carriers thieves spread over victims instead of all hitting one.
  * Fibers beyond a full ring wait in a list of the carrier's own and enter
- * the ring as it empties (first come, first run).
+ * the ring as it empties (first come, first run).  One fiber may be set to
+ * run next (rq_next, Go's runnext): its urgent call completed and it has
+ * more of the same to do; thieves leave it.
  *
  * Only a fiber that is ready, parked on nothing, moves: its call has
  * completed on its old carrier's ring (a call submitted on a carrier's ring
@@ -113,8 +115,21 @@ static struct agg_fiber *take_pinned(struct agg_carrier *c)
     return f;
 }
 
+void agg_rq_push_first(struct agg_carrier *c, struct agg_fiber *f)
+{
+    struct agg_fiber *was = c->rq_next;
+    c->rq_next = f;
+    if (was)
+        agg_rq_push(c, was);
+}
+
 struct agg_fiber *agg_rq_pick(struct agg_carrier *c)
 {
+    struct agg_fiber *next = c->rq_next;
+    if (next) {
+        c->rq_next = 0;
+        return next;
+    }
     if (c->over_head)
         refill(c);
     uint32_t h = head_of(c);
@@ -132,7 +147,7 @@ struct agg_fiber *agg_rq_pick(struct agg_carrier *c)
 
 unsigned agg_rq_len(struct agg_carrier *c)
 {
-    return (c->rq_t - head_of(c)) + c->rq_over + c->npin;
+    return (c->rq_t - head_of(c)) + c->rq_over + c->npin + !!c->rq_next;
 }
 
 /* ---- the carriers that steal ------------------------------------------------- */

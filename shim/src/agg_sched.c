@@ -15,6 +15,7 @@
 #define ADAPT_WINDOW_NS 20000ULL    /* adaptive: the longest a completion may be held back */
 #define FUTEX_RECHECK_NS 1000000ULL /* with fibers on futexes: look for outside wakers this often */
 #define NONE_SPIN 4000              /* wait=none: polls of the CQ before waiting for one */
+#define URGENT_MIN 64               /* urgent calls a round allows at least (else: its fibers) */
 
 void agg_stacks_release(struct agg_carrier *c);
 
@@ -26,7 +27,9 @@ static void rr_push(struct agg_carrier *c, struct agg_fiber *f) { agg_rq_push(c,
 
 static struct agg_fiber *rr_pick(struct agg_carrier *c) { return agg_rq_pick(c); }
 
-const struct agg_sched_ops agg_sched_round_robin = {"round-robin", rr_push, rr_pick};
+static void rr_push_first(struct agg_carrier *c, struct agg_fiber *f) { agg_rq_push_first(c, f); }
+
+const struct agg_sched_ops agg_sched_round_robin = {"round-robin", rr_push, rr_pick, rr_push_first};
 
 /* ---- time ---------------------------------------------------------------- */
 
@@ -79,7 +82,8 @@ void agg_park(struct agg_fiber *f)
             return;
         }
     }
-    if (c->round_left && (n = c->ops->pick(c))) {
+    /* an urgent call goes through the scheduler, which submits and reaps it */
+    if (c->round_left && !c->urgent && (n = c->ops->pick(c))) {
         c->round_left--;
         c->current = n;
         n->state = AGG_RUNNING;
@@ -324,11 +328,21 @@ static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *
         struct agg_req *req = p;
         req->result = agg_fixup(req->nr, req->args, req, cqe->res);
         req->done_tsc = ferry_rdtsc();
+        req->cflags = cqe->flags;
         req->done = 1;
         c->pools[pool].inflight--;
         c->acc_completed[pool]++;
         c->acc_aggregated++;
-        agg_wake(req->fiber);
+        if (req->urgent) {
+            /* its fiber runs next, in this round: it has more of the same to do */
+            struct agg_fiber *f = req->fiber;
+            f->state = AGG_READY;
+            c->ops->push_first(c, f);
+            if (c->round_left)
+                c->round_left++;
+        } else {
+            agg_wake(req->fiber);
+        }
         break;
     }
     case AGG_TAG_WAKE:
@@ -464,6 +478,18 @@ static void wait_ring(struct agg_carrier *c, unsigned pool, unsigned min, uint64
 }
 
 static int anything_ready(struct agg_carrier *c) { return !agg_rq_empty(c); }
+
+/* With no fiber ready the carrier is about to wait: when that wait is one
+ * io_uring_enter that submits what the round stored and waits for one
+ * completion, a submit of its own first would only add a crossing (at low
+ * load, one per call).  Under load (the policy waits for more than one) the
+ * round's own submit stays: what completes at once runs without a wait. */
+static int wait_submits(struct agg_carrier *c)
+{
+    uint64_t timeout;
+    return c->g->cfg.npools == 1 && !c->worker_pending &&
+           c->g->cfg.pools[0].wait != FERRY_WAIT_NONE && policy(c, 0, &timeout) == 1;
+}
 
 static void flush_stats(struct agg_carrier *c)
 {
@@ -634,16 +660,30 @@ void agg_carrier_loop(struct agg_carrier *c)
              * yield) must not wait for the ready queue to run dry. */
             if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED))
                 agg_inbox_drain(c);
-            for (unsigned i = 0; i < c->g->cfg.npools; i++)
-                submit_nowait(c, i);
             reap_all(c);
+            if (!agg_rq_empty(c) || !wait_submits(c)) {
+                for (unsigned i = 0; i < c->g->cfg.npools; i++)
+                    submit_nowait(c, i);
+                reap_all(c);
+            }
             c->round_left = agg_rq_len(c);
+            /* the fibers that have urgent calls may take at most as many
+             * turns more as the round has fibers: half the carrier at worst */
+            c->urgent_left = c->round_left > URGENT_MIN ? c->round_left : URGENT_MIN;
         }
         struct agg_fiber *f = c->ops->pick(c);
         if (f) {
             if (c->round_left)
                 c->round_left--;
             run(c, f);
+            if (c->urgent) {
+                /* a fiber parked in an urgent call: it leaves now, and if
+                 * it completes at once its fiber runs before the others */
+                c->urgent = 0;
+                for (unsigned i = 0; i < c->g->cfg.npools; i++)
+                    submit_nowait(c, i);
+                reap_all(c);
+            }
             continue;
         }
         c->round_left = 0;

@@ -37,7 +37,7 @@ static void *join(pthread_t t)
     return v;
 }
 
-static void sleep_ms(long ms)
+static inline void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)

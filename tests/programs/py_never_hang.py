@@ -277,6 +277,35 @@ class PollFd(ctypes.Structure):
     _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
 
 
+POLLS_READY = 200
+
+
+def poll_timeout():
+    """poll of one descriptor with a timeout (under fibers io_uring waits for
+    it, the timeout linked): no event, an event from another thread, what
+    revents says after a timeout, a handler that raises."""
+    r, w = os.pipe()
+    p = select.poll()
+    p.register(r, select.POLLIN)
+    t0 = time.monotonic()
+    print("timeout", p.poll(200), time.monotonic() - t0 >= 0.19)
+    later(0.1, lambda: os.write(w, b"x"))
+    print("event", p.poll(5000) == [(r, select.POLLIN)])
+    os.read(r, 1)
+    pfd = PollFd(r, select.POLLIN, 0x7777)
+    print("revents after a timeout", libc.poll(ctypes.byref(pfd), 1, 20), pfd.revents)
+    signal.signal(signal.SIGALRM, boom)
+    signal.alarm(1)
+    try:
+        p.poll(10000)
+    except Boom:
+        print("handler raised out of poll")
+    pfd = PollFd(999, select.POLLIN, 0)
+    print("closed descriptor", libc.poll(ctypes.byref(pfd), 1, 20), pfd.revents)
+    os.write(w, b"z")
+    print("ready", sum(len(p.poll(1000)) for _ in range(POLLS_READY)), "of", POLLS_READY)
+
+
 def poll_restart():
     """A handler with SA_RESTART: read runs again, poll never does (signal(7))."""
     signal.signal(signal.SIGALRM, lambda s, f: None)
@@ -348,6 +377,7 @@ CASES = {
     "hipri": hipri,
     "rtmax": rtmax,
     "poll_restart": poll_restart,
+    "poll_timeout": poll_timeout,
     "siginfo": siginfo,
     "epoll": epoll_cases,
     "rtmax_default": rtmax_default,
