@@ -140,7 +140,7 @@ class ProcFile:
     caught: dict = None        # ferry.catchdata record; None: no catch-all in this process
     platform: int = PLATFORM_LINUX
     names: list = None         # a Windows process's call names, by call number
-    max_blocks: int = None     # threads with a block of their own (ferry.dll: fewer than the shim)
+    max_blocks: int = None     # threads alive at once with a block of their own
     file: Path = None          # the file of proc/ that holds the record
     offset: int = 0            # where in it the record starts
 

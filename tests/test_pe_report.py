@@ -65,13 +65,30 @@ def test_terminated_child_is_killed_with_its_code(wine, win_programs, ferry_dll_
     assert parent["state"] == "exited" and parent["exit"]["code"] == 0
 
 
-def test_threads_beyond_ferry_dll_blocks_are_said_against_its_table(wine, win_programs,
-                                                                    ferry_dll_built, tmp_path):
-    r, model = _run(wine, tmp_path / "run", win_programs["many_threads"], 80)
-    assert r.returncode == 0 and b"80 threads ran" in r.stdout, r.stdout
+@pytest.mark.parametrize("at_once", [1, 8])
+def test_every_thread_of_a_long_life_is_counted(wine, win_programs, ferry_dll_built, tmp_path, at_once):
+    """A thread-per-connection server makes threads all its life, far more
+    than ferry.dll has blocks: 200 threads (one after the other, or 8 alive at
+    a time), 3 NtYieldExecution each, are all counted; an ended thread's block
+    (its counts kept) is taken by a later thread."""
+    r, model = _run(wine, tmp_path / "run", win_programs["many_threads"], 200, at_once, 3)
+    assert r.returncode == 0 and b"200 threads ran" in r.stdout, r.stdout
     (proc,) = model["processes"]
-    assert proc["threads"] == 64, proc
-    assert "ferry.dll's 64-block table" in proc["reason"], proc["reason"]
+    assert proc["reason"] is None, proc["reason"]
+    assert proc["threads"] < 200, proc
+    yields = sum(s["calls"] for s in model["syscalls"] if s["name"] == "NtYieldExecution")
+    assert yields == 200 * 3
+
+
+def test_threads_alive_beyond_ferry_dll_blocks_are_said_against_its_table(wine, win_programs,
+                                                                          ferry_dll_built, tmp_path):
+    """Only threads alive at once need blocks of their own: 1100 of them
+    (and the main thread) are more than the file's 1024 blocks."""
+    r, model = _run(wine, tmp_path / "run", win_programs["many_threads"], 1100, 1100)
+    assert r.returncode == 0 and b"1100 threads ran" in r.stdout, r.stdout
+    (proc,) = model["processes"]
+    assert proc["threads"] == 1024, proc
+    assert "ferry.dll's 1024-block table" in proc["reason"], proc["reason"]
 
 
 def _parent_calls(model):

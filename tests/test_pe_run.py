@@ -116,9 +116,10 @@ def test_missing_wine_refused(wine, win_programs, ferry_dll_built, tmp_path):
 
 @pytest.mark.parametrize("profile", ["count", "trace"])
 def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_path, profile):
-    """Four threads counted in blocks of their own, an exception resumed by a
-    vectored handler, an access violation recovered, two APCs: the program
-    checks each itself and prints what it saw."""
+    """Four threads counted, an exception resumed by a vectored handler, an
+    access violation recovered, two APCs: the program checks each itself and
+    prints what it saw.  A writer that ended may leave its block, with its
+    counts, to a later writer: each block holds whole writers' writes."""
     exe = win_programs["threads_exc"]
     counts = {}
     for n in (0, 25):
@@ -127,9 +128,10 @@ def test_threads_exceptions_and_apcs(wine, win_programs, ferry_dll_built, tmp_pa
                            (tmp_path / f"ferry{n}", n))
         assert b"exceptions resumed 3, recovered 7, apcs 11, sleep alerted" in r.stdout
         model, counts[n] = _calls(run_dir, wine.env, "NtWriteFile")
-        assert model["processes"][0]["threads"] >= 5
-        writers = [t for t in model["threads"] if t["syscalls"].get("NtWriteFile") == n]
-        assert n == 0 or len(writers) == 4, model["threads"]
+        assert model["processes"][0]["threads"] >= 2
+        writes = [t["syscalls"].get("NtWriteFile", 0) for t in model["threads"]]
+        writers = [w for w in writes if w >= n]     # the main thread's few are not
+        assert n == 0 or (sum(writers) == 4 * n and all(w % n == 0 for w in writers)), writes
     assert counts[25] - counts[0] == 4 * 25, counts
 
 

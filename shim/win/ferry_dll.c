@@ -9,7 +9,9 @@
 #include "wagg_stats.h"
 #include "../src/procfile.h"
 
-#define WIN_MAX_BLOCKS 64       /* threads with a block of their own; more count in overflow */
+/* threads alive at once with a block of their own; more count in overflow
+ * (the file is sparse: a block takes room once a thread has used it) */
+#define WIN_MAX_BLOCKS FERRY_MAX_BLOCKS
 #define FERRY_PLATFORM_WINDOWS 1
 
 static struct ferry_stub stubs[FERRY_WIN_MAX_STUBS];
@@ -98,40 +100,88 @@ const struct ferry_stub *ferry_stub_at(unsigned index)
     return index < (unsigned)nstubs ? &stubs[index] : 0;
 }
 
-/* Blocks that threads of ferry.dll gave back: the next thread takes one
- * before a new one (the file holds WIN_MAX_BLOCKS). */
-static uint32_t given_back[WIN_MAX_BLOCKS];
-static uint32_t ngiven;
-static long given_lock;
-
-static void given_lock_take(void)
+static struct ferry_blk *block_at(uint32_t idx)
 {
-    while (__atomic_exchange_n(&given_lock, 1, __ATOMIC_ACQUIRE))
-        YieldProcessor();
+    return (struct ferry_blk *)(blocks + (uint64_t)idx * block_size);
 }
+
+static int is_file_block(const void *b)
+{
+    const uint8_t *p = b;
+    return blocks && p >= blocks && p < blocks + (uint64_t)WIN_MAX_BLOCKS * block_size;
+}
+
+/* A block no live thread counts into: one an ended thread left (its counts
+ * stay, the report sums them, as the Linux shim's claim), else a new one;
+ * NULL when WIN_MAX_BLOCKS threads are alive.  A new block is taken by the
+ * same compare-and-swap as a left one: a thread scanning the blocks may see
+ * the new index before its taker marks it. */
+static struct ferry_blk *take_block(void)
+{
+    for (;;) {
+        uint32_t n = __atomic_load_n(&hdr->nblocks, __ATOMIC_ACQUIRE);
+        for (uint32_t i = 0; i < n && i < WIN_MAX_BLOCKS; i++) {
+            uint32_t expect = 0;
+            /* a block in use is passed over without writing its line */
+            if (!__atomic_load_n(&block_at(i)->in_use, __ATOMIC_RELAXED) &&
+                __atomic_compare_exchange_n(&block_at(i)->in_use, &expect, 1, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED))
+                return block_at(i);
+        }
+        uint32_t idx = __atomic_fetch_add(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+        if (idx >= WIN_MAX_BLOCKS) {
+            __atomic_fetch_sub(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+            return 0;
+        }
+        uint32_t expect = 0;
+        if (__atomic_compare_exchange_n(&block_at(idx)->in_use, &expect, 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            return block_at(idx);
+    }
+}
+
+/* Threads ferry.dll made that have not run ferry_own_thread yet: their
+ * ids.  Wine's start of a thread makes calls (an NtContinue) before the
+ * thread's own code runs, and a suspended thread has no TEB to preset the
+ * slot in (NtQueryInformationThread gives none before it starts), so the
+ * claim itself knows them and gives them `own`. */
+#define OWN_STARTING_MAX 256
+static uint32_t own_starting[OWN_STARTING_MAX];
+static uint32_t nown_starting;
+
+static int own_starting_take(uint32_t tid)
+{
+    if (!__atomic_load_n(&nown_starting, __ATOMIC_ACQUIRE))
+        return 0;
+    for (int i = 0; i < OWN_STARTING_MAX; i++) {
+        uint32_t expect = tid;
+        if (__atomic_compare_exchange_n(&own_starting[i], &expect, 0, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED)) {
+            __atomic_fetch_sub(&nown_starting, 1, __ATOMIC_RELEASE);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static uint64_t own[FERRY_NR_MAX + 8] __attribute__((aligned(64)));
 
 /* Called by ferry_claim_entry (claim.S): the calling thread's block. */
 void *ferry_claim_block(void)
 {
-    uint32_t idx = WIN_MAX_BLOCKS;
-    if (__atomic_load_n(&ngiven, __ATOMIC_RELAXED)) {
-        given_lock_take();
-        if (ngiven)
-            idx = given_back[--ngiven];
-        __atomic_store_n(&given_lock, 0, __ATOMIC_RELEASE);
-    }
-    if (idx == WIN_MAX_BLOCKS)
-        idx = __atomic_fetch_add(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
+    uint32_t tid = (uint32_t)GetCurrentThreadId();
     void *b;
-    if (idx < WIN_MAX_BLOCKS) {
-        struct ferry_blk *blk = (struct ferry_blk *)(blocks + (uint64_t)idx * block_size);
-        blk->tid = (int32_t)GetCurrentThreadId();
-        __atomic_store_n(&blk->in_use, 1, __ATOMIC_RELEASE);
-        b = blk;
-    } else {
-        __atomic_fetch_sub(&hdr->nblocks, 1, __ATOMIC_ACQ_REL);
-        __atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_RELAXED);
-        b = spare;
+    if (own_starting_take(tid))
+        b = own;
+    else {
+        struct ferry_blk *blk = take_block();
+        if (blk) {
+            blk->tid = (int32_t)tid;
+            b = blk;
+        } else {
+            __atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_RELAXED);
+            b = spare;
+        }
     }
     /* TlsSetValue would reset the thread's last error: the TEB slot directly */
     ferry_teb_set(TEB_TLS_SLOTS + 8ULL * tls_index, (uint64_t)b);
@@ -140,7 +190,9 @@ void *ferry_claim_block(void)
 
 static struct ferry_blk *thread_block(void)
 {
-    uint64_t b = ferry_teb_get(TEB_TLS_SLOTS + 8ULL * tls_index);
+    if (!tls_slot)      /* nothing patched: no thread has a block */
+        return 0;
+    uint64_t b = ferry_teb_get(tls_slot);
     return (struct ferry_blk *)b;
 }
 
@@ -149,7 +201,6 @@ static struct ferry_blk *thread_block(void)
  * While ferry.dll works, the thread's slot points at `own`, which nobody
  * reads: the trampolines stay as they are and the report holds only what the
  * program called. */
-static uint64_t own[FERRY_NR_MAX + 8] __attribute__((aligned(64)));
 uint64_t *const ferry_own_blk = own;
 /* the route hook's words (wagg_fiber.h): set in aggregate mode */
 uint32_t ferry_route_slot, ferry_block_slot;
@@ -173,21 +224,67 @@ uint64_t ferry_own_begin(void)
     return was;
 }
 
-/* Called first thing by a thread ferry.dll made: from now on it counts
- * nothing, and the block the loader's start of a thread made it take (wine
- * makes an NtContinue there) goes back, emptied, for another thread. */
-void ferry_own_thread(void)
+/* The calling thread's block goes back for a later thread, its counts kept;
+ * the thread's slot is emptied first, so that a call it still makes (if
+ * its end fails) takes a block again rather than count into one another
+ * thread took. */
+static void retire_block(void)
 {
     struct ferry_blk *b = thread_block();
-    ferry_own_begin();
-    uint8_t *p = (uint8_t *)b;
-    if (!blocks || p < blocks || p >= blocks + (uint64_t)WIN_MAX_BLOCKS * block_size)
+    if (!is_file_block(b))
         return;
+    ferry_teb_set(tls_slot, 0);
     __atomic_store_n(&b->in_use, 0, __ATOMIC_RELEASE);
-    ferry_zero(p, __builtin_offsetof(struct ferry_blk, events));
-    given_lock_take();
-    given_back[ngiven++] = (uint32_t)((p - blocks) / block_size);
-    __atomic_store_n(&given_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* A thread of ferry.dll's, made suspended: from its first instruction it
+ * counts nothing (ferry_claim_block gives it `own`). */
+HANDLE ferry_own_thread_create(LPTHREAD_START_ROUTINE fn, void *arg, SIZE_T stack)
+{
+    DWORD tid;
+    HANDLE h = CreateThread(0, stack, fn, arg, STACK_SIZE_PARAM_IS_A_RESERVATION | CREATE_SUSPENDED, &tid);
+    if (!h)
+        return 0;
+    for (int i = 0; i < OWN_STARTING_MAX; i++) {
+        uint32_t expect = 0;
+        if (__atomic_compare_exchange_n(&own_starting[i], &expect, (uint32_t)tid, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED)) {
+            __atomic_fetch_add(&nown_starting, 1, __ATOMIC_RELEASE);
+            break;
+        }
+    }
+    ResumeThread(h);
+    return h;
+}
+
+/* Called first thing by a thread ferry.dll made: from now on it counts
+ * nothing.  It normally claimed `own` at its start; one made while
+ * OWN_STARTING_MAX others were starting took a block, which goes back
+ * (what wine's start of the thread counted in it stays). */
+void ferry_own_thread(void)
+{
+    own_starting_take((uint32_t)GetCurrentThreadId());
+    retire_block();
+    ferry_own_begin();
+}
+
+/* NtTerminateThread: the calling thread's own end gives its block back (it
+ * was counted on its way in); another thread's is left alone, since it may
+ * still be counting until it has really ended. */
+typedef long (__stdcall *terminate_thread_fn)(void *, long);
+
+long __stdcall ferry_terminate_thread(void *thread, long status)
+{
+    terminate_thread_fn original = (terminate_thread_fn)hooks.terminate_thread_original;
+    int self = !thread || thread == (void *)-2;    /* 0 and GetCurrentThread() */
+    if (!self) {
+        uint64_t was = ferry_own_begin();
+        self = GetThreadId(thread) == GetCurrentThreadId();
+        ferry_own_end(was);
+    }
+    if (self)
+        retire_block();
+    return original(thread, status);
 }
 
 void ferry_own_end(uint64_t was)

@@ -35,6 +35,7 @@ struct ferry_hooks {
     int32_t *exit_status;        /* the status this process's NtTerminateProcess gave */
     void *create_original;       /* NtCreateUserProcess's own code, after its hook */
     void *terminate_original;    /* NtTerminateProcess's */
+    void *terminate_thread_original;    /* NtTerminateThread's */
 };
 
 /* stubs[0..n) of one module, call numbers from `first`; `hooks` for ntdll's
@@ -69,6 +70,8 @@ long __stdcall ferry_create_user_process(void *ph, void *th, uint32_t pa, uint32
 
 /* NtTerminateProcess's replacement: another process ended is recorded */
 long __stdcall ferry_terminate_process(void *process, long status);
+/* NtTerminateThread's: a thread's own end gives its block back */
+long __stdcall ferry_terminate_thread(void *thread, long status);
 
 /* claim.S: the trampolines' slow path, and the C it calls (ferry_dll.c) */
 void ferry_claim_entry(void);
@@ -83,6 +86,8 @@ void ferry_account(int64_t status, uint64_t exit_tsc, uint64_t enter_tsc, uint32
 uint64_t ferry_own_begin(void);
 void ferry_own_end(uint64_t was);
 void ferry_own_thread(void);            /* first thing in a thread of ferry.dll's */
+/* CreateThread for ferry.dll's own threads (their start counts nothing) */
+void *ferry_own_thread_create(unsigned long (__stdcall *fn)(void *), void *arg, uint64_t stack);
 
 /* freestanding helpers (ferry_dll.c) */
 uint64_t ferry_ticks_ns(uint64_t ticks);    /* TSC ticks -> ns, as calibrated at start */

@@ -136,10 +136,10 @@ static void emit_counted(uint8_t *t, const struct ferry_stub *s);
 
 /* The data page's slots, read by the trampolines through rip-relative calls. */
 enum { SLOT_CLAIM = 0, SLOT_EXIT = 8, SLOT_COPY = 16, SLOT_ACCOUNT = 24, SLOT_CREATE = 32,
-       SLOT_TERMINATE = 40, SLOT_ROUTE = 48,
+       SLOT_TERMINATE = 40, SLOT_ROUTE = 48, SLOT_TERMINATE_THREAD = 56,
        UNWIND_AT = 64, TABLE_AT = 128 };
 
-/* NtCreateUserProcess and NtTerminateProcess: counted, then handed to
+/* NtCreateUserProcess, NtTerminateProcess and NtTerminateThread: counted, then handed to
  * ferry.dll's C (the function in `slot`) with the caller's frame as it is;
  * the stub itself is what follows the jump (returned: the call's own code). */
 static uint8_t *emit_hook(uint8_t *t, uint8_t *data, int slot, const struct ferry_stub *s)
@@ -350,9 +350,9 @@ static uint8_t *make_trampolines(struct ferry_stub *stubs, int n, uint32_t first
     uint8_t *area = alloc_near(lo, hi, size);
     if (!area)
         return 0;
-    void *slots[7] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
+    void *slots[8] = {(void *)ferry_claim_entry, 0, (void *)ferry_copy_args, (void *)ferry_account,
                       (void *)ferry_create_user_process, (void *)ferry_terminate_process,
-                      (void *)wagg_route_entry};
+                      (void *)wagg_route_entry, (void *)ferry_terminate_thread};
     ferry_copy(area, slots, sizeof(slots));
     *(int32_t *)(area + SLOT_EXIT) = 259;             /* STILL_ACTIVE until NtTerminateProcess */
     if (hooks)
@@ -379,6 +379,9 @@ static uint8_t *make_trampolines(struct ferry_stub *stubs, int n, uint32_t first
             hooks->create_original = emit_hook(stubs[i].original = t, area, SLOT_CREATE, &stubs[i]);
         else if (terminate)
             hooks->terminate_original = emit_hook(stubs[i].original = t, area, SLOT_TERMINATE, &stubs[i]);
+        else if (hooks && same(stubs[i].name, "NtTerminateThread"))
+            hooks->terminate_thread_original = emit_hook(stubs[i].original = t, area,
+                                                         SLOT_TERMINATE_THREAD, &stubs[i]);
         else if (timed && !never_returns(stubs[i].name)) {
             emit_timed(t, area, &stubs[i], index);
             table[ntable].BeginAddress = (DWORD)(t - area);

@@ -103,7 +103,7 @@ int wagg_pool_start(struct ferry_group *g, unsigned pool, unsigned nworkers)
     uint64_t was = ferry_own_begin();
     for (; p->nworkers < nworkers; p->nworkers++) {
         /* the stack reserved, committed as used: a call may raise and unwind on it */
-        HANDLE h = CreateThread(0, 256 * 1024, worker_main, p, STACK_SIZE_PARAM_IS_A_RESERVATION, 0);
+        HANDLE h = ferry_own_thread_create(worker_main, p, 256 * 1024);
         if (!h)
             break;
         p->threads[p->nworkers] = h;

@@ -1,27 +1,54 @@
-/* More threads than ferry.dll has blocks for: `many_threads N` runs N
- * threads one after the other, each making one NtYieldExecution call
- * (SwitchToThread), and prints how many ran. */
+/* More threads over a life than ferry.dll has blocks for: `many_threads N
+ * [AT_ONCE [CALLS]]` runs N threads in waves of AT_ONCE (default 1: one
+ * after the other), each making CALLS (default 1) NtYieldExecution calls
+ * (SwitchToThread), and prints how many ran.  A wave's threads are all alive
+ * at once: each waits for the last of its wave to be made before it calls. */
 #include <windows.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static DWORD WINAPI yield_once(LPVOID arg)
+static HANDLE wave_made;
+static int calls = 1;
+
+static DWORD WINAPI yield_calls(LPVOID arg)
 {
     (void)arg;
-    SwitchToThread();
+    WaitForSingleObject(wave_made, INFINITE);
+    for (int i = 0; i < calls; i++)
+        SwitchToThread();
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    int n = argc > 1 ? atoi(argv[1]) : 10, ran = 0;
-    for (int i = 0; i < n; i++) {
-        HANDLE t = CreateThread(NULL, 0, yield_once, NULL, 0, NULL);
-        if (!t)
+    int n = argc > 1 ? atoi(argv[1]) : 10, at_once = argc > 2 ? atoi(argv[2]) : 1, ran = 0;
+    if (argc > 3)
+        calls = atoi(argv[3]);
+    if (at_once < 1)
+        at_once = 1;
+    HANDLE *wave = malloc(sizeof(HANDLE) * at_once);
+    wave_made = CreateEventW(NULL, TRUE, FALSE, NULL);
+    if (!wave || !wave_made)
+        return 2;
+    while (ran < n) {
+        int k = 0;
+        ResetEvent(wave_made);
+        /* a small stack: a wave of a thousand threads fits in any address space */
+        while (k < at_once && ran + k < n) {
+            wave[k] = CreateThread(NULL, 64 * 1024, yield_calls, NULL, STACK_SIZE_PARAM_IS_A_RESERVATION,
+                                   NULL);
+            if (!wave[k])
+                break;
+            k++;
+        }
+        SetEvent(wave_made);
+        for (int i = 0; i < k; i++) {
+            WaitForSingleObject(wave[i], INFINITE);
+            CloseHandle(wave[i]);
+        }
+        ran += k;
+        if (k == 0 || (k < at_once && ran < n))
             break;
-        WaitForSingleObject(t, INFINITE);
-        CloseHandle(t);
-        ran++;
     }
     printf("%d threads ran\n", ran);
     return ran != n;
