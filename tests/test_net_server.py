@@ -292,3 +292,26 @@ def test_cluster_without_ferry_refuses(net_server):
                        timeout=10, env=env)
     assert r.returncode == 3
     assert r.stderr.count("\n") == 1 and "cluster" in r.stderr
+
+
+def test_one_connection_to_the_cluster_model_costs_about_the_native_crossings(net_server, tmp_path):
+    """At one connection (disk mode: a request's read, openat, fstat, read,
+    close, writev, 6 system calls natively) the cluster model's fiber is alone
+    on its carrier.  The calls that cannot block are made at once and each
+    one that waits costs one io_uring_enter that submits it and waits, even
+    though net.toml has pools that stay empty: at most 6.5 crossings a
+    request (the margin: the carrier's wake-ups before and after the load).
+    7.1 when the round's own submit came before the wait's."""
+    docroot = tmp_path / "docroot"
+    docroot.mkdir()
+    (docroot / "index.html").write_bytes(PAGE)
+    s = _started(net_server, "cluster", tmp_path, "--docroot", docroot)
+    requests = 2000
+    try:
+        n, errors = httpload.keepalive_load(s.port, PAGE, connections=1, requests=requests)
+        assert errors == [] and n == requests, f"{n} good responses: {errors[:4]}"
+    finally:
+        _stopped(s)
+    aggregated, crossings, calls = aggregation_area(s.run_dir)
+    assert calls >= 6 * requests and aggregated > 0
+    assert crossings <= 6.5 * requests, (crossings / requests, aggregated, calls)

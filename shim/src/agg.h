@@ -165,7 +165,9 @@ struct agg_pool_run {              /* a carrier's view of one pool */
     unsigned misc;                /* other operations in flight (timers, the wake read) */
     unsigned queued;              /* calls written since the last flush of the SQ */
     unsigned unentered;           /* calls flushed since the last io_uring_enter (SQPOLL) */
-    uint64_t rate;                /* adaptive: completions per ms (EWMA) */
+    uint64_t rate;                /* adaptive: completions per ms of wall time (EWMA) */
+    uint64_t rate_at;             /* when the last sample of it ended (ns) */
+    unsigned done;                /* completions reaped since then */
 };
 
 /* Fiber mappings a carrier keeps for reuse: a server's connections come and

@@ -382,8 +382,10 @@ static unsigned reap(struct agg_carrier *c, unsigned pool)
         complete(c, pool, cqe);
         n++;
     }
-    if (n)
+    if (n) {
         io_uring_cq_advance(ring, n);
+        c->pools[pool].done += n;
+    }
     return n;
 }
 
@@ -457,24 +459,36 @@ static unsigned policy(struct agg_carrier *c, unsigned pool, uint64_t *timeout_n
     }
 }
 
+/* The adaptive policy's rate: completions per ms of wall time, wherever
+ * they were reaped, over spans of a window at least.  Completions per ms
+ * spent waiting overstated it: a call that completed 2 us into its wait
+ * read as 500 a ms, and at one connection the carrier then held a
+ * completion back for a second one that never came (the listener's accept
+ * is in flight all the time), a timed wait of ~50 us a request. */
+static void sample_rate(struct agg_pool_run *pr, uint64_t now)
+{
+    uint64_t span = now - pr->rate_at;
+    if (span < ADAPT_WINDOW_NS)
+        return;
+    if (pr->rate_at) {
+        uint64_t sample = (uint64_t)pr->done * 1000000ULL / span;
+        pr->rate = (pr->rate * 3 + sample) / 4;
+    }
+    pr->rate_at = now;
+    pr->done = 0;
+}
+
 static void wait_ring(struct agg_carrier *c, unsigned pool, unsigned min, uint64_t timeout_ns)
 {
     struct agg_pool_run *pr = &c->pools[pool];
     struct io_uring *ring = &pr->ring;
     uint64_t t0 = agg_now_ns();
     int entered = agg_ring_enter(ring, min, timeout_ns, c->g->ext_arg);
-    uint64_t dt = agg_now_ns() - t0;
+    uint64_t now = agg_now_ns();
     note_enter(c, pool, entered);
-    agg_stat_pool(c->g, pool, AGG_PST(wait_ns), dt);
-    unsigned got = reap(c, pool);
-    if (!entered) {
-        /* what was there already says nothing of the rate */
-    } else if (got) {
-        uint64_t sample = (uint64_t)got * 1000000ULL / (dt ? dt : 1);  /* per ms */
-        pr->rate = pr->rate ? (pr->rate * 3 + sample) / 4 : sample;
-    } else if (timeout_ns) {
-        pr->rate /= 2;
-    }
+    agg_stat_pool(c->g, pool, AGG_PST(wait_ns), now - t0);
+    reap(c, pool);
+    sample_rate(pr, now);
 }
 
 static int anything_ready(struct agg_carrier *c) { return !agg_rq_empty(c); }
@@ -482,13 +496,24 @@ static int anything_ready(struct agg_carrier *c) { return !agg_rq_empty(c); }
 /* With no fiber ready the carrier is about to wait: when that wait is one
  * io_uring_enter that submits what the round stored and waits for one
  * completion, a submit of its own first would only add a crossing (at low
- * load, one per call).  Under load (the policy waits for more than one) the
- * round's own submit stays: what completes at once runs without a wait. */
+ * load, one per call).  That is so when one pool at most has work (a
+ * profile's other pools may stay empty: net.toml's files and waits under a
+ * Linux server) and its policy waits for one.  Under load (the policy waits
+ * for more than one) the round's own submit stays: what completes at once
+ * runs without a wait. */
 static int wait_submits(struct agg_carrier *c)
 {
+    if (c->worker_pending)
+        return 0;
+    unsigned active = 0, which = 0;
+    for (unsigned i = 0; i < c->g->cfg.npools; i++) {
+        struct agg_pool_run *pr = &c->pools[i];
+        if (pr->inflight || pr->misc || (pr->up && io_uring_sq_ready(&pr->ring)))
+            active++, which = i;
+    }
     uint64_t timeout;
-    return c->g->cfg.npools == 1 && !c->worker_pending &&
-           c->g->cfg.pools[0].wait != FERRY_WAIT_NONE && policy(c, 0, &timeout) == 1;
+    return active <= 1 && c->g->cfg.pools[which].wait != FERRY_WAIT_NONE &&
+           policy(c, which, &timeout) == 1;
 }
 
 static void flush_stats(struct agg_carrier *c)
