@@ -122,33 +122,33 @@ def _address_space_limit():
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
 
-def test_a_segment_claiming_gigabytes_of_memory_is_refused_not_allocated(tmp_path):
-    # Found by hypothesis: one byte of /usr/bin/true's first LOAD p_memsz made it
-    # 8 GiB; making room for the new segments then allocated it as file bytes.
+def _instrument_with_a_header_byte(tmp_path, p_type, at, value):
+    """`ferry instrument` (under the address-space limit) of SMALL_PROGRAM with
+    byte `at` of its first program header of type `p_type` set to `value`;
+    checked to fail cleanly."""
     data = bytearray(SMALL_PROGRAM)
-    e_phoff = struct.unpack_from("<Q", data, 32)[0]
-    first_load = next(i for i in range(16) if struct.unpack_from("<I", data, e_phoff + 56 * i)[0] == 1)
-    data[e_phoff + 56 * first_load + 44] = 2       # p_memsz += 8 GiB
+    e_phoff, = struct.unpack_from("<Q", data, 32)
+    index = next(i for i in range(16) if struct.unpack_from("<I", data, e_phoff + 56 * i)[0] == p_type)
+    data[e_phoff + 56 * index + at] = value
     path = tmp_path / "prog"
     path.write_bytes(bytes(data))
     out = tmp_path / "out"
     r = ferry("instrument", path, "-o", out, preexec_fn=_address_space_limit)
     _assert_clean_failure(r, path, out)
+    return r
+
+
+def test_a_segment_claiming_gigabytes_of_memory_is_refused_not_allocated(tmp_path):
+    # Found by hypothesis: one byte of /usr/bin/true's first LOAD p_memsz made it
+    # 8 GiB; making room for the new segments then allocated it as file bytes.
+    r = _instrument_with_a_header_byte(tmp_path, 1, 44, 2)     # PT_LOAD p_memsz += 8 GiB
     assert "p_memsz" in r.stderr
 
 
 def test_a_segment_reaching_past_the_file_is_refused_not_loaded(tmp_path):
     # Found by hypothesis: one byte of /usr/bin/true's PT_DYNAMIC p_filesz made
     # it ~1 GB; LIEF then read that much to add a segment (std::bad_alloc).
-    data = bytearray(SMALL_PROGRAM)
-    e_phoff, = struct.unpack_from("<Q", data, 32)
-    dynamic = next(i for i in range(16) if struct.unpack_from("<I", data, e_phoff + 56 * i)[0] == 2)
-    data[e_phoff + 56 * dynamic + 35] = 62       # p_filesz += 1 GB
-    path = tmp_path / "prog"
-    path.write_bytes(bytes(data))
-    out = tmp_path / "out"
-    r = ferry("instrument", path, "-o", out, preexec_fn=_address_space_limit)
-    _assert_clean_failure(r, path, out)
+    r = _instrument_with_a_header_byte(tmp_path, 2, 35, 62)    # PT_DYNAMIC p_filesz += 1 GB
     assert "DYNAMIC" in r.stderr and "past the end of the file" in r.stderr
 
 
