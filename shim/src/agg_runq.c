@@ -39,6 +39,7 @@
 #define MAX_MEMBERS 64
 #define GRAB_MAX (SLOTS / 2)
 #define OFFER_NS 100000ULL   /* a carrier wakes an idle one at most this often */
+#define GRACE_NS 5000ULL     /* a victim's time to run its next fiber itself */
 
 static struct agg_carrier *members[MAX_MEMBERS];
 static unsigned nmembers;
@@ -95,6 +96,11 @@ void agg_rq_push(struct agg_carrier *c, struct agg_fiber *f)
         f->rq_at = c->rq_t + c->rq_over;
         list_add(&c->pin_head, &c->pin_tail, f);
         __atomic_store_n(&c->npin, c->npin + 1, __ATOMIC_RELAXED);  /* thieves look at it */
+        /* a pinned fiber made ready after a movable one (fiber 0 preempted
+         * by its tick after the round reaped a completion) makes two ready
+         * as much as the other order: without an offer here, the idle
+         * carrier slept on and this one ran the other fiber a tick later */
+        offer(c);
         return;
     }
     if (!c->over_head && c->rq_t - head_of(c) < SLOTS) {
@@ -228,6 +234,7 @@ static void offer(struct agg_carrier *c)
  * not reused them (it writes a slot only while it lies outside the ring). */
 static unsigned grab(struct agg_carrier *v, struct agg_fiber **out)
 {
+    int waited = 0;
     for (;;) {
         uint32_t h = head_of(v);
         uint32_t t = __atomic_load_n(&v->rq_t, __ATOMIC_ACQUIRE);
@@ -236,8 +243,22 @@ static unsigned grab(struct agg_carrier *v, struct agg_fiber **out)
             return 0;
         if (n > SLOTS)
             continue;  /* head and tail read at different moments */
-        if (n < 2 && !__atomic_load_n(&v->npin, __ATOMIC_RELAXED))
-            return 0;  /* its next: taking it would only move it */
+        if (n < 2 && !__atomic_load_n(&v->npin, __ATOMIC_RELAXED)) {
+            /* its next: v runs it once the fiber it runs parks, which one
+             * that hands work to another does within microseconds; taking
+             * it would only move it.  But a fiber that keeps v (computing,
+             * between ticks) would leave it waiting while this carrier
+             * idles: as Go's thieves do with runnext, give v a few
+             * microseconds, and take it if it is still there. */
+            if (waited || !__atomic_load_n(&v->current, __ATOMIC_RELAXED))
+                return 0;
+            waited = 1;
+            uint64_t until = agg_now_ns() + GRACE_NS;
+            while (agg_now_ns() < until && head_of(v) == h)
+                __asm__ volatile("pause");
+            if (head_of(v) != h || !__atomic_load_n(&v->current, __ATOMIC_RELAXED))
+                return 0;
+        }
         n -= n / 2;
         if (n > GRAB_MAX)
             n = GRAB_MAX;
