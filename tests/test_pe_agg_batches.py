@@ -127,3 +127,13 @@ def test_workers_take_no_block_of_the_programs(wine, win_programs, ferry_dll_bui
     assert r.returncode == 0, r.stderr
     threads = [t for t in json.loads(r.stdout)["threads"] if t["calls"]]
     assert [t["syscalls"].get("NtYieldExecution") for t in threads[1:]] == [5], threads
+
+
+def test_a_group_serves_threads_past_its_table_as_earlier_ones_end(wine, win_programs, ferry_dll_built,
+                                                                    tmp_path):  # noqa: F811
+    """300 threads, one after the other, each submitting a batch to one
+    group: a group knows 256 threads at once, and a thread that has ended
+    with nothing in flight makes room.  Before, the 257th and every later
+    thread's submit was refused (-ENOMEM)."""
+    r = _run(wine, win_programs["agg_batches"], tmp_path / "run", "turnover", "300")
+    assert r.stdout.splitlines()[-1] == "ok turnover", r.stdout

@@ -22,7 +22,7 @@
 #define WAGG_WORKER_POOL FERRY_MAX_POOLS    /* the pool behind FERRY_ROUTE_WORKER (cfg.workers threads) */
 #define WAGG_NPOOLS (FERRY_MAX_POOLS + 1)
 #define WAGG_DONE_CAP 4096                  /* a client's completion ring: its most calls in flight */
-#define WAGG_MAX_CLIENTS 256                /* threads using one group */
+#define WAGG_MAX_CLIENTS 256                /* threads using one group at once */
 
 
 /* A bounded ring of pointer pairs, safe for many producers and many

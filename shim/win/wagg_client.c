@@ -7,13 +7,54 @@
 
 #define SPIN 4000           /* polls of an empty completion ring before sleeping */
 
+/* Whether no thread runs under `tid` any more.  Thread ids are reused: a
+ * thread alive under it is the client's own or a new one, which finds the
+ * client by its id and may use it. */
+static int thread_gone(uint32_t tid)
+{
+    HANDLE h = OpenThread(THREAD_QUERY_LIMITED_INFORMATION, FALSE, tid);
+    if (!h)
+        return 1;
+    DWORD code = STILL_ACTIVE;
+    int gone = GetExitCodeThread(h, &code) && code != STILL_ACTIVE;
+    CloseHandle(h);
+    return gone;
+}
+
+/* With every entry taken: the client of a thread that has ended with
+ * nothing in flight (no worker will write to its ring, and its owner, the
+ * only one that changes its counts, is gone) becomes the caller's.  A
+ * program that starts threads for ever and uses a group from each would
+ * otherwise be refused from its 257th thread on.  Under the group's lock. */
+static struct wagg_client *take_over(struct ferry_group *g, uint32_t tid)
+{
+    for (uint32_t i = 0; i < g->nclients; i++) {
+        struct wagg_client *cl = g->clients[i];
+        if (__atomic_load_n(&cl->inflight, __ATOMIC_ACQUIRE) || !thread_gone(cl->tid))
+            continue;
+        cl->sleeping = 0;
+        __atomic_store_n(&cl->tid, tid, __ATOMIC_RELEASE);
+        return cl;
+    }
+    return 0;
+}
+
 struct wagg_client *wagg_client(struct ferry_group *g)
 {
     uint32_t tid = (uint32_t)GetCurrentThreadId();
     uint32_t n = __atomic_load_n(&g->nclients, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++)
-        if (g->clients[i]->tid == tid)
+        if (__atomic_load_n(&g->clients[i]->tid, __ATOMIC_ACQUIRE) == tid)
             return g->clients[i];
+    if (n == WAGG_MAX_CLIENTS) {
+        uint64_t was = ferry_own_begin();
+        while (__atomic_exchange_n(&g->lock, 1, __ATOMIC_ACQUIRE))
+            YieldProcessor();
+        struct wagg_client *cl = take_over(g, tid);
+        __atomic_store_n(&g->lock, 0, __ATOMIC_RELEASE);
+        ferry_own_end(was);
+        return cl;
+    }
     /* only this thread adds itself: the list before it is all it can be in */
     uint64_t was = ferry_own_begin();
     struct wagg_client *cl = VirtualAlloc(0, sizeof(*cl), MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
@@ -29,15 +70,22 @@ struct wagg_client *wagg_client(struct ferry_group *g)
     while (__atomic_exchange_n(&g->lock, 1, __ATOMIC_ACQUIRE))
         YieldProcessor();
     n = g->nclients;
+    struct wagg_client *old = 0;
     if (n < WAGG_MAX_CLIENTS) {
         g->clients[n] = cl;
         __atomic_store_n(&g->nclients, n + 1, __ATOMIC_RELEASE);
+    } else {
+        was = ferry_own_begin();
+        old = take_over(g, tid);    /* the others took the last entries meanwhile */
+        ferry_own_end(was);
     }
     __atomic_store_n(&g->lock, 0, __ATOMIC_RELEASE);
     if (n == WAGG_MAX_CLIENTS) {
+        was = ferry_own_begin();
         wagg_ring_free(&cl->done);
         VirtualFree(cl, 0, MEM_RELEASE);
-        return 0;
+        ferry_own_end(was);
+        return old;
     }
     return cl;
 }

@@ -643,6 +643,31 @@ static void groups(int n)
     CloseHandle(t);
 }
 
+/* n threads one after the other, each a batch on one group: ferry.dll's
+ * group knows 256 threads at once, and ended ones must make room. */
+static DWORD WINAPI one_batch(void *arg)
+{
+    struct ferry_group *g = arg;
+    struct ferry_call c[4] = {nop(), nop(), nop(), nop()};
+    return F.submit(g, 0, c, 4, FERRY_WAIT_ALL, 0, 0) == 4 && c[3].done ? 0 : 1;
+}
+
+static void turnover(int n)
+{
+    struct ferry_group *g = group(2);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        HANDLE t = CreateThread(0, 0, one_batch, g, 0, 0);
+        DWORD code = 1;
+        WaitForSingleObject(t, INFINITE);
+        GetExitCodeThread(t, &code);
+        CloseHandle(t);
+        bad += code != 0;
+    }
+    CHECK(bad == 0, "%d of %d threads' batches refused or wrong", bad, n);
+    CHECK(F.destroy(g) == 0, "destroy");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -654,6 +679,8 @@ int main(int argc, char **argv)
         results(argv[2], argv[3]);
     } else if (!strcmp(t, "groups") && argc == 3) {
         groups(atoi(argv[2]));
+    } else if (!strcmp(t, "turnover") && argc == 3) {
+        turnover(atoi(argv[2]));
     } else if (!strcmp(t, "counted") && argc == 3) {
         counted(atoi(argv[2]));
     } else if (!strcmp(t, "threads") && argc == 3) {
