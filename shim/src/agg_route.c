@@ -857,7 +857,7 @@ static int send_now(struct ferry_group *g, struct ferry_regs *r, uint64_t *done_
  * or the file cannot be read without waiting). */
 static int read_file_now(struct ferry_group *g, struct ferry_regs *r)
 {
-    long fd = r->rdi;
+    long fd = (int)r->rdi;
     struct kiovec v = {(const char *)r->rsi, (size_t)r->rdx};
     long n = direct(g, SYS_preadv2, fd, (long)&v, 1, -1, 0, RWF_NOWAIT);
     if (n < 0)
@@ -915,8 +915,11 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
         return 1;
     if (!all)
         return 0;
-    long nr = r->rax, fd = r->rdi;
-    unsigned char st = fd >= 0 && fd < FD_MAX ? __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) : 0;
+    /* the descriptor as the kernel reads it (an int: recvfrom(-1) arrives
+     * as 0xffffffff, and bits above it are not the kernel's) */
+    long nr = r->rax, fd = (int)r->rdi;
+    int ours = fd >= 0 && fd < FD_MAX;   /* else the routed call says EBADF */
+    unsigned char st = ours ? __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) : 0;
     switch (nr) {
     case SYS_fstat:
     case SYS_newfstatat:
@@ -940,7 +943,7 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
             return 0;
         /* fall through */
     case SYS_read:
-        if (!r->rdx || nonblocking(fd) || timeo(fd, FD_TIMEO_R))
+        if (!ours || !r->rdx || nonblocking(fd) || timeo(fd, FD_TIMEO_R))
             return 0;   /* nonblocking: routed natively anyway */
         st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
         if (st & FD_SOCKET)

@@ -361,7 +361,36 @@ def lsfd():
     print("anonymous:", anon(targets), file=sys.stderr)
 
 
+def bad_descriptors():
+    """Calls on descriptors that are not open, or given with bits above the
+    int the kernel reads: a socket closed under its object (Python then asks
+    recvfrom(-1)), a number past any table, a negative one; and a pipe's
+    descriptor with bit 32 set, which the kernel reads as the pipe's."""
+    a, b = socket.socketpair()
+    f = a.makefile("rb", 0)
+    a.close()                      # the file keeps the socket open
+    b.send(b"hi")
+    print("through the file's socket", a.recv(10))
+    f.close()
+    tries = (("recv", lambda: a.recv(10)), ("send", lambda: a.send(b"x")),
+             ("read -1", lambda: os.read(-1, 10)), ("read 70000", lambda: os.read(70000, 10)),
+             ("write 70000", lambda: os.write(70000, b"x")), ("fstat 70000", lambda: os.fstat(70000)))
+    for what, call in tries:
+        try:
+            call()
+            print(what, "no error")
+        except OSError as e:
+            print(what, errno.errorcode.get(e.errno))
+    b.close()
+    r, w = os.pipe()
+    os.write(w, b"abc")
+    buf = ctypes.create_string_buffer(8)
+    got = libc.syscall(0, ctypes.c_long(r | 1 << 32), buf, ctypes.c_long(8))   # read
+    print("read with bit 32", got, buf.raw[:max(got, 0)])
+
+
 CASES = {
+    "bad_descriptors": bad_descriptors,
     "sigsuspend_thread": lambda: sigsuspend("thread"),
     "sigsuspend_process": lambda: sigsuspend("process"),
     "alarm_read": alarm_read,
