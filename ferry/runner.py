@@ -105,7 +105,8 @@ def new_info(command, profile, program, images, pid=None, **extra):
         "command": list(command), "cwd": os.getcwd(),
         "start": _iso(time.time()), "end": None, "duration_s": None, "exit": None, "pid": pid,
         "host": platform.node(), "kernel": platform.release(), "ferry_version": __version__,
-        "profile": {"name": profile.name, "mode": profile.mode, "path": str(profile.path)},
+        "profile": {"name": profile.name, "mode": profile.mode, "path": str(profile.path),
+                    "threads": profile.agg_threads},
         "program": program, "images": images, "state": "running", **extra,
     }
 
@@ -255,6 +256,13 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
         # the shim inside a static program has no engine (shim/src/static_noagg.c)
         raise FerryError(launch.original, "statically linked: aggregation profiles are not "
                                           "available for static programs (trace, count and off are)")
+    if profile.agg_threads == "fibers" and launch.how == "wine":
+        # ferry.dll has carriers for fibers made through its API only; running
+        # the program anyway would only count its calls
+        raise FerryError(launch.original, "a Windows program's threads cannot run as fibers "
+                                          f"(profile {profile.name}: threads = \"fibers\"); "
+                                          "ferry.dll aggregates the calls of fibers a program "
+                                          "makes through its API, under `-p aggregate`")
     out_dir = open_run_dir(out_dir, launch.manifest, profile)
     lock = runlock.hold(out_dir)
     env = _program_env(launch, profile, out_dir)

@@ -97,6 +97,18 @@ def test_aggregation_profile_runs_a_program_without_fibers_as_count_does(wine, w
     assert writes >= 5 and model.get("aggregation") is None
 
 
+def test_a_windows_programs_threads_are_not_made_fibers_silently(wine, win_programs,
+                                                              ferry_dll_built, tmp_path):
+    # ferry.dll runs as fibers only those made through its API: `-p fibers`
+    # (threads = "fibers") would have run the program with its calls only
+    # counted and a note suggesting `-p fibers` itself
+    run_dir = tmp_path / "run"
+    r = ferry("run", "-p", "fibers", "-o", run_dir, "--", win_programs["write_count"],
+              tmp_path / "x.bin", 1, env=wine.env, text=False, timeout=180)
+    _one_line_refusal(r, "write_count.exe: a Windows program's threads cannot run as fibers", run_dir)
+    assert b"-p aggregate" in r.stderr and not (tmp_path / "x.bin").exists()
+
+
 def test_dll_given_to_run_refused(wine, ferry_dll_built, tmp_path):
     dll = tmp_path / "some.dll"
     shutil.copy(ROOT / "shim" / "build" / "ferry.dll", dll)

@@ -41,3 +41,19 @@ def test_no_note_when_a_process_made_a_group_or_the_profile_does_not_aggregate(t
     assert (model["aggregation"] is None) == ("no process used the aggregation engine" in r.stderr)
     r = ferry("run", "-p", "trace", "-o", "trace", "--", "/bin/true", cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == ""
+
+
+def test_a_profile_that_makes_threads_fibers_does_not_suggest_itself(tmp_path):
+    r = ferry("run", "-p", "fibers", "-o", "fib", "--", "/bin/true", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    info = json.loads((tmp_path / "fib" / "info.json").read_text())
+    assert info["profile"]["threads"] == "fibers"
+    # a fibers run that made no group (its program not enabled, say)
+    from ferry.report.aggregation import unused_note
+    note = unused_note({"info": {"profile": info["profile"]}})
+    assert note.startswith("profile fibers: no process used the aggregation engine")
+    assert "-p fibers" not in note
+    # runs recorded before `threads` was kept still read, as native threads
+    del info["profile"]["threads"]
+    info["profile"]["name"] = "aggregate"
+    assert "`-p fibers` runs" in unused_note({"info": {"profile": info["profile"]}})

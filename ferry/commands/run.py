@@ -46,7 +46,8 @@ def _say_if_engine_unused(profile, out_dir):
     from ..aggdata import any_group
     from ..report.aggregation import unused_text
     if not any_group(out_dir):
-        click.echo(f"ferry: note: {unused_text(profile.name)}", err=True)
+        click.echo(f"ferry: note: {unused_text(profile.name, profile.agg_threads == 'fibers')}",
+                   err=True)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

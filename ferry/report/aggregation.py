@@ -100,14 +100,16 @@ def unused_note(model):
     profile = (model.get("info") or {}).get("profile") or {}
     if profile.get("mode") != "aggregate" or of(model):
         return None
-    return unused_text(profile.get("name") or "aggregate")
+    return unused_text(profile.get("name") or "aggregate", profile.get("threads") == "fibers")
 
 
-def unused_text(profile_name):
+def unused_text(profile_name, threads_fibers=False):
     """Why an aggregating profile aggregated nothing (also said at the end of `ferry run`)."""
+    why = ("threads become fibers only in processes that were enabled and could set up "
+           "io_uring (the report's processes say which were enabled)" if threads_fibers else
+           "`-p fibers` runs a program's own threads as fibers")
     return (f"profile {profile_name}: no process used the aggregation engine (none created a "
-            "group), so no call was aggregated and calls were only counted; `-p fibers` runs "
-            "a program's own threads as fibers")
+            f"group), so no call was aggregated and calls were only counted; {why}")
 
 
 def per_carrier(agg):
