@@ -25,6 +25,8 @@
 #define TIMER_ABSTIME 1
 #define SOL_SOCKET 1
 #define RWF_HIPRI_ 1
+#define ERESTARTSYS_ 512             /* the kernel's own, never a call's result */
+#define ERESTART_RESTARTBLOCK_ 516
 
 /* What the engine knows of a descriptor: a socket given a receive (1) or
  * send (2) timeout by a fiber (io_uring ignores SO_RCVTIMEO/SO_SNDTIMEO),
@@ -190,6 +192,22 @@ static void stat_from_statx(struct stat *st, const struct statx *x)
     st->st_ctim.tv_nsec = x->stx_ctime.tv_nsec;
 }
 
+/* io_uring first tries an open inline with O_NONBLOCK added, and gives
+ * that try's answer unless it is EAGAIN.  For a FIFO (or a device whose
+ * open minds O_NONBLOCK) that answer is not the blocking open's: a writer
+ * gets ENXIO where it would wait for a reader, a reader returns at once
+ * where it would wait for a writer.  An open that may wait therefore goes
+ * straight to io_uring's workers, where it runs as open(2) does; one that
+ * cannot (O_NONBLOCK, O_PATH, O_DIRECTORY) keeps the inline try.  Opens
+ * that create or truncate were sent to the workers by the kernel anyway. */
+static void open_sqe(struct io_uring_sqe *s, long dirfd, long path, long mode, long flags)
+{
+    rw(s, IORING_OP_OPENAT, dirfd, (void *)path, (unsigned)mode, 0);
+    s->open_flags = (uint32_t)flags;
+    if (!(flags & (O_NONBLOCK | O_PATH | O_DIRECTORY)))
+        s->flags = IOSQE_ASYNC;
+}
+
 /* Decide (sqe NULL) or fill (sqe given).  `req` NULL: a raw batch, which has
  * no room for the structures some translations need. */
 enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, const long *a,
@@ -247,16 +265,13 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         break;
     }
     case SYS_open:
-        rw(s, IORING_OP_OPENAT, AT_FDCWD, (void *)a[0], (unsigned)a[2], 0);
-        s->open_flags = (uint32_t)a[1];
+        open_sqe(s, AT_FDCWD, a[0], a[2], a[1]);
         break;
     case SYS_creat:
-        rw(s, IORING_OP_OPENAT, AT_FDCWD, (void *)a[0], (unsigned)a[1], 0);
-        s->open_flags = O_CREAT | O_WRONLY | O_TRUNC;
+        open_sqe(s, AT_FDCWD, a[0], a[1], O_CREAT | O_WRONLY | O_TRUNC);
         break;
     case SYS_openat:
-        rw(s, IORING_OP_OPENAT, a[0], (void *)a[1], (unsigned)a[3], 0);
-        s->open_flags = (uint32_t)a[2];
+        open_sqe(s, a[0], a[1], a[3], a[2]);
         break;
     case SYS_close:
         rw(s, IORING_OP_CLOSE, a[0], 0, 0, 0);
@@ -1084,6 +1099,12 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     f->req = 0;
     long res = req.result;
     *done_at = req.done_tsc;
+    /* a call an io_uring worker ran and a cancel cut short may end with
+     * the kernel's restart codes (ERESTARTSYS: a FIFO's open), which a
+     * system call never returns: they say EINTR, and whether the call goes
+     * on is decided as for a thread's (SA_RESTART) */
+    if (res <= -ERESTARTSYS_ && res >= -ERESTART_RESTARTBLOCK_)
+        res = -EINTR;
     if (f->interrupted && res == -ECANCELED)
         res = -EINTR;  /* a signal for the thread cut the call short */
     else if (req.timed && res == -ECANCELED)

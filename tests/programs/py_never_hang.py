@@ -389,8 +389,61 @@ def bad_descriptors():
     print("read with bit 32", got, buf.raw[:max(got, 0)])
 
 
+def fifo_opens():
+    """A FIFO's blocking open waits for the other end (io_uring's first,
+    nonblocking try does not: the writer got ENXIO, the reader returned at
+    once); cut short by a handler it says EINTR (io_uring's worker said
+    ERESTARTSYS, 512), and under SA_RESTART it goes on until the other end
+    comes."""
+    import tempfile
+    path = os.path.join(tempfile.mkdtemp(), "fifo")
+    os.mkfifo(path)
+
+    def other_end(delay, flags, data=b""):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(delay)
+            fd = os.open(path, flags)
+            if data:
+                os.write(fd, data)
+            else:
+                print("other end read", os.read(fd, 10), flush=True)
+            os._exit(0)
+        return pid
+
+    pid = other_end(0.3, os.O_RDONLY)
+    fd = os.open(path, os.O_WRONLY)
+    print("writer opened", flush=True)
+    os.write(fd, b"to reader")
+    os.close(fd)
+    os.waitpid(pid, 0)
+    pid = other_end(0.3, os.O_WRONLY, b"to writer")
+    fd = os.open(path, os.O_RDONLY)
+    print("reader opened, read", os.read(fd, 10), flush=True)
+    os.close(fd)
+    os.waitpid(pid, 0)
+    hits = []
+    signal.signal(signal.SIGALRM, lambda s, f: hits.append(s))
+    for restart in (False, True):
+        for flags in (os.O_WRONLY, os.O_WRONLY | os.O_CREAT):
+            signal.siginterrupt(signal.SIGALRM, not restart)
+            pid = other_end(1.5, os.O_RDONLY)
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            fd = libc.open(path.encode(), flags, 0o644)
+            err = ctypes.get_errno()
+            print("restart" if restart else "interrupt", flags, "->",
+                  "fd" if fd >= 0 else errno.errorcode.get(err, err), len(hits), flush=True)
+            if fd < 0:   # the other end still comes: meet it
+                fd = os.open(path, os.O_WRONLY)
+            os.write(fd, b"x")
+            os.close(fd)
+            os.waitpid(pid, 0)
+            hits.clear()
+
+
 CASES = {
     "bad_descriptors": bad_descriptors,
+    "fifo_opens": fifo_opens,
     "sigsuspend_thread": lambda: sigsuspend("thread"),
     "sigsuspend_process": lambda: sigsuspend("process"),
     "alarm_read": alarm_read,
