@@ -685,6 +685,11 @@ void agg_carrier_loop(struct agg_carrier *c)
              * yield) must not wait for the ready queue to run dry. */
             if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED))
                 agg_inbox_drain(c);
+            /* what workers finished: the wake they rouse is only armed
+             * while the carrier waits, and one that never waits (a fiber
+             * computes, preempted by ticks) must still resume their fibers */
+            if (__atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
+                agg_carrier_drain(c);
             reap_all(c);
             if (!agg_rq_empty(c) || !wait_submits(c)) {
                 for (unsigned i = 0; i < c->g->cfg.npools; i++)

@@ -8,12 +8,19 @@
  *                     a second thread sends it with pthread_kill after 100 ms
  *   spinners many     4 threads spin on one counter, each adding its turn,
  *                     until it reaches 40: all must run
+ *   spinners worker   the main thread spins on a flag a second thread sets
+ *                     after calls an engine's worker thread runs (select on
+ *                     two pipes with a timeout, wait4 of a child): their
+ *                     completions must reach it while the main thread spins
  */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/select.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static volatile int flag;
 static volatile int counter;
@@ -47,6 +54,31 @@ static void *send_signal(void *arg)
     return 0;
 }
 
+static void *wait_then_set_flag(void *arg)
+{
+    (void)arg;
+    int a[2], b[2];
+    if (pipe(a) || pipe(b))
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(a[0], &rd);
+        FD_SET(b[0], &rd);
+        struct timeval tv = {0, 30000};
+        printf("select %d\n", select(b[0] + 1, &rd, 0, 0, &tv));
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(7);
+    int status = 0;
+    int reaped = waitpid(pid, &status, 0) == pid;
+    printf("child reaped %d, exit %d\n", reaped, WEXITSTATUS(status));
+    flag = 1;
+    return 0;
+}
+
 /* Thread i adds 1 when counter % 4 == i: the threads take turns. */
 static void *take_turns(void *arg)
 {
@@ -75,6 +107,12 @@ int main(int argc, char **argv)
             ;
         pthread_join(t[0], 0);
         puts("handler ran while the thread spun");
+    } else if (!strcmp(what, "worker")) {
+        pthread_create(&t[0], 0, wait_then_set_flag, 0);
+        while (!flag)
+            ;
+        pthread_join(t[0], 0);
+        puts("flag seen");
     } else if (!strcmp(what, "many")) {
         for (long i = 0; i < 4; i++)
             pthread_create(&t[i], 0, take_turns, (void *)i);
