@@ -273,6 +273,16 @@ static long wake(struct agg_fiber *f, struct ferry_regs *r, int cmd)
     if (n < 0)
         n = 0x7fffffff;
     long woken = wake_fibers(uaddr, mask, n);
+    if (woken && f->thread && c->runs == c->tick_runs) {
+        /* The waker has had its carrier since the last tick at least: the
+         * kernel would let the thread it woke run now (a sleeper preempts
+         * the thread that woke it), else a thread that takes a lock back
+         * right after releasing it starves the one waiting for it (CPython's
+         * buffered writer, its GIL).  The waker goes behind the others. */
+        c->round_left = 0;
+        agg_yield(f);
+        f->state = AGG_RUNNING;
+    }
     if (woken >= n && n > 0)
         return woken;
     agg_stat(c->g, AGG_ST(native), 1);

@@ -8,6 +8,10 @@
  *                     a second thread sends it with pthread_kill after 100 ms
  *   spinners many     4 threads spin on one counter, each adding its turn,
  *                     until it reaches 40: all must run
+ *   spinners handoff  a second thread holds a mutex for ~1 ms at a time and
+ *                     takes it back at once; the main thread, waiting for
+ *                     it, must get it (natively the thread a release wakes
+ *                     runs before its waker takes the mutex back)
  *   spinners worker   the main thread spins on a flag a second thread sets
  *                     after calls an engine's worker thread runs (select on
  *                     two pipes with a timeout, wait4 of a child): their
@@ -79,6 +83,20 @@ static void *wait_then_set_flag(void *arg)
     return 0;
 }
 
+static pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER;
+
+static void *hold_and_retake(void *arg)
+{
+    (void)arg;
+    while (!flag) {
+        pthread_mutex_lock(&held);
+        for (volatile long i = 0; i < 1000000 && !flag; i++)
+            ;
+        pthread_mutex_unlock(&held);
+    }
+    return 0;
+}
+
 /* Thread i adds 1 when counter % 4 == i: the threads take turns. */
 static void *take_turns(void *arg)
 {
@@ -107,6 +125,14 @@ int main(int argc, char **argv)
             ;
         pthread_join(t[0], 0);
         puts("handler ran while the thread spun");
+    } else if (!strcmp(what, "handoff")) {
+        pthread_create(&t[0], 0, hold_and_retake, 0);
+        nap_ms(50);
+        pthread_mutex_lock(&held);
+        flag = 1;
+        pthread_mutex_unlock(&held);
+        pthread_join(t[0], 0);
+        puts("the waiting thread got the mutex");
     } else if (!strcmp(what, "worker")) {
         pthread_create(&t[0], 0, wait_then_set_flag, 0);
         while (!flag)
