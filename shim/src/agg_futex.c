@@ -272,25 +272,24 @@ static long wake(struct agg_fiber *f, struct ferry_regs *r, int cmd)
     long n = (int)r->rdx;
     if (n < 0)
         n = 0x7fffffff;
-    long woken = wake_fibers(uaddr, mask, n);
+    long woken = wake_fibers(uaddr, mask, n), res = woken;
+    if (woken < n || n <= 0) {
+        agg_stat(c->g, AGG_ST(native), 1);
+        agg_stat(c->g, AGG_ST(crossings), 1);
+        long k = ferry_pass6(SYS_futex, r->rdi, r->rsi, n - woken, r->r10, r->r8, r->r9);
+        res = k < 0 ? (woken ? woken : k) : woken + k;
+    }
     if (woken && f->thread && c->runs == c->tick_runs) {
         /* The waker has had its carrier since the last tick at least: the
          * kernel would let the thread it woke run now (a sleeper preempts
          * the thread that woke it), else a thread that takes a lock back
          * right after releasing it starves the one waiting for it (CPython's
-         * buffered writer, its GIL).  The waker goes behind the others. */
+         * buffered writer, its GIL).  The waker goes behind the others,
+         * once every waiter it wakes is woken. */
         c->round_left = 0;
         agg_yield(f);
-        f->state = AGG_RUNNING;
     }
-    if (woken >= n && n > 0)
-        return woken;
-    agg_stat(c->g, AGG_ST(native), 1);
-    agg_stat(c->g, AGG_ST(crossings), 1);
-    long k = ferry_pass6(SYS_futex, r->rdi, r->rsi, n - woken, r->r10, r->r8, r->r9);
-    if (k < 0)
-        return woken ? woken : k;
-    return woken + k;
+    return res;
 }
 
 /* 1: handled (result in r->rax); 0: run it natively. */

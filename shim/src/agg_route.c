@@ -960,7 +960,6 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
     case SYS_read:
         if (!ours || !r->rdx || nonblocking(fd) || timeo(fd, FD_TIMEO_R))
             return 0;   /* nonblocking: routed natively anyway */
-        st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
         if (st & FD_SOCKET)
             return recv_now(g, r, fd);
         if (nr == SYS_read && (st & FD_REGULAR) && !(st & FD_PROC))

@@ -39,6 +39,25 @@ static struct wagg_client *take_over(struct ferry_group *g, uint32_t tid)
     return 0;
 }
 
+static void lock_group(struct ferry_group *g)
+{
+    while (__atomic_exchange_n(&g->lock, 1, __ATOMIC_ACQUIRE))
+        YieldProcessor();
+}
+
+static void unlock_group(struct ferry_group *g) { __atomic_store_n(&g->lock, 0, __ATOMIC_RELEASE); }
+
+/* take_over with the group's lock taken here (ferry.dll's own calls: not the program's) */
+static struct wagg_client *take_over_locking(struct ferry_group *g, uint32_t tid)
+{
+    uint64_t was = ferry_own_begin();
+    lock_group(g);
+    struct wagg_client *cl = take_over(g, tid);
+    unlock_group(g);
+    ferry_own_end(was);
+    return cl;
+}
+
 struct wagg_client *wagg_client(struct ferry_group *g)
 {
     uint32_t tid = (uint32_t)GetCurrentThreadId();
@@ -46,15 +65,8 @@ struct wagg_client *wagg_client(struct ferry_group *g)
     for (uint32_t i = 0; i < n; i++)
         if (__atomic_load_n(&g->clients[i]->tid, __ATOMIC_ACQUIRE) == tid)
             return g->clients[i];
-    if (n == WAGG_MAX_CLIENTS) {
-        uint64_t was = ferry_own_begin();
-        while (__atomic_exchange_n(&g->lock, 1, __ATOMIC_ACQUIRE))
-            YieldProcessor();
-        struct wagg_client *cl = take_over(g, tid);
-        __atomic_store_n(&g->lock, 0, __ATOMIC_RELEASE);
-        ferry_own_end(was);
-        return cl;
-    }
+    if (n == WAGG_MAX_CLIENTS)
+        return take_over_locking(g, tid);
     /* only this thread adds itself: the list before it is all it can be in */
     uint64_t was = ferry_own_begin();
     struct wagg_client *cl = VirtualAlloc(0, sizeof(*cl), MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
@@ -67,27 +79,22 @@ struct wagg_client *wagg_client(struct ferry_group *g)
         return 0;
     cl->g = g;
     cl->tid = tid;
-    while (__atomic_exchange_n(&g->lock, 1, __ATOMIC_ACQUIRE))
-        YieldProcessor();
+    lock_group(g);
     n = g->nclients;
-    struct wagg_client *old = 0;
-    if (n < WAGG_MAX_CLIENTS) {
+    int added = n < WAGG_MAX_CLIENTS;
+    if (added) {
         g->clients[n] = cl;
         __atomic_store_n(&g->nclients, n + 1, __ATOMIC_RELEASE);
-    } else {
-        was = ferry_own_begin();
-        old = take_over(g, tid);    /* the others took the last entries meanwhile */
-        ferry_own_end(was);
     }
-    __atomic_store_n(&g->lock, 0, __ATOMIC_RELEASE);
-    if (n == WAGG_MAX_CLIENTS) {
-        was = ferry_own_begin();
-        wagg_ring_free(&cl->done);
-        VirtualFree(cl, 0, MEM_RELEASE);
-        ferry_own_end(was);
-        return old;
-    }
-    return cl;
+    unlock_group(g);
+    if (added)
+        return cl;
+    /* the others took the last entries meanwhile */
+    was = ferry_own_begin();
+    wagg_ring_free(&cl->done);
+    VirtualFree(cl, 0, MEM_RELEASE);
+    ferry_own_end(was);
+    return take_over_locking(g, tid);
 }
 
 /* 0, or -EBUSY when a client still has calls out (a worker may be using
