@@ -244,6 +244,16 @@ def siginfo():
     print("tgkill", si.si_code, si.si_pid == os.getpid())
 
 
+def timeout_then_event(wait, r, w, mask):
+    """`wait(seconds)` on pipe r: 0.2 s with nothing, then an event that
+    another thread's write on w brings."""
+    t0 = time.monotonic()
+    print("timeout", wait(0.2), time.monotonic() - t0 >= 0.19)
+    later(0.1, lambda: os.write(w, b"x"))
+    print("event", wait(5) == [(r, mask)])
+    os.read(r, 1)
+
+
 def epoll_cases():
     """epoll_wait as natively (under fibers on Linux 6.15+ io_uring waits for
     it, with its timeout linked): a timeout with no event, an event from
@@ -251,11 +261,7 @@ def epoll_cases():
     ep = select.epoll()
     r, w = os.pipe()
     ep.register(r, select.EPOLLIN)
-    t0 = time.monotonic()
-    print("timeout", ep.poll(0.2), time.monotonic() - t0 >= 0.19)
-    later(0.1, lambda: os.write(w, b"x"))
-    print("event", ep.poll(5) == [(r, select.EPOLLIN)])
-    os.read(r, 1)
+    timeout_then_event(ep.poll, r, w, select.EPOLLIN)
     later(0.1, lambda: os.write(w, b"y"))
     print("forever", ep.poll(-1) == [(r, select.EPOLLIN)])
     os.read(r, 1)
@@ -287,11 +293,7 @@ def poll_timeout():
     r, w = os.pipe()
     p = select.poll()
     p.register(r, select.POLLIN)
-    t0 = time.monotonic()
-    print("timeout", p.poll(200), time.monotonic() - t0 >= 0.19)
-    later(0.1, lambda: os.write(w, b"x"))
-    print("event", p.poll(5000) == [(r, select.POLLIN)])
-    os.read(r, 1)
+    timeout_then_event(lambda seconds: p.poll(seconds * 1000), r, w, select.POLLIN)
     pfd = PollFd(r, select.POLLIN, 0x7777)
     print("revents after a timeout", libc.poll(ctypes.byref(pfd), 1, 20), pfd.revents)
     signal.signal(signal.SIGALRM, boom)
