@@ -11,9 +11,23 @@ from conftest import FERRY, ferry
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 
-def _same_as_plain(wine, script, run_dir, cwd):
-    plain = subprocess.run(["sh", "-c", script], env=wine.env, capture_output=True, timeout=120,
-                           cwd=cwd)
+def _plain(wine, argv, cwd, sound):
+    """The script's result without Ferry: the reference Ferry's run must equal.
+    Wine 8 has been seen (once in ~30 CI runs) to exit 1 without a word for a
+    plain `wine prog.exe` in the middle of a session, so a reference that is
+    not what the program does (`sound`) is taken again; Ferry's own run never
+    is."""
+    tries = []
+    for _ in range(3):
+        plain = subprocess.run(argv, env=wine.env, capture_output=True, timeout=120, cwd=cwd)
+        if sound(plain):
+            return plain
+        tries.append((plain.stdout, plain.stderr, plain.returncode))
+    raise AssertionError(f"wine alone never ran {argv} as it runs: {tries}")
+
+
+def _same_as_plain(wine, script, run_dir, cwd, sound):
+    plain = _plain(wine, ["sh", "-c", script], cwd, sound)
     r = ferry("run", "-p", "count", "-o", run_dir, "--", "sh", "-c", script, env=wine.env, timeout=180,
               cwd=cwd, text=False)
     assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
@@ -38,8 +52,8 @@ def test_wine_from_a_script_runs_the_program_with_ferry_dll(wine, win_programs, 
         run_dir = tmp_path / f"run{n}"
         # a path relative to the script's directory, as scripts give it
         script = f"wine ./{exe.name} out{n}.bin {n}; echo after $?"
-        r = _same_as_plain(wine, script, run_dir, exe.parent)
-        assert r.stdout.endswith(f"after {n % 7}\n".encode()), r.stdout
+        _same_as_plain(wine, script, run_dir, exe.parent,
+                       lambda p: p.stdout == f"wrote {n} bytes\r\nafter {n % 7}\n".encode())
         assert (exe.parent / f"out{n}.bin").read_bytes() == b"x" * n
         model = _model(run_dir, wine.env)
         procs = model["processes"]
@@ -61,8 +75,8 @@ def test_children_of_a_program_from_a_script_are_enabled(wine, win_programs, fer
     """spawn_tree under a shell: its child (CreateProcessW), grandchild
     (`cmd.exe /c`) and so on all carry ferry.dll."""
     exe = win_programs["spawn_tree"]
-    r = _same_as_plain(wine, f"wine {exe} 2 3 {tmp_path / 'out'}", tmp_path / "run", tmp_path)
-    assert r.returncode == 2
+    _same_as_plain(wine, f"wine {exe} 2 3 {tmp_path / 'out'}", tmp_path / "run", tmp_path,
+                   lambda p: p.returncode == 2)
     procs = [p for p in _model(tmp_path / "run", wine.env)["processes"] if p.get("windows")]
     names = sorted(p["exe"].split("\\")[-1].lower() for p in procs)
     assert names == ["cmd.exe", "spawn_tree.exe", "spawn_tree.exe", "spawn_tree.exe"], names
@@ -72,8 +86,7 @@ def test_children_of_a_program_from_a_script_are_enabled(wine, win_programs, fer
 def test_program_from_a_script_sees_no_ferry_variable(wine, win_programs, ferry_dll_built, tmp_path):
     exe = win_programs["show_env"]
     script = f"wine {exe} | grep -c -E 'FERRY_(MODE|WIN_|RUN_DIR|SHIM)'; true"
-    r = _same_as_plain(wine, script, tmp_path / "run", tmp_path)
-    assert r.stdout == b"0\n"
+    _same_as_plain(wine, script, tmp_path / "run", tmp_path, lambda p: p.stdout == b"0\n")
     windows = [p for p in _model(tmp_path / "run", wine.env)["processes"] if p.get("windows")]
     assert len(windows) == 1 and windows[0]["enabled"], windows
 
@@ -98,14 +111,13 @@ def test_program_run_directly_through_binfmt_is_enabled(wine, win_programs, ferr
     counts = {}
     for n in (0, 21):
         script = f"./{exe.name} direct{n}.bin {n}; echo after $?"
-        plain = subprocess.run(_own_binfmt(["sh", "-c", script]), env=wine.env, capture_output=True,
-                               timeout=120, cwd=exe.parent)
+        plain = _plain(wine, _own_binfmt(["sh", "-c", script]), exe.parent,
+                       lambda p: p.stdout == f"wrote {n} bytes\r\nafter {n % 7}\n".encode())
         run_dir = tmp_path / f"run{n}"
         r = subprocess.run(_own_binfmt(FERRY + ["run", "-p", "count", "-o", run_dir, "--", "sh", "-c",
                                                 script]),
                            env=wine.env, capture_output=True, timeout=180, cwd=exe.parent)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
-        assert r.stdout.endswith(f"after {n % 7}\n".encode()), r.stdout
         model = _model(run_dir, wine.env)
         windows = [p for p in model["processes"] if p.get("windows")]
         assert len(windows) == 1 and windows[0]["enabled"], model["processes"]
