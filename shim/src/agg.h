@@ -281,6 +281,7 @@ unsigned agg_online_cpus(void);
 
 /* agg_group.c */
 #define INT_FLAG_REG_RING_ 1  /* liburing 2.3's mark of a registered ring */
+#define AGG_USE_REGISTERED_RING (1U << 31)  /* io_uring_register: the fd is a registered index */
 int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd);
 /* Submit what the SQ holds and wait for `min` completions (at most
  * `timeout_ns` with IORING_FEAT_EXT_ARG, 0: no limit); 1 when that took an
@@ -390,6 +391,12 @@ void agg_thread_free(struct agg_fiber *f);
 void agg_threads_raise(struct agg_fiber *f, uint64_t frame_mask);
 int agg_in_vfork_child(void);
 extern int agg_threads_alive;
+#define AGG_MAX_CARRIERS 64
+unsigned agg_threads_world(struct agg_carrier **out, unsigned cap);
+
+/* agg_exit.c */
+int agg_exiting(void);
+void agg_exit_stop(struct agg_carrier *c) __attribute__((noreturn));
 extern unsigned agg_threads_carriers;
 void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f);
 void agg_interrupt(struct agg_fiber *f);

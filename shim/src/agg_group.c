@@ -17,7 +17,6 @@
 
 #define FD_ROOM 32       /* below the top of the region they go to */
 #define FD_REGION 4096   /* ... which ends at the soft limit, or here */
-#define USE_REGISTERED_RING_ (1U << 31)
 
 /* A program finds its descriptors at the lowest free numbers (stdout closed:
  * its next open is fd 1) and hands ranges of them to children: one of the
@@ -191,7 +190,7 @@ void agg_ring_exit(struct io_uring *ring, int own)
         if (own) {
             struct io_uring_rsrc_update up = {.offset = (unsigned)ring->enter_ring_fd};
             ferry_raw4(SYS_io_uring_register, ring->enter_ring_fd,
-                       IORING_UNREGISTER_RING_FDS | USE_REGISTERED_RING_, &up, 1);
+                       IORING_UNREGISTER_RING_FDS | AGG_USE_REGISTERED_RING, &up, 1);
         }
         ring->int_flags &= ~INT_FLAG_REG_RING_;
     }

@@ -680,6 +680,8 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
 void agg_carrier_loop(struct agg_carrier *c)
 {
     for (;;) {
+        if (agg_exiting())
+            agg_exit_stop(c);
         if (!c->round_left) {
             /* A new round: calls stored by fibers that keep running (they
              * yield) must not wait for the ready queue to run dry. */

@@ -41,7 +41,7 @@
 #define SCHED_STACK (256 * 1024)
 #define FUTEX_WAKE_ 1
 
-#define MAX_CARRIERS 64
+#define MAX_CARRIERS AGG_MAX_CARRIERS
 #define CARRIER_STACK (256 * 1024)
 
 int agg_threads_on;                  /* the profile asked for it */
@@ -59,6 +59,7 @@ static struct agg_fiber *fiber0;
 static struct agg_carrier *carriers[MAX_CARRIERS];
 static unsigned ncarriers;
 static int carriers_tried;
+static long world_pid;               /* the process the tables above are of */
 
 struct clone_args_k {
     uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
@@ -431,6 +432,7 @@ static int become_fiber0(struct ferry_group *g)
     agg_threads_alive = 1;
     carriers[0] = c;
     ncarriers = 1;
+    world_pid = ferry_raw0(SYS_getpid);
     agg_steal_join(c);
     __atomic_add_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
     agg_stat(g, AGG_ST(fibers), 1);
@@ -526,6 +528,21 @@ static struct agg_carrier *place(struct agg_carrier *mine)
     __atomic_add_fetch(&best->placed, 1, __ATOMIC_RELAXED);
     agg_tick_update(best);
     return best;
+}
+
+/* The carriers of the calling process's fiber world, none in a process that
+ * shares the world's memory without being its process (a vfork child, a
+ * clone(CLONE_VM) child): their carriers are the parent's. */
+unsigned agg_threads_world(struct agg_carrier **out, unsigned cap)
+{
+    if (!world_pid || ferry_raw0(SYS_getpid) != world_pid)
+        return 0;
+    unsigned n = __atomic_load_n(&ncarriers, __ATOMIC_ACQUIRE);
+    if (n > cap)
+        n = cap;
+    for (unsigned i = 0; i < n; i++)
+        out[i] = __atomic_load_n(&carriers[i], __ATOMIC_ACQUIRE);
+    return n;
 }
 
 static int start_world(void)

@@ -59,5 +59,7 @@ void agg_threads_after_fork(void);
 void agg_vfork_child(void);
 void agg_vfork_parent(void);
 void agg_exit_flush(void);
+/* exit_group: the calls in the process's rings are cancelled first (agg_exit.c). */
+void agg_exit_cancel(void);
 
 #endif

@@ -528,6 +528,7 @@ static long slow_call(struct ferry_regs *r)
         ferry_blk_retire();
         break;
     case SYS_exit_group:
+        agg_exit_cancel();
         agg_exit_flush();
         ferry_store_exit((int)r->rdi);
         break;

@@ -443,7 +443,56 @@ def fifo_opens():
             hits.clear()
 
 
+EXITING_CHILD = """if 1:
+    import os, socket, sys, threading
+    r, go, report = map(int, sys.argv[1:])
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    threading.Thread(target=os.read, args=(r, 1), daemon=True).start()
+    threading.Thread(target=s.accept, daemon=True).start()
+    os.write(report, str(s.getsockname()[1]).encode())
+    os.read(go, 1)
+"""
+
+
+def exit_releases():
+    """A process that exits while threads of its wait in a pipe read and an
+    accept: once its parent has reaped it, the pipe has no reader (a write
+    gets EPIPE) and its port is free (a new listener binds it).  Under the
+    fibers profile those calls sat in a ring, whose requests the kernel
+    cancels only after the process could be reaped."""
+    for _ in range(3):
+        r, w = os.pipe()
+        go_r, go_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        child = subprocess.Popen([sys.executable, "-c", EXITING_CHILD, str(r), str(go_r), str(rep_w)],
+                                 pass_fds=[r, go_r, rep_w])
+        for fd in (r, go_r, rep_w):
+            os.close(fd)
+        port = int(os.read(rep_r, 16))
+        time.sleep(0.2)     # its threads are parked in their calls
+        os.write(go_w, b"x")
+        child.wait()
+        try:
+            os.write(w, b"x")
+            print("write to the pipe it read: written", flush=True)
+        except BrokenPipeError:
+            print("write to the pipe it read: EPIPE", flush=True)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            print("bind its port: bound", flush=True)
+        except OSError as e:
+            print("bind its port:", errno.errorcode.get(e.errno, e.errno), flush=True)
+        s.close()
+        for fd in (w, go_w, rep_r):
+            os.close(fd)
+
+
 CASES = {
+    "exit_releases": exit_releases,
     "bad_descriptors": bad_descriptors,
     "fifo_opens": fifo_opens,
     "sigsuspend_thread": lambda: sigsuspend("thread"),
