@@ -393,13 +393,13 @@ int agg_in_vfork_child(void);
 extern int agg_threads_alive;
 #define AGG_MAX_CARRIERS 64
 unsigned agg_threads_world(struct agg_carrier **out, unsigned cap);
+extern unsigned agg_threads_carriers;
+void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f);
+void agg_interrupt(struct agg_fiber *f);
 
 /* agg_exit.c */
 int agg_exiting(void);
 void agg_exit_stop(struct agg_carrier *c) __attribute__((noreturn));
-extern unsigned agg_threads_carriers;
-void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f);
-void agg_interrupt(struct agg_fiber *f);
 
 /* agg_signal.c: the engine's own signal (SIGRTMAX), hidden from the program */
 #define AGG_SIGNAL 64
