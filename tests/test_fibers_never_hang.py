@@ -23,7 +23,8 @@ RUN_TIMEOUT = 60
 CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "restart",
          "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
          "change_user", "spin", "hipri", "rtmax", "rtmax_default", "poll_restart", "poll_timeout", "siginfo",
-         "epoll", "bad_descriptors", "fifo_opens", "exit_releases"]
+         "epoll", "bad_descriptors", "fifo_opens", "exit_releases",
+         "spawn_failures"]
 PROFILES = ["fibers", "two-carriers", "aggregate"]
 
 

@@ -491,7 +491,32 @@ def exit_releases():
             os.close(fd)
 
 
+def spawn_failures():
+    """Children that end before their exec (a program that does not exist:
+    the vfork child of posix_spawn or _posixsubprocess exits) while a thread
+    of the parent works: the parent's threads go on.  A vfork child shares
+    the parent's memory, so its exit must not stop the parent's carriers."""
+    steps = []
+
+    def worker():
+        for i in range(200):
+            time.sleep(0.001)
+            steps.append(i)
+    t = threading.Thread(target=worker)
+    t.start()
+    missing = 0
+    for _ in range(30):
+        try:
+            subprocess.run(["/nonexistent/ferry-test-program"])
+        except FileNotFoundError:
+            missing += 1
+        last = subprocess.run(["sh", "-c", "exit 3"]).returncode
+    t.join()
+    print("not found", missing, "worker steps", len(steps), "last exit", last)
+
+
 CASES = {
+    "spawn_failures": spawn_failures,
     "exit_releases": exit_releases,
     "bad_descriptors": bad_descriptors,
     "fifo_opens": fifo_opens,
