@@ -281,7 +281,6 @@ unsigned agg_online_cpus(void);
 
 /* agg_group.c */
 #define INT_FLAG_REG_RING_ 1  /* liburing 2.3's mark of a registered ring */
-#define AGG_USE_REGISTERED_RING (1U << 31)  /* io_uring_register: the fd is a registered index */
 int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd);
 /* Submit what the SQ holds and wait for `min` completions (at most
  * `timeout_ns` with IORING_FEAT_EXT_ARG, 0: no limit); 1 when that took an
@@ -290,6 +289,7 @@ int agg_ring_enter(struct io_uring *ring, unsigned min, uint64_t timeout_ns, int
 int agg_fd_high(int fd);
 void agg_ring_hide(struct io_uring *ring);
 void agg_ring_exit(struct io_uring *ring, int own);
+long agg_ring_register(struct io_uring *ring, unsigned op, void *arg, unsigned n);
 
 /* agg_fiber.c + agg_switch.S */
 void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);

@@ -49,14 +49,7 @@ static void cancel_ring(struct io_uring *ring)
     reg.flags = IORING_ASYNC_CANCEL_ANY;
     reg.timeout.tv_sec = 0;
     reg.timeout.tv_nsec = CANCEL_WAIT_NS;
-    long fd = ring->ring_fd;
-    unsigned op = IORING_REGISTER_SYNC_CANCEL;
-    if (fd < 0 && (ring->int_flags & INT_FLAG_REG_RING_)) {
-        fd = ring->enter_ring_fd;
-        op |= AGG_USE_REGISTERED_RING;
-    }
-    if (fd >= 0)
-        ferry_raw4(SYS_io_uring_register, fd, op, (long)&reg, 1);
+    agg_ring_register(ring, IORING_REGISTER_SYNC_CANCEL, &reg, 1);
 }
 
 static void cancel_carrier(struct agg_carrier *c)

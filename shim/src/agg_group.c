@@ -17,6 +17,7 @@
 
 #define FD_ROOM 32       /* below the top of the region they go to */
 #define FD_REGION 4096   /* ... which ends at the soft limit, or here */
+#define USE_REGISTERED_RING_ (1U << 31)
 
 /* A program finds its descriptors at the lowest free numbers (stdout closed:
  * its next open is fd 1) and hands ranges of them to children: one of the
@@ -182,6 +183,17 @@ void agg_ring_hide(struct io_uring *ring)
     }
 }
 
+/* io_uring_register on `ring`: by its descriptor, or once hidden by its
+ * registered index, which names it on the registering thread only. */
+long agg_ring_register(struct io_uring *ring, unsigned op, void *arg, unsigned n)
+{
+    if (ring->ring_fd >= 0)
+        return ferry_raw4(SYS_io_uring_register, ring->ring_fd, op, arg, n);
+    if (ring->int_flags & INT_FLAG_REG_RING_)
+        return ferry_raw4(SYS_io_uring_register, ring->enter_ring_fd, op | USE_REGISTERED_RING_, arg, n);
+    return -EBADF;
+}
+
 /* `own`: on the thread that registered it (not a fork child's copy). */
 void agg_ring_exit(struct io_uring *ring, int own)
 {
@@ -189,8 +201,7 @@ void agg_ring_exit(struct io_uring *ring, int own)
     if (ring->ring_fd < 0 && (ring->int_flags & INT_FLAG_REG_RING_)) {
         if (own) {
             struct io_uring_rsrc_update up = {.offset = (unsigned)ring->enter_ring_fd};
-            ferry_raw4(SYS_io_uring_register, ring->enter_ring_fd,
-                       IORING_UNREGISTER_RING_FDS | AGG_USE_REGISTERED_RING, &up, 1);
+            agg_ring_register(ring, IORING_UNREGISTER_RING_FDS, &up, 1);
         }
         ring->int_flags &= ~INT_FLAG_REG_RING_;
     }
