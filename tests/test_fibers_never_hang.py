@@ -154,7 +154,7 @@ def two_carriers(profile, tmp_path):
 
 
 @pytest.mark.parametrize("profile", ["fibers", "two-carriers", "aggregate"])
-@pytest.mark.parametrize("case", ["flag", "signal", "many", "worker", "handoff"])
+@pytest.mark.parametrize("case", ["flag", "signal", "many", "worker", "handoff", "waiters"])
 def test_threads_that_make_no_call_still_take_turns(case, profile, tmp_path):
     """Threads that spin without a system call (tests/programs/spinners.c):
     natively the kernel gives each its turn and delivers a signal to a

@@ -124,6 +124,7 @@ struct agg_fiber {
     struct agg_fiber *post_next;  /* in its carrier's inbox */
     int queued;                   /* in a futex bucket (under the bucket's lock) */
     /* run queue (agg_runq.c) */
+    int computes;                 /* its last turn ended by its tick, not by a call */
     int movable;                  /* another carrier may run it (a program's thread, not the first) */
     uint32_t rq_at;               /* a fiber that stays: the ring position it comes after */
     int accept_more;              /* 1 + the listening socket whose last accept said that
@@ -227,6 +228,8 @@ struct agg_carrier {
     /* preemption (agg_signal.c): a timer on the carrier thread's CPU time */
     unsigned long runs;           /* fibers switched to, ever */
     unsigned long tick_runs;      /* `runs` at the last tick */
+    uint64_t slice_at;            /* when the running fiber's slice began (about) */
+    int preempted;                /* the fiber yielding now was preempted by its tick */
     int tick_timer;               /* its POSIX timer, -1: none */
     int tick_slot;                /* its index in the ticking carriers' table */
     int tick_armed;
@@ -406,6 +409,7 @@ void agg_exit_stop(struct agg_carrier *c) __attribute__((noreturn));
 extern int agg_signal_owned;
 int agg_signal_start(void);
 int agg_signal_action(int sig, struct ferry_ksigaction *act);
+int agg_others_waiting(struct agg_carrier *c);
 void agg_tick_create(struct agg_carrier *c);
 void agg_tick_update(struct agg_carrier *c);
 void agg_tick_delete(struct agg_carrier *c);

@@ -58,6 +58,8 @@ void agg_wake(struct agg_fiber *f)
 /* Straight to the next fiber of this round when there is one (one switch
  * instead of two through the scheduler); the scheduler runs when the round
  * is over, to submit what the round wrote and to wait. */
+static void submit_nowait(struct agg_carrier *c, unsigned pool);
+
 void agg_park(struct agg_fiber *f)
 {
     struct agg_carrier *c = f->carrier;
@@ -83,8 +85,15 @@ void agg_park(struct agg_fiber *f)
         }
     }
     /* an urgent call goes through the scheduler, which submits and reaps it */
+    f->computes = 0;
     if (c->round_left && !c->urgent && (n = c->ops->pick(c))) {
         c->round_left--;
+        if (n->computes) {
+            /* it may keep the carrier until its tick: what the round wrote
+             * would wait as long */
+            for (unsigned i = 0; i < c->g->cfg.npools; i++)
+                submit_nowait(c, i);
+        }
         c->current = n;
         n->state = AGG_RUNNING;
         c->acc_switches++;
@@ -103,7 +112,7 @@ void agg_park(struct agg_fiber *f)
 void agg_yield(struct agg_fiber *f)
 {
     struct agg_carrier *c = f->carrier;
-    if (!f->movable) {
+    if (!f->movable && !c->preempted) {
         agg_wake(f);
         agg_park(f);
         return;
@@ -402,6 +411,27 @@ static void reap_all(struct agg_carrier *c)
         flush_stats(c);
 }
 
+/* From the tick, in the context of a fiber that computes (never inside the
+ * shim): the calls its round wrote go to the kernel now, not when it
+ * yields; then, whether anything else waits for the carrier: a ready fiber,
+ * a completion, a post, a worker's result.  Completions are in the CQ by
+ * then: the signal's delivery ran the task work that posts them. */
+int agg_others_waiting(struct agg_carrier *c)
+{
+    int waiting = !agg_rq_empty(c) || __atomic_load_n(&c->inbox, __ATOMIC_RELAXED) ||
+                  __atomic_load_n(&c->done_list, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < c->g->cfg.npools; i++) {
+        struct agg_pool_run *pr = &c->pools[i];
+        if (!pr->up)
+            continue;
+        if (pr->queued)
+            submit_nowait(c, i);
+        if (io_uring_cq_ready(&pr->ring))
+            waiting = 1;
+    }
+    return waiting;
+}
+
 static void arm_wake(struct agg_carrier *c)
 {
     if (kick_by_futex(c) && !c->kick_armed) {
@@ -653,6 +683,15 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
     if (c->requeue) {
         struct agg_fiber *y = c->requeue;
         c->requeue = 0;
+        if (c->preempted) {
+            /* behind what its computing kept waiting (agg_signal.c) */
+            c->preempted = 0;
+            if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED))
+                agg_inbox_drain(c);
+            if (__atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
+                agg_carrier_drain(c);
+            reap_all(c);
+        }
         agg_wake(y);
     }
     f = c->finished;

@@ -7,9 +7,10 @@
  *    flag another thread of its carrier sets would spin for ever.  So each
  *    carrier that runs more than one fiber has a timer on its thread's CPU
  *    time (it does not run while the carrier waits or blocks); when it fires
- *    and the same fiber has had the carrier for a whole tick, in the
- *    program's own code, the handler parks that fiber behind the others and
- *    lets the scheduler run them (their completions are reaped on the way).
+ *    and the same fiber, in the program's own code, has had the carrier for
+ *    a whole slice, or since the last tick while a completion, a post or a
+ *    ready fiber waits, the handler parks that fiber behind the others and
+ *    lets the scheduler run them (their completions are reaped first).
  *    The handler's frame stays on the fiber's stack until it runs again.
  *
  *  - Cutting a worker's call short.  A fiber whose call (select, poll,
@@ -43,7 +44,9 @@
 #define SI_TIMER_ (-2)
 #define AGG_SI_CANCEL (-0x46)           /* si_code of a worker's cancel signal */
 #define AGG_SI_KICK (-0x47)             /* si_code of a carrier's "a signal was posted" */
-#define TICK_NS 10000000L               /* a fiber's slice of its carrier's CPU */
+#define TICK_NS 1000000L                /* how often a busy carrier looks (its CPU time;
+                                           the kernel rounds it up to its own tick) */
+#define SLICE_NS 10000000L              /* a fiber's slice when nothing else waits */
 #define TICK_TAG 0x4652000000000000UL   /* sival of a tick: tag | slot */
 #define MAX_TICKING 64
 #define BIT(sig) (1ULL << ((sig) - 1))
@@ -253,17 +256,30 @@ static void tick(struct agg_carrier *c, ucontext_t *uc, int slice)
     /* what other carriers posted (a signal for f among them) */
     if (__atomic_load_n(&c->inbox, __ATOMIC_ACQUIRE))
         agg_inbox_drain(c);
-    if (slice && c->runs == c->tick_runs) {
-        /* it has had the carrier for a whole tick: the others' turn */
-        c->round_left = 0;  /* through the scheduler, which reaps */
-        agg_yield(f);
-        f->state = AGG_RUNNING;
-        /* maybe on another carrier now, this handler's frame with it: the
-         * kernel restores the program's registers and mask there */
-        c = f->carrier;
+    if (slice) {
+        uint64_t now = agg_now_ns();
+        if (c->runs != c->tick_runs) {
+            /* f began since the last look: it has its turn first */
+            c->tick_runs = c->runs;
+            c->slice_at = now;
+        } else if (now - c->slice_at >= SLICE_NS || agg_others_waiting(c)) {
+            /* Its slice is over, or what it keeps from the carrier would
+             * natively run now on a CPU of its own (a sleeper's timeout, a
+             * reply, a thread it woke): a computing thread must not hold
+             * them for a whole slice.  The scheduler reaps before f goes
+             * behind the others, so that what the reap wakes runs first. */
+            c->round_left = 0;
+            c->preempted = 1;
+            f->computes = 1;
+            agg_yield(f);
+            f->state = AGG_RUNNING;
+            /* maybe on another carrier now, this handler's frame with it: the
+             * kernel restores the program's registers and mask there */
+            c = f->carrier;
+            c->tick_runs = c->runs;
+            c->slice_at = agg_now_ns();
+        }
     }
-    if (slice)
-        c->tick_runs = c->runs;
     agg_threads_raise(f, m);
 }
 

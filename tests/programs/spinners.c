@@ -16,12 +16,18 @@
  *                     after calls an engine's worker thread runs (select on
  *                     two pipes with a timeout, wait4 of a child): their
  *                     completions must reach it while the main thread spins
+ *   spinners waiters  the main thread spins while other threads sleep,
+ *                     exchange bytes over a socketpair and take a mutex in
+ *                     turns, 30 rounds each: every round must complete, its
+ *                     bytes intact (under fibers each completion preempts
+ *                     the spinner at the carrier's next tick)
  */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/select.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,6 +103,48 @@ static void *hold_and_retake(void *arg)
     return 0;
 }
 
+static int pair[2];
+static int rounds_done[3];
+static pthread_mutex_t turns = PTHREAD_MUTEX_INITIALIZER;
+
+static void *sleeper(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 30; i++) {
+        nap_ms(1);
+        pthread_mutex_lock(&turns);
+        rounds_done[0]++;
+        pthread_mutex_unlock(&turns);
+    }
+    return 0;
+}
+
+static void *echoer(void *arg)
+{
+    (void)arg;
+    unsigned char c;
+    while (read(pair[1], &c, 1) == 1) {
+        c = (unsigned char)(c + 1);
+        if (write(pair[1], &c, 1) != 1)
+            break;
+    }
+    return 0;
+}
+
+static void *asker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 30; i++) {
+        unsigned char c = (unsigned char)i;
+        if (write(pair[0], &c, 1) != 1 || read(pair[0], &c, 1) != 1 || c != (unsigned char)(i + 1))
+            break;
+        pthread_mutex_lock(&turns);
+        rounds_done[1]++;
+        pthread_mutex_unlock(&turns);
+    }
+    return 0;
+}
+
 /* Thread i adds 1 when counter % 4 == i: the threads take turns. */
 static void *take_turns(void *arg)
 {
@@ -139,6 +187,26 @@ int main(int argc, char **argv)
             ;
         pthread_join(t[0], 0);
         puts("flag seen");
+    } else if (!strcmp(what, "waiters")) {
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair))
+            return 1;
+        pthread_create(&t[0], 0, sleeper, 0);
+        pthread_create(&t[1], 0, echoer, 0);
+        pthread_create(&t[2], 0, asker, 0);
+        for (;;) {
+            pthread_mutex_lock(&turns);
+            int done = rounds_done[0] == 30 && rounds_done[1] == 30;
+            pthread_mutex_unlock(&turns);
+            if (done)
+                break;
+            for (volatile long i = 0; i < 100000; i++)
+                ;
+        }
+        pthread_join(t[0], 0);
+        pthread_join(t[2], 0);
+        close(pair[0]);
+        pthread_join(t[1], 0);
+        printf("slept %d, exchanged %d\n", rounds_done[0], rounds_done[1]);
     } else if (!strcmp(what, "many")) {
         for (long i = 0; i < 4; i++)
             pthread_create(&t[i], 0, take_turns, (void *)i);

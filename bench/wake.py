@@ -1,0 +1,78 @@
+"""bench/wake: how soon a waiting thread runs again while another thread of
+its process computes, natively and under `ferry run -p fibers`, side by side.
+
+Under fibers the threads share a carrier, and a thread that computes makes no
+call that would hand the carrier over: the engine's tick preempts it.  Three
+workloads of bench/build/wake (bench/wake.c), each figure the median over
+interleaved rounds:
+
+  sleep    a thread spins; the main thread sleeps 2 ms, 50 times: the median
+           overshoot of a sleep (us)
+  echo     a thread spins; the main thread and an echo thread exchange a byte
+           over a socketpair, 50 times: the median round trip (us)
+  compute  a thread computes a fixed amount while another waits in a read:
+           its time (us), so fibers/native is what the ticks cost it
+
+With WAKE_BASELINE_SHIM=<another libferry.so>, fibers also run with that shim
+(`baseline`), in the same rounds.  The run index goes to a temporary
+$FERRY_DATA.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FERRY = str(Path(sys.executable).parent / "ferry")
+PROGRAM = ROOT / "bench" / "build" / "wake"
+ROUNDS = int(os.environ.get("ROUNDS", "5"))
+BASELINE = os.environ.get("WAKE_BASELINE_SHIM")
+WORKLOADS = [("sleep", ["sleep", "50"]), ("echo", ["echo", "50"]), ("compute", ["compute"])]
+
+
+def measure(mode, args, tmp, env):
+    cmd = [str(PROGRAM), *args]
+    if mode != "native":
+        if mode == "baseline":
+            env = dict(env, FERRY_SHIM=BASELINE)
+        cmd = [FERRY, "run", "--no-learn", "-p", "fibers", "-o", str(tmp / f"run-{mode}"), "--", *cmd]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}): {out.stderr.strip()[-400:]}")
+    return float(out.stdout.split()[-1])
+
+
+def main():
+    if not PROGRAM.exists():
+        subprocess.run(["make", "-s", "-C", str(ROOT / "bench")], check=True)
+    modes = ["native", "fibers"] + (["baseline"] if BASELINE else [])
+    with tempfile.TemporaryDirectory(prefix="ferry-wake-") as d:
+        tmp = Path(d)
+        env = dict(os.environ, FERRY_DATA=str(tmp / "data"))
+        figures = {(w, m): [] for w, _ in WORKLOADS for m in modes}
+        for r in range(ROUNDS):
+            for w, args in WORKLOADS:
+                for m in modes:
+                    figures[(w, m)].append(measure(m, args, tmp, env))
+            print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    print(f"{'workload':10}" + "".join(f"{m:>12}" for m in modes) + "   (median us, "
+          f"{ROUNDS} rounds)")
+    for w, _ in WORKLOADS:
+        print(f"{w:10}" + "".join(f"{med[(w, m)]:12.0f}" for m in modes))
+    keys = [f"sleep_overshoot_us={med[('sleep', 'fibers')]:.0f}",
+            f"sleep_overshoot_us_native={med[('sleep', 'native')]:.0f}",
+            f"echo_us={med[('echo', 'fibers')]:.0f}",
+            f"echo_us_native={med[('echo', 'native')]:.0f}",
+            f"compute_ratio={med[('compute', 'fibers')] / med[('compute', 'native')]:.3f}"]
+    if BASELINE:
+        keys += [f"baseline_sleep_overshoot_us={med[('sleep', 'baseline')]:.0f}",
+                 f"baseline_echo_us={med[('echo', 'baseline')]:.0f}",
+                 f"baseline_compute_ratio={med[('compute', 'baseline')] / med[('compute', 'native')]:.3f}"]
+    print("RESULT " + " ".join(keys))
+
+
+if __name__ == "__main__":
+    main()
