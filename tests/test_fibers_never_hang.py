@@ -11,6 +11,8 @@ import signal
 import subprocess
 import time
 
+from pathlib import Path
+
 import pytest
 
 from conftest import FERRY, PROGRAMS, ROOT
@@ -164,3 +166,26 @@ def test_threads_that_make_no_call_still_take_turns(case, profile, tmp_path):
     code, out, err = run([str(a) for a in argv], tmp_path)
     got = run(ferry_argv(profile, tmp_path / "run", *argv), tmp_path)
     assert (got[0], got[1]) == (code, out), got[2].decode(errors="replace")[-2000:]
+
+
+@pytest.mark.parametrize("profile", ["fibers", "two-carriers"])
+def test_a_fiber_switch_makes_no_system_call(profile, tmp_path):
+    """A fiber's thread pointer is set with wrfsbase where the CPU and kernel
+    allow it, not with arch_prctl (a crossing per switch). fib_dropped_root
+    drops root first, as a server's children do, after which it cannot read
+    its own /proc/self/auxv; its two threads then hand a byte back and forth
+    500 times. Two carriers used to restore the carrier's own pointer with
+    arch_prctl after every round (3000 calls here)."""
+    if "fsgsbase" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this CPU has no FSGSBASE instructions")
+    profile = two_carriers(profile, tmp_path)
+    argv = [PROGRAMS / "fib_dropped_root"]
+    code, out, _ = run([str(a) for a in argv], tmp_path)
+    assert (code, out) == (0, b"handed 500\n")
+    trace = tmp_path / "strace.out"
+    got = run(["/usr/bin/strace", "-f", "-qq", "-e", "trace=arch_prctl", "-o", str(trace),
+               *ferry_argv(profile, tmp_path / "run", *argv)], tmp_path)
+    assert (got[0], got[1]) == (code, out), got[2].decode(errors="replace")[-2000:]
+    sets = sum(1 for line in trace.read_text().splitlines() if "ARCH_SET_FS" in line)
+    assert sets < 50, f"{sets} arch_prctl(ARCH_SET_FS) for 1000 hand-overs"
+

@@ -35,19 +35,30 @@ int ferry_agg_fsgsbase = -1;
 #define AT_HWCAP2 26
 #define HWCAP2_FSGSBASE (1UL << 1)
 
-static void detect_fsgsbase(void)
+/* libc's copy of the auxiliary vector: /proc/self/auxv cannot be opened by
+ * a process that changed its user (a server's children dropping root are
+ * no longer dumpable), and without the answer every fiber switch would
+ * cost an arch_prctl. */
+extern unsigned long getauxval(unsigned long type) __attribute__((weak));
+
+/* Before any switch: the switch takes an unset answer for yes. */
+void agg_fsgsbase_detect(void)
 {
     if (ferry_agg_fsgsbase >= 0)
         return;
-    unsigned long aux[2 * 64];
     int yes = 0;
-    long fd = ferry_raw4(SYS_openat, -100, "/proc/self/auxv", 0 /* O_RDONLY */, 0);
-    if (fd >= 0) {
-        long n = ferry_raw3(SYS_read, fd, aux, sizeof(aux));
-        ferry_raw1(SYS_close, fd);
-        for (long i = 0; i + 1 < n / 8; i += 2)
-            if (aux[i] == AT_HWCAP2)
-                yes = !!(aux[i + 1] & HWCAP2_FSGSBASE);
+    if (getauxval) {
+        yes = !!(getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE);
+    } else {
+        unsigned long aux[2 * 64];
+        long fd = ferry_raw4(SYS_openat, -100, "/proc/self/auxv", 0 /* O_RDONLY */, 0);
+        if (fd >= 0) {
+            long n = ferry_raw3(SYS_read, fd, aux, sizeof(aux));
+            ferry_raw1(SYS_close, fd);
+            for (long i = 0; i + 1 < n / 8; i += 2)
+                if (aux[i] == AT_HWCAP2)
+                    yes = !!(aux[i + 1] & HWCAP2_FSGSBASE);
+        }
     }
     __atomic_store_n(&ferry_agg_fsgsbase, yes, __ATOMIC_RELEASE);
 }
@@ -151,7 +162,7 @@ void agg_ctx_start(struct agg_ctx *ctx, void *top, void (*fn)(void *), void *arg
 static char *block_new(struct agg_carrier *c, size_t stack, size_t extra, size_t *size,
                        uintptr_t *tcb, uintptr_t *tls_low)
 {
-    detect_fsgsbase();
+    agg_fsgsbase_detect();
     if (!_dl_allocate_tls || !_dl_deallocate_tls || !_dl_get_tls_static_info)
         return 0;
     size_t tls_size, tls_align;

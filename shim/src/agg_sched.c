@@ -842,6 +842,7 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
         return -ENOMEM;
     c->g = g;
     c->ops = &agg_sched_round_robin;
+    agg_fsgsbase_detect();
     c->tp = ferry_tp();
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->sched.fsbase = 0;  /* switching to the scheduler leaves fs alone */
