@@ -25,7 +25,7 @@ RUN_TIMEOUT = 60
 CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "restart",
          "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
          "change_user", "spin", "hipri", "rtmax", "rtmax_default", "poll_restart", "poll_timeout", "siginfo",
-         "epoll", "bad_descriptors", "fifo_opens", "exit_releases",
+         "epoll", "bad_descriptors", "fifo_opens", "file_opens", "exit_releases",
          "spawn_failures"]
 PROFILES = ["fibers", "two-carriers", "aggregate"]
 
@@ -189,3 +189,22 @@ def test_a_fiber_switch_makes_no_system_call(profile, tmp_path):
     sets = sum(1 for line in trace.read_text().splitlines() if "ARCH_SET_FS" in line)
     assert sets < 50, f"{sets} arch_prctl(ARCH_SET_FS) for 1000 hand-overs"
 
+
+def test_an_open_alone_on_its_carrier_makes_no_ring_round_trip(tmp_path):
+    """A thread alone on its carrier opens a file the kernel has cached on
+    the spot. Through the ring an open went to an io-wq thread and back
+    (it must not wait on the carrier: a FIFO's open waits for its other
+    end), two thread wakes for each file a static-file server opens: one
+    io_uring_enter per open here before. What such opens say and leave is
+    the file_opens case."""
+    target = tmp_path / "page.html"
+    target.write_text("<p>hello</p>\n")
+    trace = tmp_path / "strace.out"
+    argv = [PROGRAMS / "open_alone", target, 300]
+    code, out, err = run(["/usr/bin/strace", "-f", "-qq", "-e", "trace=io_uring_enter", "-o",
+                          str(trace), *ferry_argv("fibers", tmp_path / "run", *argv)], tmp_path)
+    assert code == 0 and out.endswith(b"opened 300\n"), err.decode(errors="replace")[-2000:]
+    pid = out.split()[1].decode()
+    enters = sum(1 for line in trace.read_text().splitlines()
+                 if line.startswith(pid + " ") and "io_uring_enter(" in line)
+    assert enters < 30, f"{enters} io_uring_enter for 300 opens"

@@ -299,9 +299,13 @@ def test_one_connection_to_the_cluster_model_costs_about_the_native_crossings(ne
     close, writev, 6 system calls natively) the cluster model's fiber is alone
     on its carrier.  The calls that cannot block are made at once and each
     one that waits costs one io_uring_enter that submits it and waits, even
-    though net.toml has pools that stay empty: at most 6.5 crossings a
-    request (the margin: the carrier's wake-ups before and after the load).
-    7.1 when the round's own submit came before the wait's."""
+    though net.toml has pools that stay empty.  The open is made at once
+    too, with a newfstatat before it (no FIFO's open may wait on the carrier)
+    and the F_SETFL that takes its O_NONBLOCK off: 2 calls more, where on the
+    ring it cost one crossing and two thread wakes that no count showed.  At
+    most 8.5 crossings a request (the margin: the carrier's wake-ups before
+    and after the load).  7.1 when the round's own submit came before the
+    wait's, and opens were on the ring."""
     docroot = tmp_path / "docroot"
     docroot.mkdir()
     (docroot / "index.html").write_bytes(PAGE)
@@ -314,4 +318,4 @@ def test_one_connection_to_the_cluster_model_costs_about_the_native_crossings(ne
         _stopped(s)
     aggregated, crossings, calls = aggregation_area(s.run_dir)
     assert calls >= 6 * requests and aggregated > 0
-    assert crossings <= 6.5 * requests, (crossings / requests, aggregated, calls)
+    assert crossings <= 8.5 * requests, (crossings / requests, aggregated, calls)

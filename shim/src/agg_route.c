@@ -887,6 +887,56 @@ static int read_file_now(struct ferry_group *g, struct ferry_regs *r)
     return 1;
 }
 
+/* An open alone on its carrier, made here when the path names a regular
+ * file or a directory.  On the ring it goes to an io-wq thread (IOSQE_ASYNC:
+ * a FIFO's open waits for its other end, which must not happen on the
+ * carrier) and back: two thread wakes for each file a server opens, half of
+ * apache2's time at one connection.
+ *   - A look first, newfstatat (run at once on this path anyway): a FIFO,
+ *     device, socket or symlink goes to the ring, and no open of theirs
+ *     runs here.  ENOENT and ENOTDIR are the open's own answer.
+ *   - The open adds O_NONBLOCK, so that a path swapped for a FIFO meanwhile
+ *     cannot wait (ENXIO, a FIFO without a writer: routed), and F_SETFL
+ *     takes it off again.
+ *   - O_CREAT, O_TRUNC and O_TMPFILE write, and O_ASYNC is left in the
+ *     flags by open where F_SETFL would take it off: routed.  A lease
+ *     another process holds says EAGAIN to O_NONBLOCK where the open would
+ *     wait for its break: routed.
+ * 1 when made here (result in r->rax), 0 to route it. */
+#define O_TMPFILE_ (020000000 | O_DIRECTORY)
+#define F_SETFL_KEEPS (O_APPEND | O_DIRECT | O_NOATIME)
+
+static int open_now(struct ferry_group *g, struct ferry_regs *r)
+{
+    long nr = r->rax;
+    long a[4] = {r->rdi, r->rsi, r->rdx, r->r10};
+    long dirfd = nr == SYS_open ? AT_FDCWD : (int)a[0];
+    long path = nr == SYS_open ? a[0] : a[1];
+    long flags = nr == SYS_open ? a[1] : a[2];
+    if ((flags & (O_CREAT | O_TRUNC | O_PATH | O_ASYNC)) || (flags & O_TMPFILE_) == O_TMPFILE_)
+        return 0;
+    struct stat sb;
+    long k = direct(g, SYS_newfstatat, dirfd, path, (long)&sb,
+                    (flags & O_NOFOLLOW) ? AT_SYMLINK_NOFOLLOW : 0, 0, 0);
+    if (k == -ENOENT || k == -ENOTDIR) {
+        r->rax = k;
+        return 1;
+    }
+    if (k < 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
+        return 0;
+    long fd = direct(g, SYS_openat, dirfd, path, flags | O_NONBLOCK, 0, 0, 0);
+    if (fd == -EAGAIN || fd == -ENXIO)
+        return 0;
+    if (fd >= 0) {
+        if (!(flags & O_NONBLOCK))
+            direct(g, SYS_fcntl, fd, F_SETFL, flags & F_SETFL_KEEPS, 0, 0, 0);
+        new_fd(nr, a, fd);
+        learn_from_stat(fd, sb.st_mode, DEV_MAJOR(sb.st_dev));
+    }
+    r->rax = fd;
+    return 1;
+}
+
 /* A read of a blocking socket, tried without waiting.  A request-response
  * peer has sent nothing yet when its server reads right after answering:
  * after a try that found nothing, the next reads of that socket go to the
@@ -936,6 +986,9 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
     int ours = fd >= 0 && fd < FD_MAX;   /* else the routed call says EBADF */
     unsigned char st = ours ? __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) : 0;
     switch (nr) {
+    case SYS_open:
+    case SYS_openat:
+        return open_now(g, r);
     case SYS_fstat:
     case SYS_newfstatat:
     case SYS_statx:

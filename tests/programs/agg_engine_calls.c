@@ -2,8 +2,10 @@
  * no time to tidy up.  Usage: agg_engine_calls native|fiber N END
  *   native: on the main thread (under -p fibers, the main thread is a fiber)
  *   fiber:  in a fiber of a group made through the API (-p aggregate)
- *   N:      rounds of: read on a closed descriptor (EBADF), open of a
- *           missing file (ENOENT), read of /dev/zero (1 byte)
+ *   N:      rounds of: read on a closed descriptor (EBADF), open with
+ *           O_CREAT in a missing directory (ENOENT: an open that writes
+ *           stays on the ring even where the quiet path opens files), read
+ *           of /dev/zero (1 byte)
  *   END:    exit  -- _exit right after the last call (exit_group)
  *           signal -- SIGTERM to itself, whose handler calls _exit
  *           return -- return from main (the fiber ends first)
@@ -35,7 +37,7 @@ static void work(void *arg)
         agg_die("open /dev/zero", errno);
     for (long i = 0; i < rounds; i++) {
         failed += read(1000 + (int)(i % 16), &c, 1) < 0;
-        failed += open("/nonexistent-ferry-test/file", O_RDONLY) < 0;
+        failed += open("/nonexistent-ferry-test/file", O_RDONLY | O_CREAT, 0600) < 0;
         failed += read(zero, &c, 1) != 1;
     }
     /* said before the end: nothing of the program runs after the last call */

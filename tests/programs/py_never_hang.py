@@ -4,6 +4,7 @@ that depends on scheduling, so a run under Ferry must print what the native
 run prints.  A case that hangs is caught by the test's timeout."""
 import ctypes
 import errno
+import fcntl
 import hashlib
 import os
 import select
@@ -443,6 +444,62 @@ def fifo_opens():
             hits.clear()
 
 
+def file_opens():
+    """Opens of files and directories a fiber alone on its carrier makes on
+    the spot (O_PATH look, then the open with O_NONBLOCK taken off again):
+    each must say and leave what the open itself would.  Each line: the
+    case, then the errno or the descriptor's status flags (F_GETFL, without
+    O_LARGEFILE, which Python's own open may add), close-on-exec, and what
+    a read or write through it did."""
+    import tempfile
+    d = tempfile.mkdtemp()
+    f = os.path.join(d, "file")
+    with open(f, "wb") as out:
+        out.write(b"first\n")
+    os.symlink(f, os.path.join(d, "link"))
+    os.mkdir(os.path.join(d, "sub"))
+    os.mkfifo(os.path.join(d, "fifo"))
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    cases = [
+        ("read", "file", os.O_RDONLY),
+        ("append", "file", os.O_WRONLY | os.O_APPEND),
+        ("nonblock", "file", os.O_RDONLY | os.O_NONBLOCK),
+        ("cloexec", "file", os.O_RDONLY | os.O_CLOEXEC),
+        ("rdwr-noatime", "file", os.O_RDWR | getattr(os, "O_NOATIME", 0)),
+        ("through-link", "link", os.O_RDONLY),
+        ("nofollow-link", "link", os.O_RDONLY | os.O_NOFOLLOW),
+        ("directory", "sub", os.O_RDONLY | os.O_DIRECTORY),
+        ("file-as-directory", "file", os.O_RDONLY | os.O_DIRECTORY),
+        ("directory-for-writing", "sub", os.O_WRONLY),
+        ("missing", "nothing", os.O_RDONLY),
+        ("fifo-nonblock", "fifo", os.O_RDONLY | os.O_NONBLOCK),
+        ("fifo-no-reader", "fifo", os.O_WRONLY | os.O_NONBLOCK),
+    ]
+    large = getattr(os, "O_LARGEFILE", 0)
+    for i, (name, what, flags) in enumerate(cases):
+        at_dir = i % 2 == 1   # openat relative to a directory, or a whole path
+        try:
+            if at_dir:
+                fd = os.open(what, flags, dir_fd=dfd)
+            else:
+                fd = os.open(os.path.join(d, what), flags)
+        except OSError as e:
+            print(name, errno.errorcode.get(e.errno, e.errno), flush=True)
+            continue
+        fl = fcntl.fcntl(fd, fcntl.F_GETFL) & ~large
+        cloexec = bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
+        done = ""
+        if name == "append":
+            done = os.write(fd, b"more\n")
+        elif name in ("read", "through-link", "nonblock"):
+            done = os.read(fd, 100)
+        print(name, oct(fl), cloexec, done, flush=True)
+        os.close(fd)
+    with open(f, "rb") as back:
+        print("file now", back.read())
+    os.close(dfd)
+
+
 EXITING_CHILD = """if 1:
     import os, socket, sys, threading
     r, go, report = map(int, sys.argv[1:])
@@ -520,6 +577,7 @@ CASES = {
     "exit_releases": exit_releases,
     "bad_descriptors": bad_descriptors,
     "fifo_opens": fifo_opens,
+    "file_opens": file_opens,
     "sigsuspend_thread": lambda: sigsuspend("thread"),
     "sigsuspend_process": lambda: sigsuspend("process"),
     "alarm_read": alarm_read,
