@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import time
-
 from pathlib import Path
 
 import pytest
@@ -168,6 +167,15 @@ def test_threads_that_make_no_call_still_take_turns(case, profile, tmp_path):
     assert (got[0], got[1]) == (code, out), got[2].decode(errors="replace")[-2000:]
 
 
+def traced(profile, argv, syscall, tmp_path):
+    """`ferry run -p profile -- argv` under strace -f tracing `syscall`:
+    (exit code, stdout, stderr, strace's lines)."""
+    trace = tmp_path / "strace.out"
+    code, out, err = run(["/usr/bin/strace", "-f", "-qq", "-e", f"trace={syscall}", "-o", str(trace),
+                          *ferry_argv(profile, tmp_path / "run", *argv)], tmp_path)
+    return code, out, err, trace.read_text().splitlines()
+
+
 @pytest.mark.parametrize("profile", ["fibers", "two-carriers"])
 def test_a_fiber_switch_makes_no_system_call(profile, tmp_path):
     """A fiber's thread pointer is set with wrfsbase where the CPU and kernel
@@ -182,29 +190,23 @@ def test_a_fiber_switch_makes_no_system_call(profile, tmp_path):
     argv = [PROGRAMS / "fib_dropped_root"]
     code, out, _ = run([str(a) for a in argv], tmp_path)
     assert (code, out) == (0, b"handed 500\n")
-    trace = tmp_path / "strace.out"
-    got = run(["/usr/bin/strace", "-f", "-qq", "-e", "trace=arch_prctl", "-o", str(trace),
-               *ferry_argv(profile, tmp_path / "run", *argv)], tmp_path)
-    assert (got[0], got[1]) == (code, out), got[2].decode(errors="replace")[-2000:]
-    sets = sum(1 for line in trace.read_text().splitlines() if "ARCH_SET_FS" in line)
+    got_code, got_out, got_err, lines = traced(profile, argv, "arch_prctl", tmp_path)
+    assert (got_code, got_out) == (code, out), got_err.decode(errors="replace")[-2000:]
+    sets = sum(1 for line in lines if "ARCH_SET_FS" in line)
     assert sets < 50, f"{sets} arch_prctl(ARCH_SET_FS) for 1000 hand-overs"
 
 
 def test_an_open_alone_on_its_carrier_makes_no_ring_round_trip(tmp_path):
-    """A thread alone on its carrier opens a file the kernel has cached on
-    the spot. Through the ring an open went to an io-wq thread and back
-    (it must not wait on the carrier: a FIFO's open waits for its other
-    end), two thread wakes for each file a static-file server opens: one
-    io_uring_enter per open here before. What such opens say and leave is
-    the file_opens case."""
+    """A thread alone on its carrier opens a regular file on the spot.
+    Through the ring an open went to an io-wq thread and back (it must not
+    wait on the carrier: a FIFO's open waits for its other end), two thread
+    wakes for each file a static-file server opens: one io_uring_enter per
+    open here before. What such opens say and leave is the file_opens case."""
     target = tmp_path / "page.html"
     target.write_text("<p>hello</p>\n")
-    trace = tmp_path / "strace.out"
     argv = [PROGRAMS / "open_alone", target, 300]
-    code, out, err = run(["/usr/bin/strace", "-f", "-qq", "-e", "trace=io_uring_enter", "-o",
-                          str(trace), *ferry_argv("fibers", tmp_path / "run", *argv)], tmp_path)
+    code, out, err, lines = traced("fibers", argv, "io_uring_enter", tmp_path)
     assert code == 0 and out.endswith(b"opened 300\n"), err.decode(errors="replace")[-2000:]
     pid = out.split()[1].decode()
-    enters = sum(1 for line in trace.read_text().splitlines()
-                 if line.startswith(pid + " ") and "io_uring_enter(" in line)
+    enters = sum(1 for line in lines if line.startswith(pid + " ") and "io_uring_enter(" in line)
     assert enters < 30, f"{enters} io_uring_enter for 300 opens"

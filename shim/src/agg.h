@@ -315,6 +315,8 @@ void agg_park(struct agg_fiber *f);
 void agg_wake(struct agg_fiber *f);
 /* f (running) lets the others of its carrier run first. */
 void agg_yield(struct agg_fiber *f);
+void agg_preempt(struct agg_fiber *f);
+int agg_others_waiting(struct agg_carrier *c);
 /* Ask f's carrier to act on f (AGG_POST_*), from any thread. */
 void agg_post(struct agg_fiber *f, unsigned what);
 /* The same without waking the carrier: 1 when agg_kick(carrier) is due
@@ -410,7 +412,6 @@ void agg_exit_stop(struct agg_carrier *c) __attribute__((noreturn));
 extern int agg_signal_owned;
 int agg_signal_start(void);
 int agg_signal_action(int sig, struct ferry_ksigaction *act);
-int agg_others_waiting(struct agg_carrier *c);
 void agg_tick_create(struct agg_carrier *c);
 void agg_tick_update(struct agg_carrier *c);
 void agg_tick_delete(struct agg_carrier *c);

@@ -58,7 +58,7 @@ void agg_wake(struct agg_fiber *f)
 /* Straight to the next fiber of this round when there is one (one switch
  * instead of two through the scheduler); the scheduler runs when the round
  * is over, to submit what the round wrote and to wait. */
-static void submit_nowait(struct agg_carrier *c, unsigned pool);
+static void submit_all(struct agg_carrier *c);
 
 void agg_park(struct agg_fiber *f)
 {
@@ -88,12 +88,8 @@ void agg_park(struct agg_fiber *f)
     f->computes = 0;
     if (c->round_left && !c->urgent && (n = c->ops->pick(c))) {
         c->round_left--;
-        if (n->computes) {
-            /* it may keep the carrier until its tick: what the round wrote
-             * would wait as long */
-            for (unsigned i = 0; i < c->g->cfg.npools; i++)
-                submit_nowait(c, i);
-        }
+        if (n->computes)
+            submit_all(c);  /* it may keep the carrier until its tick: so would these */
         c->current = n;
         n->state = AGG_RUNNING;
         c->acc_switches++;
@@ -109,20 +105,37 @@ void agg_park(struct agg_fiber *f)
 
 /* A fiber that may move must be off its stack before it is queued (a thief
  * would run it from a context not yet saved): the scheduler queues it. */
-void agg_yield(struct agg_fiber *f)
+static void requeue_me(struct agg_fiber *f)
 {
     struct agg_carrier *c = f->carrier;
-    if (!f->movable && !c->preempted) {
-        agg_wake(f);
-        agg_park(f);
-        return;
-    }
     f->state = AGG_PARKED;
     c->requeue = f;
     c->current = 0;
     ferry_agg_switch(&f->ctx, &c->sched);
     if (f->thread)
         agg_thread_resumed(f);
+}
+
+void agg_yield(struct agg_fiber *f)
+{
+    if (!f->movable) {
+        agg_wake(f);
+        agg_park(f);
+        return;
+    }
+    requeue_me(f);
+}
+
+/* From the tick (agg_signal.c): f computes and keeps others waiting.  It
+ * goes behind them through the scheduler, which reaps first (run()), so
+ * that what the reap wakes runs before it; fiber 0 too. */
+void agg_preempt(struct agg_fiber *f)
+{
+    struct agg_carrier *c = f->carrier;
+    c->round_left = 0;
+    c->preempted = 1;
+    f->computes = 1;
+    requeue_me(f);
 }
 
 /* ---- posts from other carriers ------------------------------------------ */
@@ -411,6 +424,25 @@ static void reap_all(struct agg_carrier *c)
         flush_stats(c);
 }
 
+static void submit_all(struct agg_carrier *c)
+{
+    for (unsigned i = 0; i < c->g->cfg.npools; i++)
+        submit_nowait(c, i);
+}
+
+/* What came from elsewhere, and what completed: posts of other carriers,
+ * workers' results (the wake they rouse is only armed while the carrier
+ * waits, and one that never waits, a fiber computing between ticks, must
+ * still resume their fibers), the rings' completions. */
+static void take_in(struct agg_carrier *c)
+{
+    if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED))
+        agg_inbox_drain(c);
+    if (__atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
+        agg_carrier_drain(c);
+    reap_all(c);
+}
+
 /* From the tick, in the context of a fiber that computes (never inside the
  * shim): the calls its round wrote go to the kernel now, not when it
  * yields; then, whether anything else waits for the carrier: a ready fiber,
@@ -418,18 +450,14 @@ static void reap_all(struct agg_carrier *c)
  * then: the signal's delivery ran the task work that posts them. */
 int agg_others_waiting(struct agg_carrier *c)
 {
-    int waiting = !agg_rq_empty(c) || __atomic_load_n(&c->inbox, __ATOMIC_RELAXED) ||
-                  __atomic_load_n(&c->done_list, __ATOMIC_RELAXED);
-    for (unsigned i = 0; i < c->g->cfg.npools; i++) {
-        struct agg_pool_run *pr = &c->pools[i];
-        if (!pr->up)
-            continue;
-        if (pr->queued)
-            submit_nowait(c, i);
-        if (io_uring_cq_ready(&pr->ring))
-            waiting = 1;
-    }
-    return waiting;
+    submit_all(c);
+    if (!agg_rq_empty(c) || __atomic_load_n(&c->inbox, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
+        return 1;
+    for (unsigned i = 0; i < c->g->cfg.npools; i++)
+        if (io_uring_cq_ready(&c->pools[i].ring))
+            return 1;
+    return 0;
 }
 
 static void arm_wake(struct agg_carrier *c)
@@ -684,13 +712,8 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
         struct agg_fiber *y = c->requeue;
         c->requeue = 0;
         if (c->preempted) {
-            /* behind what its computing kept waiting (agg_signal.c) */
             c->preempted = 0;
-            if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED))
-                agg_inbox_drain(c);
-            if (__atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
-                agg_carrier_drain(c);
-            reap_all(c);
+            take_in(c);  /* behind what its computing kept waiting */
         }
         agg_wake(y);
     }
@@ -724,17 +747,9 @@ void agg_carrier_loop(struct agg_carrier *c)
         if (!c->round_left) {
             /* A new round: calls stored by fibers that keep running (they
              * yield) must not wait for the ready queue to run dry. */
-            if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED))
-                agg_inbox_drain(c);
-            /* what workers finished: the wake they rouse is only armed
-             * while the carrier waits, and one that never waits (a fiber
-             * computes, preempted by ticks) must still resume their fibers */
-            if (__atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
-                agg_carrier_drain(c);
-            reap_all(c);
+            take_in(c);
             if (!agg_rq_empty(c) || !wait_submits(c)) {
-                for (unsigned i = 0; i < c->g->cfg.npools; i++)
-                    submit_nowait(c, i);
+                submit_all(c);
                 reap_all(c);
             }
             c->round_left = agg_rq_len(c);
@@ -751,8 +766,7 @@ void agg_carrier_loop(struct agg_carrier *c)
                 /* a fiber parked in an urgent call: it leaves now, and if
                  * it completes at once its fiber runs before the others */
                 c->urgent = 0;
-                for (unsigned i = 0; i < c->g->cfg.npools; i++)
-                    submit_nowait(c, i);
+                submit_all(c);
                 reap_all(c);
             }
             continue;

@@ -268,10 +268,7 @@ static void tick(struct agg_carrier *c, ucontext_t *uc, int slice)
              * reply, a thread it woke): a computing thread must not hold
              * them for a whole slice.  The scheduler reaps before f goes
              * behind the others, so that what the reap wakes runs first. */
-            c->round_left = 0;
-            c->preempted = 1;
-            f->computes = 1;
-            agg_yield(f);
+            agg_preempt(f);
             f->state = AGG_RUNNING;
             /* maybe on another carrier now, this handler's frame with it: the
              * kernel restores the program's registers and mask there */
