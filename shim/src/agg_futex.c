@@ -179,7 +179,7 @@ static long wait(struct agg_fiber *f, struct ferry_regs *r, int cmd)
     struct __kernel_timespec ts;
     int timed = r->r10 != 0;
     if (timed) {
-        if (ferry_safe_read(&ts, (void *)r->r10, sizeof(ts)) != sizeof(ts))
+        if (ferry_read_arg(r, &ts, (void *)r->r10, sizeof(ts)) != sizeof(ts))
             return -EFAULT;
         if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000L)
             return -EINVAL;

@@ -81,7 +81,7 @@ int agg_signal_call(struct ferry_regs *r)
         agg_in_vfork_child())
         return 0;
     struct ferry_ksigaction act, scratch;
-    if (r->rsi && ferry_safe_read(&act, (void *)r->rsi, sizeof(act)) != sizeof(act)) {
+    if (r->rsi && ferry_read_arg(r, &act, (void *)r->rsi, sizeof(act)) != sizeof(act)) {
         r->rax = -EFAULT_;
         return 1;
     }

@@ -860,13 +860,13 @@ static long wait_for_signal(struct agg_fiber *f, struct ferry_regs *r)
     uint64_t set;
     if (r->r10 != 8)
         return -EINVAL_;
-    if (ferry_safe_read(&set, (void *)r->rdi, 8) != 8)
+    if (ferry_read_arg(r, &set, (void *)r->rdi, 8) != 8)
         return -EFAULT_;
     set &= ~((1ULL << (SIGKILL - 1)) | (1ULL << (SIGSTOP - 1)));
     uint64_t deadline = 0;
     if (r->rdx) {
         struct __kernel_timespec ts;
-        if (ferry_safe_read(&ts, (void *)r->rdx, sizeof(ts)) != sizeof(ts))
+        if (ferry_read_arg(r, &ts, (void *)r->rdx, sizeof(ts)) != sizeof(ts))
             return -EFAULT_;
         if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000L)
             return -EINVAL_;
@@ -917,7 +917,7 @@ static int affinity(struct agg_fiber *f, struct ferry_regs *r)
     int set = r->rax == SYS_sched_setaffinity;
     if (set) {
         unsigned long len = (unsigned long)r->rsi < 8 ? (unsigned long)r->rsi : 8;
-        if (ferry_safe_read(&want, (void *)r->rdx, len) != (long)len)
+        if (ferry_read_arg(r, &want, (void *)r->rdx, len) != (long)len)
             return r->rax = -EFAULT_, 1;
         uint64_t have = 0;
         ferry_raw3(SYS_sched_getaffinity, 0, sizeof(have), &have);
@@ -1013,7 +1013,7 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         uint64_t during;
         if (r->rsi != 8)
             return r->rax = -EINVAL_, 1;
-        if (ferry_safe_read(&during, (void *)r->rdi, 8) != 8)
+        if (ferry_read_arg(r, &during, (void *)r->rdi, 8) != 8)
             return r->rax = -EFAULT_, 1;
         during &= ~((1ULL << (SIGKILL - 1)) | (1ULL << (SIGSTOP - 1)));
         uint64_t saved = f->sigmask;

@@ -277,7 +277,7 @@ static long pass(const struct ferry_regs *r)
 static long sigprocmask_call(struct ferry_regs *r)
 {
     uint64_t set = 0, filtered;
-    if (r->r10 != KSIGSET || (r->rsi && ferry_safe_read(&set, (void *)r->rsi, KSIGSET) != KSIGSET))
+    if (r->r10 != KSIGSET || (r->rsi && ferry_read_arg(r, &set, (void *)r->rsi, KSIGSET) != KSIGSET))
         return pass(r);  /* the kernel gives the program its error */
     filtered = set & ~SIGSYS_BIT;
     long ret = ferry_pass6(SYS_rt_sigprocmask, r->rdi, r->rsi ? (long)&filtered : 0, r->rdx,
@@ -306,7 +306,7 @@ static long sigaction_call(struct ferry_regs *r)
     struct ferry_ksigaction act;
     long sig = r->rdi;
     if (r->r10 != KSIGSET || sig <= 0 || sig > 64 ||
-        (r->rsi && ferry_safe_read(&act, (void *)r->rsi, sizeof(act)) != sizeof(act)))
+        (r->rsi && ferry_read_arg(r, &act, (void *)r->rsi, sizeof(act)) != sizeof(act)))
         return pass(r);
     if (sig == SIGSYS) {
         /* Answered from the program's own record, yet the kernel sees the
@@ -322,22 +322,18 @@ static long sigaction_call(struct ferry_regs *r)
     uint64_t bit = 1UL << (sig - 1);
     int had = (mask_had_sigsys & bit) != 0;
     long act_ptr = r->rsi;
-    if (r->rsi) {
-        if (act.mask & SIGSYS_BIT) {
-            act.mask &= ~SIGSYS_BIT;
-            act_ptr = (long)&act;
-        }
+    uint64_t asked = r->rsi ? act.mask : 0;
+    if (asked & SIGSYS_BIT) {
+        act.mask &= ~SIGSYS_BIT;
+        act_ptr = (long)&act;
     }
     long ret = ferry_pass6(SYS_rt_sigaction, sig, act_ptr, r->rdx, KSIGSET, 0, 0);
     if (ret != 0)
         return ret;
     if (r->rdx && had)
         ((struct ferry_ksigaction *)r->rdx)->mask |= SIGSYS_BIT;
-    if (r->rsi) {
-        uint64_t asked = 0;
-        ferry_safe_read(&asked, (const char *)r->rsi + offsetof(struct ferry_ksigaction, mask), 8);
+    if (r->rsi)
         mask_had_sigsys = (asked & SIGSYS_BIT) ? mask_had_sigsys | bit : mask_had_sigsys & ~bit;
-    }
     return 0;
 }
 
@@ -347,7 +343,7 @@ static long temporary_mask_call(struct ferry_regs *r, long *slot)
 {
     uint64_t mask;
     long saved = *slot;
-    if (!saved || ferry_safe_read(&mask, (void *)saved, KSIGSET) != KSIGSET ||
+    if (!saved || ferry_read_arg(r, &mask, (void *)saved, KSIGSET) != KSIGSET ||
         !(mask & SIGSYS_BIT))
         return pass(r);
     mask &= ~SIGSYS_BIT;
@@ -366,8 +362,8 @@ static long pselect_call(struct ferry_regs *r)
     } arg;
     uint64_t mask;
     long saved = r->r9;
-    if (!saved || ferry_safe_read(&arg, (void *)saved, sizeof(arg)) != sizeof(arg) || !arg.mask ||
-        ferry_safe_read(&mask, (void *)arg.mask, KSIGSET) != KSIGSET || !(mask & SIGSYS_BIT))
+    if (!saved || ferry_read_arg(r, &arg, (void *)saved, sizeof(arg)) != sizeof(arg) || !arg.mask ||
+        ferry_read_arg(r, &mask, (void *)arg.mask, KSIGSET) != KSIGSET || !(mask & SIGSYS_BIT))
         return pass(r);
     mask &= ~SIGSYS_BIT;
     arg.mask = (long)&mask;

@@ -3,6 +3,7 @@
  * SIGSYS unblocked and its own handler installed, yet the program must see
  * what it asked for.  With every signal blocked it also calls code of its
  * own making (`syscall; ret`), which only the catch-all can see. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,6 +61,27 @@ int main(void)
     sigaction(SIGUSR2, &usr, NULL);
     sigaction(SIGUSR2, NULL, &seen);
     printf("SIGUSR2 mask has SIGSYS: %d\n", sigismember(&seen.sa_mask, SIGSYS));
+
+    /* Masks the shim reads to keep SIGSYS out: from a bad pointer the
+     * program gets the kernel's EFAULT, and one on the last bytes of its
+     * stack's page is read like any other. */
+    void *none = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    long rc = syscall(SYS_rt_sigprocmask, SIG_BLOCK, none, NULL, 8);
+    printf("rt_sigprocmask from an unreadable set: %ld %s\n", rc, rc ? strerror(errno) : "");
+    rc = syscall(SYS_rt_sigaction, SIGUSR2, none, NULL, 8);
+    printf("rt_sigaction from an unreadable action: %ld %s\n", rc, rc ? strerror(errno) : "");
+    char page[2 * 4096];
+    unsigned long end = ((unsigned long)page + 4096) & ~4095UL;
+    sigset_t *last = (sigset_t *)(end - 8);
+    sigemptyset(&all);
+    sigaddset(&all, SIGSYS);
+    sigaddset(&all, SIGUSR1);
+    memcpy(last, &all, 8);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, last, NULL, 8);
+    sigprocmask(SIG_BLOCK, NULL, &now);
+    printf("a set at the end of a stack page blocks SIGUSR1: %d, SIGSYS: %d\n",
+           sigismember(&now, SIGUSR1), sigismember(&now, SIGSYS));
+    sigprocmask(SIG_SETMASK, &old, NULL);
 
     kill(getpid(), SIGSYS);
     printf("SIGSYS sent by kill reached the program's handler: %d\n", (int)handled);
