@@ -97,6 +97,21 @@ def test_a_start_maps_its_slot_and_nothing_else_of_the_file(tmp_path):
     assert 0 < len(maps) <= starts, maps
 
 
+def test_the_shim_is_mapped_in_two_pieces(tmp_path):
+    """ld.so maps each LOAD segment of the preloaded shim apart, in every
+    process: its text and read-only data are one segment (they were three
+    with the linker's separate-code default, two mappings more to make
+    and to tear down at exit)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
+    subprocess.run(["strace", "-f", "-qq", "-y", "-e", "trace=mmap", "-o", str(log), *FERRY, "run",
+                    "--no-learn", "-o", str(run_dir), "--", "/bin/true"],
+                   check=True, capture_output=True, timeout=300)
+    maps = [line for line in log.read_text().splitlines() if re.search(r"/libferry\.so>, ", line)]
+    assert len(maps) == 2, maps
+
+
 def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path):
     """A shell's child passes on an environment that lies mostly back to
     back; its exec hook reads the heads of the entries (to take Ferry's out)
