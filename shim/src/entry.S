@@ -90,7 +90,7 @@
     COUNT_CALL SYS_RT_SIGRETURN*8, 4f
 4:
 .endif
-    lea rsp, [rsp + 8 + 128]
+    lea rsp, [rsp + 8 + FERRY_RED_ZONE]
     jmp ferry_sigreturn_syscall
     .cfi_endproc
     .size \name, . - \name

@@ -36,6 +36,12 @@
 #define FERRY_REGS_FRAME 104
 #define FERRY_REGS_SIZE 112
 
+/* A trampoline steps over the program's red zone before its call, and the
+ * entry pushes the flags and rbx below the return address: from the entry's
+ * frame (FERRY_REGS_FRAME) up to the program's rsp. */
+#define FERRY_RED_ZONE 128
+#define FERRY_FRAME_TO_RSP (3 * 8 + FERRY_RED_ZONE)
+
 /* What ferry_slow() tells the entry. */
 #define FERRY_DONE 0
 #define FERRY_RAW 1

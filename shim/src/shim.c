@@ -446,21 +446,12 @@ static uint32_t site_of(const struct ferry_regs *r)
 
 static long slow_call(struct ferry_regs *r);
 
-/* With the program's threads as fibers, signals sent to a fiber are raised
- * here, once the shim is done with the call: a handler that never returns
- * (pthread_cancel's unwinding, siglongjmp) leaves nothing of the shim's
- * half done.  A call they interrupted runs again if every handler said
- * SA_RESTART, as the kernel would have restarted it. */
-/* From the entry's frame (rbx, flags, the trampoline's return address) up
- * to the program's rsp: those three words and the red zone it stepped over. */
-#define FRAME_TO_PROGRAM_RSP (3 * 8 + 128)
-
 long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size_t n)
 {
     /* The catch-all's calls carry no frame: their stack is the signal's. */
     if (r->frame) {
         uintptr_t lo = (uintptr_t)r->frame, s = (uintptr_t)src;
-        uintptr_t hi = ((lo + FRAME_TO_PROGRAM_RSP - 1) | 4095) + 1;
+        uintptr_t hi = ((lo + FERRY_FRAME_TO_RSP - 1) | 4095) + 1;
         if (s >= lo && s < hi && n <= hi - s) {
             ferry_memcpy(dst, src, n);
             return (long)n;
@@ -469,6 +460,11 @@ long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size
     return ferry_safe_read(dst, src, n);
 }
 
+/* With the program's threads as fibers, signals sent to a fiber are raised
+ * here, once the shim is done with the call: a handler that never returns
+ * (pthread_cancel's unwinding, siglongjmp) leaves nothing of the shim's
+ * half done.  A call they interrupted runs again if every handler said
+ * SA_RESTART, as the kernel would have restarted it. */
 long ferry_slow(struct ferry_regs *r)
 {
     if (!agg_threads_on)
