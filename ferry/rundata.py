@@ -155,9 +155,26 @@ def _load_run(run_dir):
         if proc is not None:
             return _model(proc.parent, proc, {}, os.stat(proc).st_uid)
     info = read_info(run_dir)
+    _finish_staging(run_dir)
     if not (run_dir / "proc").is_dir():
+        if (run_dir / "proc").is_symlink():
+            raise FerryError(run_dir / "proc", f"the records were kept in memory ({os.readlink(run_dir / 'proc')}) "
+                                               "and are gone: the machine restarted before they were moved")
         raise FerryError(run_dir, "not a run directory (no proc/ directory)")
     return _model(run_dir, run_dir / "proc", info, os.stat(run_dir).st_uid)
+
+
+def _finish_staging(run_dir):
+    """Records of a run still in memory (its `ferry run` was killed, or some
+    of its processes outlived it) move into the run once no process of it is
+    left; whoever reads the run first then does it (staging.py)."""
+    from . import runlock, staging
+    if staging.staged_dir(run_dir) is None or runlock.is_live(run_dir):
+        return
+    try:
+        staging.finish(run_dir)
+    except OSError:
+        pass    # not ours to move (another user's run): read where they are
 
 
 def _model(run_dir, proc_dir, info, owner):

@@ -9,13 +9,12 @@ describes; the previous one is kept as DIR.old.
 import os
 import platform
 import resource
-import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from . import __version__, catchdata, runindex, runlock
+from . import __version__, catchdata, runindex, runlock, staging
 from .base.errors import FerryError
 from .rewriter.manifest import write_json
 
@@ -43,13 +42,25 @@ def _rotate(out_dir):
         raise FerryError(out_dir, "exists and is not a run directory; not replacing it "
                                   "(choose another with -o)")
     runlock.refuse_if_live(out_dir)
+    _finish_staging(out_dir)
     old = out_dir.with_name(out_dir.name + ".old")
     if old.exists():
         if not is_run_dir(old):
             raise FerryError(old, "exists and is not a run directory; not replacing it")
         runlock.refuse_if_live(old)
-        shutil.rmtree(old)
+        staging.discard(old)
     os.rename(out_dir, old)
+
+
+def _finish_staging(out_dir):
+    """Move a run's records out of memory (ferry/staging.py); where they
+    cannot be moved yet they stay there, read through proc/."""
+    try:
+        staging.finish(out_dir)
+    except OSError as e:
+        from .console import err_console
+        err_console.print(f"ferry: warning: {out_dir}/proc: records not moved out of memory: "
+                          f"{e.strerror.lower() if e.strerror else e}")
 
 
 def _module_tables(out_dir, manifest):
@@ -71,9 +82,10 @@ def _iso(t):
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
 
 
-def open_run_dir(out_dir, manifest, profile):
+def open_run_dir(out_dir, manifest, profile, stage=False):
     """A fresh run directory (the previous run kept as DIR.old) holding the
-    site tables, the profile and the manifest; returns its absolute path."""
+    site tables, the profile and the manifest; returns its absolute path.
+    With `stage`, proc/ is kept in memory until the run ends (staging.py)."""
     out_dir = Path(out_dir).absolute()
     try:
         _rotate(out_dir)
@@ -82,7 +94,8 @@ def open_run_dir(out_dir, manifest, profile):
         raise FerryError(out_dir, "another run is starting in this directory (choose another with -o)") from None
     except OSError as e:
         raise FerryError(e.filename or out_dir, f"cannot create the run directory: {e.strerror.lower()}") from None
-    (out_dir / "proc").mkdir()
+    if not (stage and staging.stage(out_dir)):
+        (out_dir / "proc").mkdir()
     if os.geteuid() == 0:
         # Processes of the run that switch user (runuser, su, a server's
         # workers) make their own files here too: anyone may create a file,
@@ -247,8 +260,10 @@ def _child_setup(parent):
     return setup
 
 
-def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
-    """Run `argv` under `profile` into `out_dir`; returns (info, returncode)."""
+def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=True):
+    """Run `argv` under `profile` into `out_dir`; returns (info, returncode).
+    With `stage`, the process records are kept in memory while the program
+    runs and moved into `out_dir` once it ended (staging.py)."""
     if not argv:
         raise FerryError("ferry run", "no command given (usage: ferry run [OPTIONS] -- COMMAND ARGS...)")
     launch = prepare(argv, progress)
@@ -263,7 +278,7 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
                                           f"(profile {profile.name}: threads = \"fibers\"); "
                                           "ferry.dll aggregates the calls of fibers a program "
                                           "makes through its API, under `-p aggregate`")
-    out_dir = open_run_dir(out_dir, launch.manifest, profile)
+    out_dir = open_run_dir(out_dir, launch.manifest, profile, stage=stage)
     lock = runlock.hold(out_dir)
     env = _program_env(launch, profile, out_dir)
     started = time.time()
@@ -322,6 +337,7 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True):
     finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
                 else {"code": None, "signal": _signal_name(-returncode)})
     write_json(out_dir / "info.json", info)
+    _finish_staging(out_dir)
     runlock.release(lock)
     if index:
         try:

@@ -3,14 +3,13 @@ lists), and any run directory of the project the index does not know; open, comp
 delete, export."""
 import os
 import shlex
-import shutil
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QHBoxLayout, QMessageBox, QPushButton,
                                QVBoxLayout, QWidget)
 
-from .. import runindex
+from .. import runindex, staging
 from ..base.errors import FerryError
 from ..rundata import is_run_dir, read_info
 from . import runstore
@@ -221,7 +220,7 @@ class RunsPanel(QWidget):
             d = Path(r["dir"])
             try:
                 if is_run_dir(d):
-                    shutil.rmtree(d)
+                    staging.discard(d)
                 if r.get("id") is not None:
                     runindex.remove(r["id"])
             except OSError as e:

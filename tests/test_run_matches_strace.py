@@ -36,13 +36,19 @@ def _program_calls_after_shim_start(lines, run_dir, root_pid):
     pids = {root_pid}
     counts = collections.Counter()
     started = set()
+    pending = set()     # a marker split by strace: its result is on the resumed line
     marker = re.compile(rf'openat\(AT_FDCWD, "{re.escape(str(run_dir))}/proc/(?:u)?\d+-\d+\.ferry"')
+    failed = re.compile(r"= -\d+ E\w+")
     for line in lines:
         m = LINE.match(line)
         if not m:
             continue
         pid = int(m.group(1))
         if m.group(2):  # "<... x resumed>": counted when it started
+            if pid in pending:
+                pending.discard(pid)
+                if not failed.search(line):
+                    started.add(pid)
             continue
         name = m.group(3)
         if pid in pids and name in ("clone", "clone3", "fork", "vfork"):
@@ -52,8 +58,11 @@ def _program_calls_after_shim_start(lines, run_dir, root_pid):
         if pid not in pids:
             continue
         if pid not in started:
-            if marker.search(line) and not re.search(r"= -\d+ E\w+", line):  # the first file opened
-                started.add(pid)
+            if marker.search(line):  # the first file opened
+                if line.endswith("<unfinished ...>"):
+                    pending.add(pid)
+                elif not failed.search(line):
+                    started.add(pid)
             continue
         counts[name] += 1
     return counts, started

@@ -21,7 +21,7 @@ def learn_after(out_dir, verbose=False):
                           "the next run enables them")
 
 
-def run_with_progress(argv, profile_name, out_dir):
+def run_with_progress(argv, profile_name, out_dir, stage=True):
     """Load the profile, instrument showing what is rewritten, run; returns (info, returncode).
     On a terminal: the modules being analyzed and rewritten, with bars; with -v and no
     terminal: a line per module on stderr."""
@@ -34,7 +34,7 @@ def run_with_progress(argv, profile_name, out_dir):
     verbose = bool(ctx and ctx.params.get("verbose"))
     show = err_console.is_terminal
     with InstrumentProgress(f"instrument {argv[0]}", bar=show, lines=verbose and not show) as update:
-        info, returncode = run(argv, profile, out_dir, progress=update)
+        info, returncode = run(argv, profile, out_dir, progress=update, stage=stage)
     if profile.mode == "aggregate":
         _say_if_engine_unused(profile, out_dir)
     return info, returncode
@@ -56,15 +56,19 @@ def _say_if_engine_unused(profile, out_dir):
               help="Run directory (the previous run there is kept as DIR.old).")
 @click.option("--learn/--no-learn", default=True, show_default=True,
               help="After the run, rewrite the programs that ran without the shim.")
+@click.option("--stage/--no-stage", default=True, show_default=True,
+              help="Keep the process records in memory (a tmpfs) while the program runs and "
+                   "move them into DIR when it ends: each process starts faster.  --no-stage "
+                   "writes them into DIR directly (a trace larger than the memory free).")
 @click.option("-v", "--verbose", is_flag=True, help="Say what was rewritten after the run.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(profile_name, out_dir, learn, verbose, command):
+def command(profile_name, out_dir, learn, stage, verbose, command):
     """Run COMMAND with the shim and record a run directory.
 
     COMMAND's stdin, stdout and stderr are its own; its exit status, or the
     signal that killed it, becomes ferry's."""
     from ..runner import exit_like
-    info, returncode = run_with_progress(list(command), profile_name, out_dir)
+    info, returncode = run_with_progress(list(command), profile_name, out_dir, stage)
     program = info.get("program") or {}
     if verbose or err_console.is_terminal:
         if program.get("note"):

@@ -113,6 +113,10 @@ static int claim(long fd, uint32_t uid, uint64_t stride, uint64_t *off, uint64_t
     rc = sc(tally, SYS_fstat, fd, (long)&s, 0, 0, 0, 0);
     if (!rc && !trusted(&s, uid))
         rc = -EACCES;
+    /* `ferry run` moved the run's records out of memory while this waited
+     * for the lock (ferry/staging.py): the name leads to the moved file */
+    if (!rc && s.st_nlink == 0)
+        rc = -ESTALE;
     if (!rc && (uint64_t)s.st_size < FERRY_SLOTS_HEAD) {
         rc = make_head(fd, stride, tally);
         s.st_size = FERRY_SLOTS_HEAD;
@@ -150,6 +154,7 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     uint64_t *t = 0;  /* nothing tallied before the first file is open */
     uint32_t k = (cur.valid && cur.uid == uid && cur.stride == stride) ? cur.file : 0;
+    int moved = 0;
     for (; k < MAX_FILES; k++) {
         long fd = open_file(dir, uid, k, O_RDWR, t);
         if (fd == -ENOENT) {
@@ -177,6 +182,10 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
         sc(t, SYS_close, fd, 0, 0, 0, 0, 0);
         if (!IS_ERR(p))
             return (struct ferry_proc_header *)p;
+        if (rc == -ESTALE && moved++ < 4) {
+            k--;  /* the same name again */
+            continue;
+        }
         /* a file system that cannot hold even a file's first slot holds none */
         if (rc != -ENOSPC && rc != -EACCES && rc != -EINVAL)
             break;
@@ -189,15 +198,19 @@ int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, u
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     if (!cur.valid || cur.uid != uid || cur.stride != stride)
         return -ENOENT;
-    long fd = open_file(dir, uid, cur.file, O_RDWR, tally);
-    if (fd < 0)
-        return (int)fd;
+    long fd;
     uint64_t off = 0;
-    int rc = claim(fd, uid, stride, &off, tally);
-    if (rc) {
-        sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
-        return rc;
+    int rc = -ESTALE;
+    for (int moved = 0; rc == -ESTALE && moved < 4; moved++) {
+        fd = open_file(dir, uid, cur.file, O_RDWR, tally);
+        if (fd < 0)
+            return (int)fd;
+        rc = claim(fd, uid, stride, &off, tally);
+        if (rc)
+            sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
     }
+    if (rc)
+        return rc;
     *slot = (struct ferry_slot){cur.file, (uint32_t)((off - FERRY_SLOTS_HEAD) / stride), off};
     return (int)fd;
 }

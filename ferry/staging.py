@@ -1,0 +1,222 @@
+"""Process records kept in memory while a run goes on.
+
+Every process the shim enables writes its record through a shared mapping of
+a file in proc/ (shim/src/procfile.h): at least 4 pages at its start, 6 more
+for each command a shell starts, and its events under trace.  On a disk file
+system each page written is a fault, a block reservation and a write-back:
+~7 us on ext4 against ~4 on tmpfs, 25-55 us of each process's start.  So
+`ferry run` makes proc/ a symbolic link to a fresh directory of a tmpfs
+(`$XDG_RUNTIME_DIR` or `/dev/shm`, under `ferry-<uid>/`) and, once no process
+of the run is left, moves the records into the run directory: the link is
+swapped for a real directory in one step, and every reader (report, live, the
+GUI) reads the run through either.
+
+A process still claiming a slot while the records move waits on the slot
+file's lock, which the move holds; it then finds the file unlinked and opens
+the name again (shim/src/slots.c), which leads to the moved file.  Processes
+that outlive `ferry run` (a daemon) keep the records where they are until the
+run is next opened with no process left (`load_run`, the next run into the
+same directory); a run whose `ferry run` was killed likewise.  Records left in
+memory are lost if the machine restarts before then.
+"""
+import errno
+import fcntl
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+# Staging needs room: a tmpfs that fills up makes a program's next write to
+# its record a SIGBUS, as a full disk does.
+MIN_FREE = 1 << 30
+BACKLINK = ".ferry-run"     # in the staging directory: the run it belongs to
+
+
+def _is_tmpfs(path):
+    try:
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return False
+    path = os.path.realpath(path)
+    best, kind = "", None
+    for m in mounts:
+        if len(m) >= 3:
+            mnt = m[1].replace("\\040", " ")
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, kind = mnt, m[2]
+    return kind == "tmpfs"
+
+
+def _roots():
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return [r for r in (runtime, "/dev/shm") if r]
+
+
+def _base(root):
+    """root/ferry-<uid>, ours alone to write; None when it cannot be."""
+    base = Path(root) / f"ferry-{os.geteuid()}"
+    try:
+        os.mkdir(base, 0o711)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        s = os.lstat(base)
+    except OSError:
+        return None
+    # someone else's name in a shared directory: not ours to use
+    if not stat.S_ISDIR(s.st_mode) or s.st_uid != os.geteuid() or s.st_mode & 0o022:
+        return None
+    # processes of a root run that switch user reach their records through it
+    if s.st_mode & 0o777 != 0o711:
+        os.chmod(base, 0o711)
+    return base
+
+
+def stage(out_dir):
+    """Make out_dir/proc a link to a new directory in memory; returns it, or
+    None (and makes nothing) when no tmpfs with room is at hand or out_dir is
+    already on one."""
+    out_dir = Path(out_dir)
+    if _is_tmpfs(out_dir):
+        return None
+    for root in _roots():
+        try:
+            if not _is_tmpfs(root):
+                continue
+            v = os.statvfs(root)
+            if v.f_bavail * v.f_frsize < MIN_FREE:
+                continue
+        except OSError:
+            continue
+        base = _base(root)
+        if base is None:
+            continue
+        try:
+            d = Path(tempfile.mkdtemp(prefix=out_dir.name[:40] + "-", dir=base))
+            (d / BACKLINK).write_text(str(out_dir) + "\n")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(d, 0o777 & ~umask)
+            os.symlink(d, out_dir / "proc")
+        except OSError:
+            continue
+        return d
+    return None
+
+
+def staged_dir(run_dir):
+    """Where run_dir's records are while they are in memory, or None."""
+    link = Path(run_dir) / "proc"
+    if not link.is_symlink():
+        return None
+    target = Path(os.readlink(link))
+    return target if (target / BACKLINK).is_file() else None
+
+
+def _mapped_anywhere(directory):
+    """Whether a process maps a file of `directory` (every process the shim
+    enabled maps its record until it ends)."""
+    needle = str(directory).encode() + b"/"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as f:
+                if needle in f.read():
+                    return True
+        except OSError:
+            continue    # gone, or another user's (not a process of ours)
+    return False
+
+
+def _copy_sparse(src_fd, dst_fd, size):
+    """The data of src into dst at the same offsets; holes stay holes (a
+    slot file is gigabytes of holes around a few pages of data each)."""
+    os.ftruncate(dst_fd, size)
+    off = 0
+    while off < size:
+        try:
+            start = os.lseek(src_fd, off, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                break
+            raise
+        end = os.lseek(src_fd, start, os.SEEK_HOLE)
+        while start < end:
+            chunk = os.pread(src_fd, min(end - start, 1 << 20), start)
+            if not chunk:
+                return
+            os.pwrite(dst_fd, chunk, start)
+            start += len(chunk)
+        off = end
+
+
+def _exchange(a, b):
+    """Swap two names in one step (renameat2 RENAME_EXCHANGE)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), str(a))
+
+
+def finish(run_dir):
+    """Move run_dir's records out of memory into run_dir/proc, unless a
+    process of the run is still alive.  Returns "moved", "live" or None (not
+    staged, or the staging directory is gone)."""
+    run_dir = Path(run_dir)
+    src = staged_dir(run_dir)
+    if src is None:
+        return None
+    if _mapped_anywhere(src):
+        return "live"
+    dst = Path(tempfile.mkdtemp(prefix=".proc-", dir=run_dir))
+    held = []
+    try:
+        os.chmod(dst, stat.S_IMODE(os.stat(src).st_mode))
+        for entry in sorted(os.scandir(src), key=lambda e: e.name):
+            if entry.name == BACKLINK or not entry.is_file(follow_symlinks=False):
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            held.append((fd, entry.path))
+            # a slot being claimed finishes first; one claimed after waits
+            # and then finds the file gone (shim/src/slots.c)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            s = os.fstat(fd)
+            out = os.open(dst / entry.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                          stat.S_IMODE(s.st_mode))
+            try:
+                _copy_sparse(fd, out, s.st_size)
+                os.fchmod(out, stat.S_IMODE(s.st_mode))
+                if os.geteuid() == 0:
+                    os.fchown(out, s.st_uid, s.st_gid)
+                os.fsync(out)
+            finally:
+                os.close(out)
+            os.utime(dst / entry.name, ns=(s.st_atime_ns, s.st_mtime_ns))
+        _exchange(dst, run_dir / "proc")
+        os.unlink(dst)      # the link, now under the temporary name
+        for _, path in held:
+            os.unlink(path)
+    except BaseException:
+        if dst.is_dir() and not dst.is_symlink():
+            shutil.rmtree(dst, ignore_errors=True)
+        raise
+    finally:
+        for fd, _ in held:
+            os.close(fd)
+    shutil.rmtree(src, ignore_errors=True)
+    return "moved"
+
+
+def discard(run_dir):
+    """Remove run_dir and, if its records are still in memory, them too."""
+    src = staged_dir(run_dir)
+    shutil.rmtree(run_dir)
+    if src is not None:
+        shutil.rmtree(src, ignore_errors=True)

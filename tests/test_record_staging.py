@@ -1,0 +1,153 @@
+"""`ferry run` keeps the process records in memory while the program runs
+(proc/ a link into a tmpfs) and moves them into the run directory once no
+process of the run is left; nothing recorded is lost on the way."""
+import fcntl
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ferry, read_stats, recording_env
+from ferry import staging
+from ferry.rundata import load_run
+
+pytestmark = pytest.mark.usefixtures("own_index")
+
+if not any(staging._is_tmpfs(r) for r in staging._roots()):
+    pytest.skip("no tmpfs to keep records in", allow_module_level=True)
+
+
+def run(tmp_path, *argv, opts=(), out="run"):
+    return ferry("run", "--no-learn", "-p", "trace", *opts, "-o", tmp_path / out, "--", *argv,
+                 check=True, timeout=120)
+
+
+def commands(model):
+    return sorted((os.path.basename(p["exe"] or "?"), p["state"]) for p in model["processes"])
+
+
+def test_records_are_kept_in_memory_while_the_program_runs_and_moved_at_its_end(tmp_path):
+    out = tmp_path / "run"
+    script = "readlink {}/proc || true; /bin/true; ls / >/dev/null"
+    r = run(tmp_path, "sh", "-c", script.format(out))
+    during = Path(r.stdout.strip())
+    assert staging._is_tmpfs(during), r.stdout
+    proc = out / "proc"
+    assert proc.is_dir() and not proc.is_symlink()
+    assert not during.exists()          # nothing left behind in memory
+    files = list(proc.glob("*.ferry"))
+    assert files
+    for f in files:                     # holes stay holes
+        s = f.stat()
+        assert s.st_blocks * 512 < s.st_size / 10 or s.st_size < 1 << 20
+    staged = load_run(out)
+    run(tmp_path, "sh", "-c", script.format(tmp_path / "direct"), opts=("--no-stage",), out="direct")
+    direct = load_run(tmp_path / "direct")
+    assert commands(staged) == commands(direct)
+    assert {(c, "exited") for c in ("ls", "sh", "true", "readlink")} <= set(commands(staged))
+    ls = [p for p in staged["processes"] if (p["exe"] or "").endswith("/ls")]
+    assert ls and ls[0]["calls"] > 20
+
+
+def test_no_stage_writes_the_records_into_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    r = run(tmp_path, "sh", "-c", f"test -L {out}/proc && echo link || echo dir", opts=("--no-stage",))
+    assert r.stdout.strip() == "dir"
+
+
+def test_records_of_a_process_that_outlives_the_run_move_once_it_ended(tmp_path):
+    out = tmp_path / "run"
+    run(tmp_path, "sh", "-c", "sleep 1.5 >/dev/null 2>&1 &")
+    proc = out / "proc"
+    assert proc.is_symlink(), "the sleep still runs: its record must stay where it writes it"
+    held = Path(os.readlink(proc))
+    deadline = time.monotonic() + 30
+    while staging._mapped_anywhere(held) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    model = load_run(out)               # the first reader moves them
+    assert proc.is_dir() and not proc.is_symlink() and not held.exists()
+    sleeps = [p for p in model["processes"] if p["exe"] and p["exe"].endswith("/sleep")]
+    assert [p["state"] for p in sleeps] == ["exited"]
+
+
+def test_replacing_a_run_whose_records_are_in_memory_keeps_them_and_then_removes_them(tmp_path):
+    out = tmp_path / "run"
+    sleeper = int(run(tmp_path, "sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!").stdout)
+    try:
+        first = Path(os.readlink(out / "proc"))
+        run(tmp_path, "/bin/true")      # the first run, still live, becomes run.old
+        old = tmp_path / "run.old"
+        assert Path(os.readlink(old / "proc")) == first and first.is_dir()
+        run(tmp_path, "/bin/true")      # and is removed: its records with it
+        assert not first.exists()
+    finally:
+        os.kill(sleeper, 9)
+
+
+def test_a_staging_place_someone_else_made_is_not_used(tmp_path):
+    shm = Path(tempfile_dir())
+    try:
+        trap = shm / "rt"
+        trap.mkdir()
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        os.symlink(elsewhere, trap / f"ferry-{os.geteuid()}")
+        out = tmp_path / "run"
+        r = ferry("run", "--no-learn", "-p", "trace", "-o", out, "--", "sh", "-c",
+                  f"readlink {out}/proc", check=True, timeout=120,
+                  env=dict(os.environ, XDG_RUNTIME_DIR=str(trap)))
+        assert not r.stdout.strip().startswith(str(trap))
+        assert not any(elsewhere.iterdir())
+    finally:
+        subprocess.run(["rm", "-rf", str(shm)])
+
+
+def tempfile_dir():
+    import tempfile
+    return tempfile.mkdtemp(dir="/dev/shm")
+
+
+def test_a_process_waiting_to_claim_a_slot_while_the_records_move_finds_the_moved_file(
+        tmp_path, instrument):
+    """The move holds each slot file's lock; a process that waited on it
+    claims its slot in the moved file, not in the one left behind."""
+    true = instrument("/bin/true").path
+    env = recording_env(dict(os.environ), tmp_path)
+    subprocess.run([true], env=env, check=True, timeout=60)
+    slot_file = tmp_path / "proc" / f"u{os.geteuid()}-0.ferry"
+    fd = os.open(slot_file, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        waiting = subprocess.Popen([true], env=env)
+        ino = os.fstat(fd).st_ino
+        deadline = time.monotonic() + 30
+        while not blocked_on(ino) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert blocked_on(ino), "the second process never waited for the slot file's lock"
+        # what staging.finish does: the file copied, the copy under the name
+        moved = slot_file.with_name("moved")
+        src = os.open(slot_file, os.O_RDONLY)
+        dst = os.open(moved, os.O_WRONLY | os.O_CREAT, 0o644)
+        staging._copy_sparse(src, dst, os.fstat(src).st_size)
+        os.close(src)
+        os.close(dst)
+        os.rename(moved, slot_file)
+    finally:
+        os.close(fd)
+    assert waiting.wait(timeout=60) == 0
+    pids = set(read_stats(tmp_path))
+    assert waiting.pid in pids and len(pids) == 2
+
+
+def blocked_on(ino):
+    """Whether a process waits for a flock on inode `ino` (/proc/locks)."""
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = line.split()
+            if "->" in parts and "FLOCK" in parts:
+                dev_ino = parts[parts.index("->") + 5] if len(parts) > parts.index("->") + 5 else ""
+                if dev_ino.rsplit(":", 1)[-1] == str(ino):
+                    return True
+    return False
