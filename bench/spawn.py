@@ -13,6 +13,10 @@ that shim, alternated with the current one in every round, and the RESULT
 line gives its ratios as baseline_*: a change to the start path measured
 side by side on a loaded machine.
 
+Trace mode also runs with `--no-stage` ("disk": the process records written
+into the run directory as the program runs, not kept in memory until it
+ended), alternated with the default in every round: disk_* in RESULT.
+
 The spawn loop also reports the CPU the shell and its children used (its
 `times`), native and traced, alternated in each round: on a loaded machine
 the wall clock moves with the other load, CPU time much less.
@@ -122,19 +126,26 @@ def spawn_cpu(mode, out, env):
     load than about us; the CPU the processes used does not."""
     cmd = ["sh", "-c", SPAWN_LOOP + "; times"]
     if mode:
-        if mode == "baseline":
-            mode, env = "trace", dict(env, FERRY_SHIM=BASELINE)
-        cmd = [FERRY, "run", "-p", mode, "-o", str(out), "--", *cmd]
+        mode, env, opts = _mode(mode, env)
+        cmd = [FERRY, "run", "-p", mode, *opts, "-o", str(out), "--", *cmd]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"spawn bench: {cmd[:3]} failed: {r.stderr[-500:]}")
     return shell_cpu(r.stdout)
 
 
-def ferry_run(cmd, mode, out, env):
+def _mode(mode, env):
+    """(profile, environment, options) of a mode of the bench."""
     if mode == "baseline":
-        mode, env = "trace", dict(env, FERRY_SHIM=BASELINE)
-    r = subprocess.run([FERRY, "run", "-p", mode, "-o", str(out), "--", *cmd], env=env,
+        return "trace", dict(env, FERRY_SHIM=BASELINE), []
+    if mode == "disk":
+        return "trace", env, ["--no-stage"]
+    return mode, env, []
+
+
+def ferry_run(cmd, mode, out, env):
+    mode, env, opts = _mode(mode, env)
+    r = subprocess.run([FERRY, "run", "-p", mode, *opts, "-o", str(out), "--", *cmd], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         raise SystemExit(f"spawn bench: ferry run -p {mode} {cmd[:3]} failed: {r.stderr[-500:]}")
@@ -257,12 +268,12 @@ def main():
             loads["configure"] = conf
         else:
             print("autoconf not found: the configure workload is skipped")
-        modes = MODES + (("baseline",) if BASELINE else ())
+        modes = MODES + ("disk",) + (("baseline",) if BASELINE else ())
         for name, cmd in loads.items():  # warm the image cache, untimed
             for mode in modes:
                 ferry_run(cmd, mode, work / "warm", env)
         times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
-        cpu_modes = ("trace",) + (("baseline",) if BASELINE else ())
+        cpu_modes = ("trace", "disk") + (("baseline",) if BASELINE else ())
         cpu = {m: [] for m in ("native",) + cpu_modes}
         for r in range(ROUNDS):
             cpu["native"].append(spawn_cpu(None, None, env))
@@ -312,7 +323,11 @@ def main():
               f"strace_spawn_ratio={ratio('spawn', 'strace'):.2f} "
               f"strace_build_ratio={ratio('build', 'strace'):.2f} "
               f"strace_configure_ratio={ratio('configure', 'strace'):.2f} "
-              f"libc_dirty_kb={ferry_dirty} native_libc_dirty_kb={native_dirty}{baseline}")
+              f"libc_dirty_kb={ferry_dirty} native_libc_dirty_kb={native_dirty} "
+              f"disk_spawn_ratio={ratio('spawn', 'disk'):.2f} "
+              f"disk_build_ratio={ratio('build', 'disk'):.2f} "
+              f"disk_per_process_us={per_mode['disk']:.0f} "
+              f"disk_cpu_per_process_us={cpu_us['disk']:.0f}{baseline}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
