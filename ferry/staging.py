@@ -173,8 +173,25 @@ def finish(run_dir):
     src = staged_dir(run_dir)
     if src is None:
         return None
-    if _mapped_anywhere(src):
-        return "live"
+    # two readers finishing at once: the second finds the move done
+    try:
+        guard = os.open(src, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if staged_dir(run_dir) != src:
+            return None
+        if _mapped_anywhere(src):
+            return "live"
+        _move(run_dir, src)
+    finally:
+        os.close(guard)
+    shutil.rmtree(src, ignore_errors=True)
+    return "moved"
+
+
+def _move(run_dir, src):
     dst = Path(tempfile.mkdtemp(prefix=".proc-", dir=run_dir))
     held = []
     try:
@@ -210,8 +227,6 @@ def finish(run_dir):
     finally:
         for fd, _ in held:
             os.close(fd)
-    shutil.rmtree(src, ignore_errors=True)
-    return "moved"
 
 
 def discard(run_dir):

@@ -112,6 +112,79 @@ def test_the_shim_is_mapped_in_two_pieces(tmp_path):
     assert len(maps) == 2, maps
 
 
+def _present_pages(pid, first, end):
+    """Offsets from `first` of the pages of [first, end) that process `pid`
+    has in memory (/proc/PID/pagemap: present or swapped)."""
+    import struct
+    with open(f"/proc/{pid}/pagemap", "rb") as f:
+        f.seek(first // 4096 * 8)
+        n = (end - first + 4095) // 4096
+        entries = struct.unpack(f"<{n}Q", f.read(n * 8))
+    return [i * 4096 for i, e in enumerate(entries) if e >> 62]
+
+
+def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
+    """Each page of the shim's data and .bss that a process touches is a
+    fault in every process: the small variables every start or every call
+    reads or writes share pages (FERRY_HOT, the order of the store's
+    fields), the large buffers a start leaves alone lie apart (FERRY_COLD).
+    Nine pages were touched (a --no-learn start, its libraries patched
+    from plans); six now: RELRO, .data, the exec hook's copies, the
+    store's fields, the environment's scratch, the plans' table."""
+    import lief
+    from ferry.rewriter import shimlib
+    shim = os.path.realpath(shimlib.path())
+    elf = lief.parse(shim)  # kept: its segments live in it
+    (seg,) = [s for s in elf.segments
+              if s.type == lief.ELF.Segment.TYPE.LOAD and s.has(lief.ELF.Segment.FLAGS.W)]
+    out = tmp_path / "run"
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([*FERRY, "run", "-p", "trace", "--no-learn", "-o", str(out), "--", "sh", "-c",
+                             f"exec sleep 30 >{ready}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        pid = None
+        for _ in range(300):
+            pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+            pid = next((p for p in pids if _cmdline(p) == ["sleep", "30"]), None)
+            if pid and _maps_name(pid, "libferry.so"):
+                break
+            subprocess.run(["sleep", "0.05"])
+        assert pid, "the enabled sleep never started"
+        subprocess.run(["sleep", "0.3"])   # its constructor done
+        base = min(lo for lo, name in _maps(pid) if name.endswith("libferry.so"))
+        first = base + (seg.virtual_address & ~4095)
+        end = base + seg.virtual_address + seg.virtual_size
+        pages = _present_pages(pid, first, end)
+        assert len(pages) <= 6, [hex((seg.virtual_address & ~4095) + p) for p in pages]
+    finally:
+        proc.terminate()
+        subprocess.run(["pkill", "-x", "-f", "sleep 30"], check=False)
+        proc.wait(timeout=30)
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+
+
+def _maps(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split()
+            yield int(parts[0].split("-")[0], 16), parts[5] if len(parts) > 5 else ""
+
+
+def _maps_name(pid, suffix):
+    try:
+        return any(name.endswith(suffix) for _, name in _maps(pid))
+    except OSError:
+        return False
+
+
 def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path):
     """A shell's child passes on an environment that lies mostly back to
     back; its exec hook reads the heads of the entries (to take Ferry's out)

@@ -53,7 +53,7 @@ int agg_fd_high(int fd)
 #define KEPT_MAX 32
 static struct io_uring *kept[KEPT_MAX];
 static int kept_lock;
-static int kept_n;   /* entries that may be in use (atomic): 0, nothing to guard */
+static int kept_n FERRY_HOT;  /* entries that may be in use (atomic): 0, nothing to guard */
 
 static const unsigned short guarded[] = {SYS_close, SYS_dup2, SYS_dup3, SYS_close_range};
 

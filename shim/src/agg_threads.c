@@ -44,7 +44,7 @@
 #define MAX_CARRIERS AGG_MAX_CARRIERS
 #define CARRIER_STACK (256 * 1024)
 
-int agg_threads_on;                  /* the profile asked for it */
+int agg_threads_on FERRY_HOT;        /* the profile asked for it */
 unsigned agg_threads_carriers = 1;   /* ... on this many carriers */
 int agg_threads_alive;               /* threads not ended, on every carrier */
 /* The fiber world's tables, shared by the carriers: under `world_lock`.  A
@@ -59,7 +59,7 @@ static struct agg_fiber *fiber0;
 static struct agg_carrier *carriers[MAX_CARRIERS];
 static unsigned ncarriers;
 static int carriers_tried;
-static long world_pid;               /* the process the tables above are of */
+static long world_pid FERRY_HOT;     /* the process the tables above are of; read at every exit */
 
 struct clone_args_k {
     uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;

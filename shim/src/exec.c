@@ -37,7 +37,7 @@ _Static_assert((MAX_ENV + MAX_ARGS) * sizeof(char *) <= 64 * 1024, "fits ferry_v
 
 static char saved_buf[8192];
 static char *saved[MAX_SAVED];
-static int nsaved;
+static int nsaved FERRY_HOT;
 static char cache_root[2048];
 static char shim_path[1024];
 static char shim_id[2 * 64 + 1];  /* this shim's build id, in hex */
@@ -80,6 +80,15 @@ static void save(const char *entry)
 void ferry_exec_keep(const char *entry)
 {
     save(entry);
+}
+
+const char *ferry_exec_kept(const char *name)
+{
+    size_t n = ferry_strlen(name);
+    for (int i = 0; i < nsaved; i++)
+        if (ferry_memeq(saved[i], name, n) && saved[i][n] == '=')
+            return saved[i] + n + 1;
+    return 0;
 }
 
 extern char __ehdr_start[] __attribute__((visibility("hidden")));

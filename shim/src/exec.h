@@ -16,6 +16,8 @@ long ferry_exec(const struct ferry_regs *r);
 /* One more "FERRY_NAME=value" setting for every program this one execs
  * (after ferry_exec_configure). */
 void ferry_exec_keep(const char *entry);
+/* The value of setting `name` among those kept for children, or 0. */
+const char *ferry_exec_kept(const char *name);
 
 /* A NUL-terminated string of the program's memory into dst (its length, or
  * -1), and entry i of a pointer array there (1, 0 at its end, -1). */

@@ -26,23 +26,30 @@
 
 #define WIN_PATH_MAX 1100
 
-static char launch[WIN_PATH_MAX], dll[WIN_PATH_MAX], detours[WIN_PATH_MAX];
+/* The settings' values, in the copies the exec hook keeps of the run's
+ * settings for children (every run has them, for `wine app.exe` in a
+ * script): copying them here wrote a page of the start in every process.
+ * The buffers only hold a value the hook's copies had no room for. */
+static const char *launch FERRY_HOT, *dll FERRY_HOT, *detours FERRY_HOT;
+static char room[3][WIN_PATH_MAX] FERRY_COLD;
 
-static void keep(char **envp, const char *name, char *dst)
+static void keep(char **envp, const char *name, const char **dst, char *spare)
 {
-    const char *v = ferry_env_lookup(envp, name);
-    size_t n = v ? ferry_strlen(v) : 0;
-    if (n >= WIN_PATH_MAX)
-        n = 0;
-    ferry_memcpy(dst, v ? v : "", n);
-    dst[n] = 0;
+    const char *v = ferry_exec_kept(name);
+    if (!v && (v = ferry_env_lookup(envp, name))) {
+        size_t n = ferry_strlen(v);
+        if (n >= WIN_PATH_MAX)
+            return;
+        v = ferry_memcpy(spare, v, n + 1);
+    }
+    *dst = v && *v ? v : 0;
 }
 
 void ferry_wine_configure(char **envp)
 {
-    keep(envp, "FERRY_WIN_LAUNCH", launch);
-    keep(envp, "FERRY_WIN_DLL", dll);
-    keep(envp, "FERRY_WIN_DETOURS", detours);
+    keep(envp, "FERRY_WIN_LAUNCH", &launch, room[0]);
+    keep(envp, "FERRY_WIN_DLL", &dll, room[1]);
+    keep(envp, "FERRY_WIN_DETOURS", &detours, room[2]);
 }
 
 int ferry_wine_setting(const char *entry)
@@ -205,7 +212,7 @@ static int binfmt_wine(char *out, size_t cap)
 char **ferry_wine_argv(const char *target, int direct, char *const *argv, char **out, size_t cap,
                        char *prog, size_t progcap, const char **run)
 {
-    if (!launch[0] || !dll[0] || !detours[0] || cap < 7 || progcap < 2 * PATH_MAX_WINE)
+    if (!launch || !dll || !detours || cap < 7 || progcap < 2 * PATH_MAX_WINE)
         return 0;
     char given[PATH_MAX_WINE], *argv0, *arg1;
     char *interp = prog + PATH_MAX_WINE;    /* the second half: what runs */
@@ -240,9 +247,9 @@ char **ferry_wine_argv(const char *target, int direct, char *const *argv, char *
     pid[b.len] = 0;
     size_t n = 0;
     out[n++] = argv0;
-    out[n++] = launch;
-    out[n++] = detours;
-    out[n++] = dll;
+    out[n++] = (char *)launch;
+    out[n++] = (char *)detours;
+    out[n++] = (char *)dll;
     out[n++] = pid;
     out[n++] = prog;
     char *p;

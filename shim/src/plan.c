@@ -38,7 +38,7 @@ static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
 /* Modules this process has patched from a plan, by load address. */
 static uint64_t planned[MAX_TARGETS];
-static int nplanned;
+static int nplanned FERRY_HOT;
 
 static int already_planned(uint64_t base)
 {
@@ -62,7 +62,7 @@ static struct {
     uint64_t lo, hi;
     char path[256];
 } remapped[MAX_REMAPPED] FERRY_COLD;
-static int nremapped;
+static int nremapped FERRY_HOT;
 
 const char *ferry_plans_module_at(uint64_t addr)
 {
@@ -108,7 +108,7 @@ extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), voi
  * the windows over them stay as they are. */
 #define MAX_AVOID 256
 static uint64_t avoid[MAX_AVOID] FERRY_COLD;
-static int navoid;
+static int navoid FERRY_HOT;
 
 void ferry_plans_avoid(const char *list)
 {
@@ -154,7 +154,7 @@ static int has_ctl(struct dl_phdr_info *info)
 extern char __ehdr_start[] __attribute__((visibility("hidden")));
 
 /* Code address of a module ferry_plans_apply leaves for later (0: none). */
-static uint64_t deferred;
+static uint64_t deferred FERRY_HOT;
 
 void ferry_plans_defer(uint64_t addr)
 {

@@ -20,18 +20,28 @@ __thread struct ferry_thread ferry_thr __attribute__((tls_model("initial-exec"))
  * failed exec of a PATH search rewrites that one record. */
 enum { VFORK_SLOT = 1, VFORK_OWN = 2 };
 
-struct ferry_proc_header *ferry_hdr;
-uint64_t *ferry_internal;
+struct ferry_proc_header *ferry_hdr FERRY_HOT;
+uint64_t *ferry_internal FERRY_HOT;
 
 static struct {
     int in_file;            /* 0: anonymous memory */
-    char dir[2048];
     int mode;
     uint32_t event_capacity;
     uint32_t block_size;
     struct ferry_blk *first;  /* block 0, mapped with the header (0: not so) */
+    int first_claimed;        /* `first` is blocks[0], published */
+    char dir[2048];
+    /* blocks[0] is `first` when that is set, and left alone: every start
+     * claims block 0, and the entry's page (past dir) was one more fault */
     struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
 } st;
+
+static struct ferry_blk *block_at(uint32_t i)
+{
+    if (i == 0 && st.first)
+        return __atomic_load_n(&st.first_claimed, __ATOMIC_ACQUIRE) ? st.first : 0;
+    return __atomic_load_n(&st.blocks[i], __ATOMIC_ACQUIRE);
+}
 
 #define IS_ERR(v) ((unsigned long)(v) > -4096UL)
 
@@ -176,6 +186,7 @@ static int open_backing(void)
 {
     st.in_file = 0;
     st.first = 0;
+    st.first_claimed = 0;
     if (st.dir[0]) {
         uint64_t tally[FERRY_NR_MAX];
         ferry_memset(tally, 0, sizeof(tally));
@@ -210,7 +221,7 @@ static struct ferry_blk *map_file_block(uint32_t idx)
     char *anchor = (char *)ferry_hdr;
     uint64_t anchor_off = 0;
     for (uint32_t j = idx; j-- > 0;) {
-        struct ferry_blk *b = __atomic_load_n(&st.blocks[j], __ATOMIC_ACQUIRE);
+        struct ferry_blk *b = block_at(j);
         if (b) {
             anchor = (char *)b;
             anchor_off = block_offset(j);
@@ -273,7 +284,7 @@ static uint32_t claimed_blocks(const struct ferry_proc_header *h)
 static struct ferry_blk *claim(void)
 {
     for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++) {
-        struct ferry_blk *b = __atomic_load_n(&st.blocks[i], __ATOMIC_ACQUIRE);
+        struct ferry_blk *b = block_at(i);
         if (!b)
             continue;
         uint32_t expect = 0;
@@ -289,7 +300,10 @@ static struct ferry_blk *claim(void)
     if (!b)
         return 0;
     b->in_use = 1;
-    __atomic_store_n(&st.blocks[idx], b, __ATOMIC_RELEASE);
+    if (idx == 0 && b == st.first)
+        __atomic_store_n(&st.first_claimed, 1, __ATOMIC_RELEASE);
+    else
+        __atomic_store_n(&st.blocks[idx], b, __ATOMIC_RELEASE);
     return b;
 }
 
@@ -776,7 +790,7 @@ void ferry_blk_sum(uint64_t *calls, uint64_t *invalid)
     ferry_memset(calls, 0, FERRY_NR_MAX * sizeof(uint64_t));
     *invalid = 0;
     for (uint32_t i = 0; i < FERRY_MAX_BLOCKS; i++) {
-        struct ferry_blk *b = __atomic_load_n(&st.blocks[i], __ATOMIC_ACQUIRE);
+        struct ferry_blk *b = block_at(i);
         if (!b)
             continue;  /* claimed by a thread still mapping it, or never */
         for (int n = 0; n < FERRY_NR_MAX; n++)

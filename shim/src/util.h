@@ -51,6 +51,13 @@ void ferry_buf_i64(struct ferry_buf *b, int64_t v);
  * touched is a page fault in every process (~13 of them before). */
 #define FERRY_COLD __attribute__((section(".lbss.ferry")))
 
+/* A small variable that a process's start, or every call, reads but rarely
+ * writes: kept in .data, whose page the loader writes anyway (it zeroes the
+ * .bss that shares the file's last page), so that reading it is not the
+ * fault of a zero page of its own (agg_threads_on, read by every call that
+ * leaves the fast path, was one in every process). */
+#define FERRY_HOT __attribute__((section(".data.ferry_hot")))
+
 /* The calling thread's thread pointer (its TCB, where %fs points). */
 static inline unsigned long ferry_tp(void)
 {
