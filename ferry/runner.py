@@ -56,7 +56,8 @@ def _finish_staging(out_dir):
     """Move a run's records out of memory (ferry/staging.py); where they
     cannot be moved yet they stay there, read through proc/."""
     try:
-        staging.finish(out_dir)
+        if staging.finish(out_dir) == "live":
+            staging.finish_later(out_dir)
     except OSError as e:
         from .console import err_console
         err_console.print(f"ferry: warning: {out_dir}/proc: records not moved out of memory: "

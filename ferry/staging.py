@@ -14,17 +14,23 @@ GUI) reads the run through either.
 A process still claiming a slot while the records move waits on the slot
 file's lock, which the move holds; it then finds the file unlinked and opens
 the name again (shim/src/slots.c), which leads to the moved file.  Processes
-that outlive `ferry run` (a daemon) keep the records where they are until the
-run is next opened with no process left (`load_run`, the next run into the
-same directory); a run whose `ferry run` was killed likewise.  Records left in
-memory are lost if the machine restarts before then.
+that outlive `ferry run` (a daemon, `cmd &`) keep writing where they are: a
+small process left behind (`python -m ferry.staging DIR`) moves the records
+once the last of them ended, following the run directory if it is renamed
+(DIR.old) and removing the records if the run directory is removed.  A run
+whose `ferry run` was killed is moved by whoever reads it first with no
+process left (`load_run`, the next run into the same directory).  Records
+left in memory are lost if the machine restarts before they moved.
 """
 import errno
 import fcntl
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 # Staging needs room: a tmpfs that fills up makes a program's next write to
@@ -235,3 +241,39 @@ def discard(run_dir):
     shutil.rmtree(run_dir)
     if src is not None:
         shutil.rmtree(src, ignore_errors=True)
+
+
+def finish_later(run_dir):
+    """Leave behind a process that moves run_dir's records once no process
+    of the run is left (they outlived `ferry run`)."""
+    subprocess.Popen([sys.executable, "-m", "ferry.staging", str(run_dir)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _wait_and_finish(run_dir, poll=0.2, longest=5.0):
+    """Poll until the records of run_dir moved; the run directory is held
+    open, so that a rename (DIR.old) is followed and a removal noticed."""
+    src = staged_dir(run_dir)
+    if src is None:
+        return
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        while True:
+            if os.fstat(fd).st_nlink == 0:
+                # the run directory is gone, and with it the only way to them
+                shutil.rmtree(src, ignore_errors=True)
+                return
+            where = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            try:
+                if staged_dir(where) != src or finish(where) != "live":
+                    return
+            except OSError:
+                return
+            time.sleep(poll)
+            poll = min(poll * 1.5, longest)
+    finally:
+        os.close(fd)
+
+
+if __name__ == "__main__":
+    _wait_and_finish(sys.argv[1])

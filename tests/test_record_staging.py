@@ -63,13 +63,32 @@ def test_records_of_a_process_that_outlives_the_run_move_once_it_ended(tmp_path)
     proc = out / "proc"
     assert proc.is_symlink(), "the sleep still runs: its record must stay where it writes it"
     held = Path(os.readlink(proc))
-    deadline = time.monotonic() + 30
-    while staging._mapped_anywhere(held) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    model = load_run(out)               # the first reader moves them
-    assert proc.is_dir() and not proc.is_symlink() and not held.exists()
-    sleeps = [p for p in model["processes"] if p["exe"] and p["exe"].endswith("/sleep")]
+    # nobody reads the run: the process ferry run left behind moves them
+    assert wait_for(lambda: not proc.is_symlink()), "the records never moved"
+    assert proc.is_dir() and not held.exists()
+    sleeps = [p for p in load_run(out)["processes"] if p["exe"] and p["exe"].endswith("/sleep")]
     assert [p["state"] for p in sleeps] == ["exited"]
+
+
+def test_removing_a_run_while_a_process_still_records_frees_its_records(tmp_path):
+    out = tmp_path / "run"
+    sleeper = int(run(tmp_path, "sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!").stdout)
+    try:
+        held = Path(os.readlink(out / "proc"))
+        assert held.is_dir()
+        subprocess.run(["rm", "-rf", str(out)], check=True)   # by hand, not with ferry
+        assert wait_for(lambda: not held.exists()), "the records stayed in memory"
+    finally:
+        os.kill(sleeper, 9)
+
+
+def wait_for(cond, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def test_replacing_a_run_whose_records_are_in_memory_keeps_them_and_then_removes_them(tmp_path):
