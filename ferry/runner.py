@@ -279,6 +279,9 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
                                           f"(profile {profile.name}: threads = \"fibers\"); "
                                           "ferry.dll aggregates the calls of fibers a program "
                                           "makes through its API, under `-p aggregate`")
+    # A profile that records every call keeps a ring of events per thread
+    # (event_buffer x 32 bytes, up to 512 MiB): too much to hold in memory.
+    stage = stage and not (profile.mode == "trace" and profile.events)
     out_dir = open_run_dir(out_dir, launch.manifest, profile, stage=stage)
     lock = runlock.hold(out_dir)
     env = _program_env(launch, profile, out_dir)

@@ -57,6 +57,17 @@ def test_no_stage_writes_the_records_into_the_run_directory(tmp_path):
     assert r.stdout.strip() == "dir"
 
 
+def test_a_profile_that_records_every_call_writes_the_records_into_the_run(tmp_path):
+    """Each thread's ring of events (event_buffer x 32 bytes) would take
+    memory: such a run is not staged."""
+    from conftest import write_profile
+    prof = write_profile(tmp_path, 'mode = "trace"\n[trace]\nevents = true\nevent_buffer = 4096\n')
+    out = tmp_path / "run"
+    r = ferry("run", "--no-learn", "-p", prof, "-o", out, "--", "sh", "-c",
+              f"test -L {out}/proc && echo link || echo dir", check=True, timeout=120)
+    assert r.stdout.strip() == "dir"
+
+
 def test_records_of_a_process_that_outlives_the_run_move_once_it_ended(tmp_path):
     out = tmp_path / "run"
     run(tmp_path, "sh", "-c", "sleep 1.5 >/dev/null 2>&1 &")
