@@ -283,64 +283,70 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
     # (event_buffer x 32 bytes, up to 512 MiB): too much to hold in memory.
     stage = stage and not (profile.mode == "trace" and profile.events)
     out_dir = open_run_dir(out_dir, launch.manifest, profile, stage=stage)
-    lock = runlock.hold(out_dir)
-    env = _program_env(launch, profile, out_dir)
-    started = time.time()
-    info = new_info(argv, profile,
-                    {"original": launch.original, "executable": launch.executable,
-                     "enabled": launch.enabled, "reason": launch.reason, "how": launch.how,
-                     "note": launch.note},
-                    _images(launch))
-    write_json(out_dir / "info.json", info)
+    try:
+        lock = runlock.hold(out_dir)
+        env = _program_env(launch, profile, out_dir)
+        started = time.time()
+        info = new_info(argv, profile,
+                        {"original": launch.original, "executable": launch.executable,
+                         "enabled": launch.enabled, "reason": launch.reason, "how": launch.how,
+                         "note": launch.note},
+                        _images(launch))
+        write_json(out_dir / "info.json", info)
 
-    # The forwarders are in place before the program exists, so a signal sent
-    # as soon as its pid is known (from info.json) cannot kill `ferry run`
-    # instead; one that comes before the program started waits for it.  A
-    # signal `ferry run` was told to ignore stays ignored, for the program too.
-    saved = {s: signal.getsignal(s) for s in FORWARDED + FROM_TERMINAL}
-    child, held = [], []
+        # The forwarders are in place before the program exists, so a signal sent
+        # as soon as its pid is known (from info.json) cannot kill `ferry run`
+        # instead; one that comes before the program started waits for it.  A
+        # signal `ferry run` was told to ignore stays ignored, for the program too.
+        saved = {s: signal.getsignal(s) for s in FORWARDED + FROM_TERMINAL}
+        child, held = [], []
 
-    def forward(sig, _frame):
-        if not child:
-            held.append(sig)
-            return
-        try:
-            child[0].send_signal(sig)
-        except ProcessLookupError:
+        def forward(sig, _frame):
+            if not child:
+                held.append(sig)
+                return
+            try:
+                child[0].send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+        def survive(_sig, _frame):
+            # The terminal sends these to the whole foreground group: the program
+            # has them already.  A handler, unlike SIG_IGN, is not inherited.
             pass
 
-    def survive(_sig, _frame):
-        # The terminal sends these to the whole foreground group: the program
-        # has them already.  A handler, unlike SIG_IGN, is not inherited.
-        pass
-
-    for s in FORWARDED:
-        if saved[s] is not signal.SIG_IGN:
-            signal.signal(s, forward)
-    for s in FROM_TERMINAL:
-        if saved[s] is not signal.SIG_IGN:
-            signal.signal(s, survive)
-    try:
+        for s in FORWARDED:
+            if saved[s] is not signal.SIG_IGN:
+                signal.signal(s, forward)
+        for s in FROM_TERMINAL:
+            if saved[s] is not signal.SIG_IGN:
+                signal.signal(s, survive)
         try:
-            # Descriptors `ferry run` inherited go on to the program, as they
-            # would natively; ferry's own are close-on-exec.
-            proc = subprocess.Popen(launch.argv, executable=launch.executable, env=env,
-                                    close_fds=False, preexec_fn=_child_setup(os.getpid()))
-        except OSError as e:
-            raise FerryError(launch.executable, f"cannot start: {e.strerror.lower()}") from None
-        child.append(proc)
-        for sig in held:
-            forward(sig, None)
-        info["pid"] = proc.pid
+            try:
+                # Descriptors `ferry run` inherited go on to the program, as they
+                # would natively; ferry's own are close-on-exec.
+                proc = subprocess.Popen(launch.argv, executable=launch.executable, env=env,
+                                        close_fds=False, preexec_fn=_child_setup(os.getpid()))
+            except OSError as e:
+                raise FerryError(launch.executable, f"cannot start: {e.strerror.lower()}") from None
+            child.append(proc)
+            for sig in held:
+                forward(sig, None)
+            info["pid"] = proc.pid
+            write_json(out_dir / "info.json", info)
+            returncode = proc.wait()
+        finally:
+            for s, handler in saved.items():
+                if handler is not None:
+                    signal.signal(s, handler)
+        finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
+                    else {"code": None, "signal": _signal_name(-returncode)})
         write_json(out_dir / "info.json", info)
-        returncode = proc.wait()
-    finally:
-        for s, handler in saved.items():
-            if handler is not None:
-                signal.signal(s, handler)
-    finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
-                else {"code": None, "signal": _signal_name(-returncode)})
-    write_json(out_dir / "info.json", info)
+    except BaseException:
+        # the program never started, or ferry run was interrupted: the
+        # records (if any) do not stay in memory with nobody to move them
+        _finish_staging(out_dir)
+        raise
     _finish_staging(out_dir)
     runlock.release(lock)
     if index:

@@ -68,6 +68,17 @@ def test_a_profile_that_records_every_call_writes_the_records_into_the_run(tmp_p
     assert r.stdout.strip() == "dir"
 
 
+def test_a_run_that_cannot_start_its_program_leaves_nothing_in_memory(tmp_path):
+    out = tmp_path / "run"
+    r = ferry("run", "--no-learn", "-o", out, "--", "/bin/true", timeout=120,
+              env=dict(os.environ, FERRY_SHIM=str(tmp_path / "elsewhere.so")))
+    assert r.returncode != 0 and "elsewhere.so" in r.stderr, r.stderr
+    left = [d for root in staging._roots() for d in Path(root).glob(f"ferry-{os.geteuid()}/*")
+            if (d / staging.BACKLINK).is_file() and (d / staging.BACKLINK).read_text().strip() == str(out)]
+    assert not left, left
+    assert not (out / "proc").is_symlink()
+
+
 def test_records_of_a_process_that_outlives_the_run_move_once_it_ended(tmp_path):
     out = tmp_path / "run"
     run(tmp_path, "sh", "-c", "sleep 1.5 >/dev/null 2>&1 &")
