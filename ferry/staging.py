@@ -15,7 +15,8 @@ A process still claiming a slot while the records move waits on the slot
 file's lock, which the move holds; it then finds the file unlinked and opens
 the name again (shim/src/slots.c), which leads to the moved file.  Processes
 that outlive `ferry run` (a daemon, `cmd &`) keep writing where they are: a
-small process left behind (`python -m ferry.staging DIR`) moves the records
+small process left behind (`python -m ferry.staging FD STAGING`, handed the
+run directory open) moves the records
 once the last of them ended, following the run directory if it is renamed
 (DIR.old) and removing the records if the run directory is removed.  A run
 whose `ferry run` was killed is moved by whoever reads it first with no
@@ -245,18 +246,23 @@ def discard(run_dir):
 
 def finish_later(run_dir):
     """Leave behind a process that moves run_dir's records once no process
-    of the run is left (they outlived `ferry run`)."""
-    subprocess.Popen([sys.executable, "-m", "ferry.staging", str(run_dir)], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def _wait_and_finish(run_dir, poll=0.2, longest=5.0):
-    """Poll until the records of run_dir moved; the run directory is held
-    open, so that a rename (DIR.old) is followed and a removal noticed."""
+    of the run is left (they outlived `ferry run`).  It is handed the run
+    directory open, so that one removed before it even started is noticed."""
     src = staged_dir(run_dir)
     if src is None:
         return
-    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        subprocess.Popen([sys.executable, "-m", "ferry.staging", str(fd), str(src)], pass_fds=(fd,),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(fd)
+
+
+def _wait_and_finish(fd, src, poll=0.2, longest=5.0):
+    """Poll until the records in `src` moved into the run directory open as
+    `fd` (a rename, DIR.old, is followed; a removal frees them)."""
     try:
         while True:
             if os.fstat(fd).st_nlink == 0:
@@ -276,4 +282,4 @@ def _wait_and_finish(run_dir, poll=0.2, longest=5.0):
 
 
 if __name__ == "__main__":
-    _wait_and_finish(sys.argv[1])
+    _wait_and_finish(int(sys.argv[1]), Path(sys.argv[2]))
