@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import aggdata, catchdata
 from .base.layouts import constant, constants, layout
+from .base.sparse import data_extents
 from .base.syscall_table import name_of
 
 HEADER = layout("ferry_proc_header")
@@ -201,24 +202,13 @@ def _read_at(fd, off, length, size, out=None, out_at=0):
     if out is None:
         out = bytearray(length)
     del out[out_at + length:]
-    pos, end = off, off + length
-    while pos < end:
-        try:
-            start = os.lseek(fd, pos, os.SEEK_DATA)
-            stop = min(os.lseek(fd, start, os.SEEK_HOLE), end)
-        except OSError as e:
-            if e.errno == errno_names.ENXIO:
-                break                   # holes only, from pos to the end
-            start, stop = pos, end      # a file system that cannot tell: read it all
-        if start >= end:
-            break
+    for start, stop in data_extents(fd, off, off + length):
         chunk = os.pread(fd, stop - start, start)
         at = out_at + start - off
         out[at:at + len(chunk)] = chunk
         if len(chunk) < stop - start:   # the file ends sooner than it did
             del out[at + len(chunk):]
             break
-        pos = stop
     return out
 
 

@@ -23,7 +23,6 @@ whose `ferry run` was killed is moved by whoever reads it first with no
 process left (`load_run`, the next run into the same directory).  Records
 left in memory are lost if the machine restarts before they moved.
 """
-import errno
 import fcntl
 import os
 import shutil
@@ -33,6 +32,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from .base.atomic import umask
+from .base.sparse import data_extents
 
 # Staging needs room: a tmpfs that fills up makes a program's next write to
 # its record a SIGBUS, as a full disk does.
@@ -105,9 +107,7 @@ def stage(out_dir):
         try:
             d = Path(tempfile.mkdtemp(prefix=out_dir.name[:40] + "-", dir=base))
             (d / BACKLINK).write_text(str(out_dir) + "\n")
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(d, 0o777 & ~umask)
+            os.chmod(d, 0o777 & ~umask())
             os.symlink(d, out_dir / "proc")
         except OSError:
             continue
@@ -144,22 +144,13 @@ def _copy_sparse(src_fd, dst_fd, size):
     """The data of src into dst at the same offsets; holes stay holes (a
     slot file is gigabytes of holes around a few pages of data each)."""
     os.ftruncate(dst_fd, size)
-    off = 0
-    while off < size:
-        try:
-            start = os.lseek(src_fd, off, os.SEEK_DATA)
-        except OSError as e:
-            if e.errno == errno.ENXIO:
-                break
-            raise
-        end = os.lseek(src_fd, start, os.SEEK_HOLE)
-        while start < end:
-            chunk = os.pread(src_fd, min(end - start, 1 << 20), start)
+    for start, stop in data_extents(src_fd, 0, size):
+        while start < stop:
+            chunk = os.pread(src_fd, min(stop - start, 1 << 20), start)
             if not chunk:
                 return
             os.pwrite(dst_fd, chunk, start)
             start += len(chunk)
-        off = end
 
 
 def _exchange(a, b):
