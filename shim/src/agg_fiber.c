@@ -63,6 +63,42 @@ void agg_fsgsbase_detect(void)
     __atomic_store_n(&ferry_agg_fsgsbase, yes, __ATOMIC_RELEASE);
 }
 
+/* tcbhead_t.multiple_threads on x86-64 (fs:0x18): SINGLE_THREAD_P of
+ * glibc before 2.34 */
+#define TCB_MULTIPLE_THREADS 0x18
+#define RTLD_LAZY_ 1
+#define RTLD_NOLOAD_ 4
+extern char __libc_single_threaded __attribute__((weak));
+extern void *dlopen(const char *file, int mode) __attribute__((weak));
+extern void *dlsym(void *handle, const char *name) __attribute__((weak));
+extern void _IO_enable_locks(void) __attribute__((weak));
+
+/* A fiber is a thread to the program: glibc must know the process has
+ * more than one, as pthread_create tells it the first time (the creator's
+ * block, the single-threaded flag, stdio's locks).  Otherwise its mutexes
+ * lock and unlock with a plain store, which wakes none of the fibers parked
+ * on them, and two fibers' printf share a buffer unlocked.  The flag is
+ * libc's own: a program that names __libc_single_threaded has a copy of
+ * its own (copy relocation), which the weak reference finds instead. */
+static void multi_threaded(unsigned long creator)
+{
+    *(int *)(creator + TCB_MULTIPLE_THREADS) = 1;
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    if (&__libc_single_threaded)
+        __libc_single_threaded = 0;
+    if (dlopen && dlsym) {
+        void *libc = dlopen("libc.so.6", RTLD_LAZY_ | RTLD_NOLOAD_);
+        char *own = libc ? dlsym(libc, "__libc_single_threaded") : 0;
+        if (own)
+            *own = 0;
+    }
+    if (_IO_enable_locks)
+        _IO_enable_locks();
+}
+
 static size_t pthread_size(void)
 {
     /* sizeof(struct pthread) of glibc 2.36 on x86-64, should libc not say */
@@ -87,6 +123,9 @@ static void *new_tcb(struct agg_fiber *f, void *tcb)
     for (size_t i = 0; i < size / 8; i++)
         if (w[i] >= old && w[i] < old + size)
             w[i] = w[i] - old + nw;
+    *(int *)(nw + TCB_MULTIPLE_THREADS) = 1;
+    if (f)
+        multi_threaded(old);
     /* the shim's own per-thread state: the fiber counts into its carrier's
      * block and knows itself */
     FERRY_TLS_IN(nw, ferry_thr)->blk = FERRY_THR->blk;

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <sys/file.h>
+#include <sys/single_threaded.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -58,6 +59,9 @@ static int p_[2];
 static void locker(void *arg)
 {
     (void)arg;
+    /* as after pthread_create: glibc's locks must not take the
+     * single-threaded shortcut (a plain store, no wake for the others) */
+    CHECK(!__libc_single_threaded, "a fiber's glibc believes the process single-threaded");
     for (int k = 0; k < 20; k++) {
         pthread_mutex_lock(&mu);
         if (in_section++)
