@@ -210,3 +210,31 @@ def test_an_open_alone_on_its_carrier_makes_no_ring_round_trip(tmp_path):
     pid = out.split()[1].decode()
     enters = sum(1 for line in lines if line.startswith(pid + " ") and "io_uring_enter(" in line)
     assert enters < 30, f"{enters} io_uring_enter for 300 opens"
+
+
+@pytest.mark.parametrize("profile", ["fibers", "two-carriers"])
+def test_an_idle_carrier_sleeps_until_woken(profile, tmp_path):
+    """An idle server's shape (tests/programs/idle_waits.c): one thread
+    blocked in a read, four on a condition variable, for a second. The
+    carriers must sleep until the input comes. They used to look at their
+    waiters' words every millisecond, in case a thread outside the engine
+    changed one: ~1000 io_uring_enter a second for each carrier, where no
+    such thread exists (every thread of the program is a fiber). What is
+    left is the look for signals sent to the process, every 10 ms."""
+    profile = two_carriers(profile, tmp_path)
+    trace = tmp_path / "strace.out"
+    argv = ["/usr/bin/strace", "-f", "-qq", "-e", "trace=io_uring_enter", "-o", str(trace),
+            *ferry_argv(profile, tmp_path / "run", PROGRAMS / "idle_waits", 4)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        time.sleep(1.0)
+        out, err = proc.communicate(b"go\n", timeout=RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert (proc.returncode, out) == (0, b"woke 4\n"), err.decode(errors="replace")[-2000:]
+    enters = sum(1 for line in trace.read_text().splitlines() if "io_uring_enter(" in line)
+    assert enters < 400, f"{enters} io_uring_enter for a second of idling"

@@ -213,6 +213,7 @@ struct agg_carrier {
     struct agg_req *done_list;    /* pushed by workers */
     unsigned worker_pending;
     unsigned nfwait;              /* its fibers parked on a private futex (atomic) */
+    uint64_t words_seen_ns;       /* when it last looked at their words */
     struct agg_fiber *inbox;      /* fibers with posts from elsewhere (agg_post) */
     int sleeping;                 /* AGG_SLEEP_*: how to wake it when posting */
     uint32_t kick;                /* its futex word while it sleeps in futex_waitv */
@@ -391,6 +392,7 @@ void agg_futex_forget(void);
 void agg_thread_resumed(struct agg_fiber *f);
 void agg_threads_idle(struct agg_carrier *c);
 uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
+int agg_outside_wakers(const struct agg_carrier *c);
 void agg_threads_take_signals(struct agg_carrier *c);
 int agg_threads_signalled(struct agg_carrier *c, struct agg_fiber *f);
 void agg_thread_free(struct agg_fiber *f);

@@ -13,11 +13,14 @@
  * lock, and parks the fiber; a timeout is an io_uring timeout in pool 0 of
  * its carrier.  FUTEX_WAKE(_BITSET) wakes fibers first, and passes whatever
  * is left of the count to the kernel, for threads that are not fibers.
- * Wakers outside the fiber world cannot see our waiters: when a carrier
- * waits anyway it watches the words its fibers wait on (futex_waitv when it
- * has nothing else to wait for, a periodic re-check otherwise), and a fiber
- * whose word changed is woken; FUTEX_WAIT may return spuriously, and
- * glibc's loops expect that.
+ * Wakers outside the fiber world cannot see our waiters: when there may be
+ * any (agg_outside_wakers) a carrier that waits watches the words its
+ * fibers wait on (futex_waitv when it has nothing else to wait for, a
+ * periodic re-check otherwise), and a fiber whose word changed is woken;
+ * FUTEX_WAIT may return spuriously, and glibc's loops expect that.  The
+ * watch is not kept in the ring (IORING_OP_FUTEX_WAITV): it would be a
+ * waiter the kernel counts, and take the wakes that the engine passes on
+ * for threads (FUTEX_WAKE would say it woke one where natively none).
  */
 #define _GNU_SOURCE
 #include <sys/syscall.h>
@@ -416,8 +419,9 @@ static void watch_word(struct bucket *b, struct agg_fiber *w, void *arg)
 }
 
 /* Nothing in flight, no fiber ready: only a waker outside the carrier can
- * help; wait in the kernel on the words its fibers wait on, and on its own
- * kick word, which another carrier's post changes. */
+ * help; wait in the kernel on its own kick word, which another carrier's
+ * post changes, and on the words its fibers wait on when threads outside
+ * the engine may wake them. */
 void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns)
 {
     struct watch ws;
@@ -431,7 +435,8 @@ void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns)
         __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
         return;
     }
-    each_waiter(c, watch_word, &ws);
+    if (agg_outside_wakers(c))
+        each_waiter(c, watch_word, &ws);
     if (ws.n == 1 && !c->threads) {
         /* every fiber waits for another (a deadlock of the program, as with
          * threads): sleep rather than spin */
@@ -448,7 +453,6 @@ void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns)
         ferry_raw6(SYS_futex_waitv, (long)ws.wv, ws.n, 0, (long)t, 1 /* CLOCK_MONOTONIC */, 0);
     }
     __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
-    agg_futex_recheck(c);
 }
 
 /* A fork child: the other threads' waits and locks are not its. */

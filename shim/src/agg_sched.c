@@ -13,7 +13,8 @@
 #include "util.h"
 
 #define ADAPT_WINDOW_NS 20000ULL    /* adaptive: the longest a completion may be held back */
-#define FUTEX_RECHECK_NS 1000000ULL /* with fibers on futexes: look for outside wakers this often */
+#define FUTEX_RECHECK_NS 1000000ULL /* fibers on futexes, threads outside: look at the words this often */
+#define FUTEX_SAFETY_NS 10000000ULL /* ... no threads outside: at most this often */
 #define NONE_SPIN 4000              /* wait=none: polls of the CQ before waiting for one */
 #define URGENT_MIN 64               /* urgent calls a round allows at least (else: its fibers) */
 
@@ -603,6 +604,24 @@ void agg_exit_flush(void)
         flush_stats(f->carrier);
 }
 
+/* After a wait: fibers whose futex word changed with no wake the engine
+ * saw.  With threads outside the engine, after every wait.  Without, such a
+ * wake can only come from a fiber's native section (ld.so's locks while it
+ * makes thread blocks): looked for every FUTEX_SAFETY_NS, which the signal
+ * look's wait limit already wakes a carrier of threads for. */
+static void look_at_words(struct agg_carrier *c, int outside)
+{
+    if (!c->nfwait)
+        return;
+    if (!outside) {
+        uint64_t now = agg_now_ns();
+        if (now - c->words_seen_ns < FUTEX_SAFETY_NS)
+            return;
+        c->words_seen_ns = now;
+    }
+    agg_futex_recheck(c);
+}
+
 /* No fiber is ready: every stored call leaves now, and the carrier waits. */
 static void wait_for_events(struct agg_carrier *c)
 {
@@ -622,6 +641,7 @@ static void wait_for_events(struct agg_carrier *c)
     uint64_t limit = agg_threads_wait_limit(c);
     if (!busy0 && !others && !c->worker_pending) {
         agg_futex_idle(c, limit);
+        look_at_words(c, agg_outside_wakers(c));
         agg_threads_take_signals(c);
         return;
     }
@@ -629,6 +649,7 @@ static void wait_for_events(struct agg_carrier *c)
      * submit them all and wait on pool 0, where the wake read sits. */
     unsigned wp = 0;
     unsigned min = 1;
+    int recheck = c->nfwait && agg_outside_wakers(c);
     uint64_t timeout = 0;
     int by_policy = 0;
     if (!others && !c->worker_pending) {
@@ -660,7 +681,7 @@ static void wait_for_events(struct agg_carrier *c)
             goto done;
         min = 1;
     }
-    if (c->nfwait && (!timeout || timeout > FUTEX_RECHECK_NS))
+    if (recheck && (!timeout || timeout > FUTEX_RECHECK_NS))
         timeout = FUTEX_RECHECK_NS;
     if (limit && (!timeout || timeout > limit))
         timeout = limit;
@@ -677,8 +698,7 @@ done:
     for (unsigned i = 1; i < np; i++)
         if (i != wp)
             reap(c, i);
-    if (c->nfwait)
-        agg_futex_recheck(c);
+    look_at_words(c, recheck);
     agg_threads_take_signals(c);
 }
 

@@ -44,6 +44,8 @@
 #define MAX_CARRIERS AGG_MAX_CARRIERS
 #define CARRIER_STACK (256 * 1024)
 
+extern char __libc_single_threaded __attribute__((weak));
+
 int agg_threads_on FERRY_HOT;        /* the profile asked for it */
 unsigned agg_threads_carriers = 1;   /* ... on this many carriers */
 int agg_threads_alive;               /* threads not ended, on every carrier */
@@ -275,6 +277,36 @@ void agg_threads_idle(struct agg_carrier *c)
     if (!agg_threads_on || !c->threads)
         return;
     carrier_mask(c, ~0ULL);
+}
+
+/* Threads of the program that the fiber world does not run: made before it
+ * started, or by a clone it let through (not a thread it can host, or one
+ * it did not see).  Only they can wake a fiber's futex from outside the
+ * engine, with a FUTEX_WAKE the engine never sees. */
+static int outside_threads;
+
+static void note_clone(const struct ferry_regs *r)
+{
+    unsigned long flags = (unsigned long)r->rdi;
+    if (r->rax == SYS_clone3) {
+        uint64_t f3 = ~0ULL;  /* unreadable: assume the worst */
+        ferry_safe_read(&f3, (void *)r->rdi, sizeof(f3));
+        flags = f3;
+    }
+    /* a vfork child shares the memory only until its exec */
+    if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))
+        __atomic_store_n(&outside_threads, 1, __ATOMIC_RELAXED);
+}
+
+/* May a thread outside the engine wake the futexes c's fibers wait on?
+ * Carriers of fibers made through the API share the process with the
+ * program's own threads; a carrier of the program's threads does only
+ * when some thread escaped the fiber world.  Without them no carrier looks
+ * at its waiters' words (once a millisecond while it waited: an idle
+ * server's carriers woke a thousand times a second). */
+int agg_outside_wakers(const struct agg_carrier *c)
+{
+    return !c->threads || __atomic_load_n(&outside_threads, __ATOMIC_RELAXED);
 }
 
 uint64_t agg_threads_wait_limit(const struct agg_carrier *c)
@@ -572,6 +604,10 @@ int agg_threads_start(void)
     if ((unsigned long)p > -4096UL)
         return (int)p;
     by_vtid = (struct agg_fiber **)p;
+    /* pthread_create clears it: threads made before this one became fiber
+     * 0 are not fibers; nor are those a clone no shim sees can make */
+    if ((&__libc_single_threaded && !__libc_single_threaded) || !ferry_catchall_on)
+        outside_threads = 1;
     return start_world();
 }
 
@@ -581,6 +617,7 @@ void agg_threads_after_fork(void)
 {
     /* the other threads' locks and waits are not the child's */
     agg_futex_forget();
+    outside_threads = !ferry_catchall_on;
     struct agg_fiber *self = agg_self;
     if (!agg_threads_on || !self)
         return;
@@ -949,13 +986,22 @@ static int affinity(struct agg_fiber *f, struct ferry_regs *r)
 int ferry_agg_thread_call(struct ferry_regs *r)
 {
     struct agg_fiber *f = agg_self;
-    if (!agg_threads_on || !f || f->busy || f->state != AGG_RUNNING || !f->thread)
+    if (!agg_threads_on)
         return 0;
+    int clone = r->rax == SYS_clone || r->rax == SYS_clone3;
+    if (!f || f->busy || f->state != AGG_RUNNING || !f->thread) {
+        if (clone)
+            note_clone(r);
+        return 0;
+    }
     struct agg_carrier *c = f->carrier;
     switch (r->rax) {
     case SYS_clone:
     case SYS_clone3:
-        return clone_thread(f, r);
+        if (clone_thread(f, r))
+            return 1;
+        note_clone(r);
+        return 0;
     case SYS_exit:
         exit_thread(f, r->rdi);
         return 1;
