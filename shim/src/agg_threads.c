@@ -289,8 +289,9 @@ static void note_clone(const struct ferry_regs *r)
 {
     unsigned long flags = (unsigned long)r->rdi;
     if (r->rax == SYS_clone3) {
-        uint64_t f3 = ~0ULL;  /* unreadable: assume the worst */
-        ferry_safe_read(&f3, (void *)r->rdi, sizeof(f3));
+        uint64_t f3;
+        if (ferry_safe_read(&f3, (void *)r->rdi, sizeof(f3)) != sizeof(f3))
+            f3 = CLONE_VM;  /* unreadable: assume the worst */
         flags = f3;
     }
     /* a vfork child shares the memory only until its exec */
@@ -301,9 +302,9 @@ static void note_clone(const struct ferry_regs *r)
 /* May a thread outside the engine wake the futexes c's fibers wait on?
  * Carriers of fibers made through the API share the process with the
  * program's own threads; a carrier of the program's threads does only
- * when some thread escaped the fiber world.  Without them no carrier looks
- * at its waiters' words (once a millisecond while it waited: an idle
- * server's carriers woke a thousand times a second). */
+ * when some thread escaped the fiber world.  Only then does a carrier
+ * look at its waiters' words after every wait and wait 1 ms at most for
+ * it (an idle server's carriers woke a thousand times a second). */
 int agg_outside_wakers(const struct agg_carrier *c)
 {
     return !c->threads || __atomic_load_n(&outside_threads, __ATOMIC_RELAXED);
