@@ -342,12 +342,10 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
         finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
                     else {"code": None, "signal": _signal_name(-returncode)})
         write_json(out_dir / "info.json", info)
-    except BaseException:
-        # the program never started, or ferry run was interrupted: the
-        # records (if any) do not stay in memory with nobody to move them
+    finally:
+        # also when the program never started or ferry run was interrupted:
+        # records left in memory would have nobody to move them
         _finish_staging(out_dir)
-        raise
-    _finish_staging(out_dir)
     runlock.release(lock)
     if index:
         try:

@@ -388,6 +388,9 @@ int agg_futex_abandon(struct agg_fiber *f);
 void agg_futex_woken(struct agg_carrier *c, struct agg_fiber *f);
 void agg_futex_forget(void);
 
+/* glibc's "no thread but the first" (2.32+): pthread_create clears it */
+extern char __libc_single_threaded __attribute__((weak));
+
 /* agg_threads.c */
 void agg_thread_resumed(struct agg_fiber *f);
 void agg_threads_idle(struct agg_carrier *c);

@@ -68,7 +68,6 @@ void agg_fsgsbase_detect(void)
 #define TCB_MULTIPLE_THREADS 0x18
 #define RTLD_LAZY_ 1
 #define RTLD_NOLOAD_ 4
-extern char __libc_single_threaded __attribute__((weak));
 extern void *dlopen(const char *file, int mode) __attribute__((weak));
 extern void *dlsym(void *handle, const char *name) __attribute__((weak));
 extern void _IO_enable_locks(void) __attribute__((weak));

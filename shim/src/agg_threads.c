@@ -44,8 +44,6 @@
 #define MAX_CARRIERS AGG_MAX_CARRIERS
 #define CARRIER_STACK (256 * 1024)
 
-extern char __libc_single_threaded __attribute__((weak));
-
 int agg_threads_on FERRY_HOT;        /* the profile asked for it */
 unsigned agg_threads_carriers = 1;   /* ... on this many carriers */
 int agg_threads_alive;               /* threads not ended, on every carrier */
@@ -285,8 +283,11 @@ void agg_threads_idle(struct agg_carrier *c)
  * engine, with a FUTEX_WAKE the engine never sees. */
 static int outside_threads;
 
-static void note_clone(const struct ferry_regs *r)
+/* 0: the call runs as the kernel's; a clone that does is noted. */
+static int native_call(const struct ferry_regs *r)
 {
+    if (r->rax != SYS_clone && r->rax != SYS_clone3)
+        return 0;
     unsigned long flags = (unsigned long)r->rdi;
     if (r->rax == SYS_clone3) {
         uint64_t f3;
@@ -297,6 +298,7 @@ static void note_clone(const struct ferry_regs *r)
     /* a vfork child shares the memory only until its exec */
     if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))
         __atomic_store_n(&outside_threads, 1, __ATOMIC_RELAXED);
+    return 0;
 }
 
 /* May a thread outside the engine wake the futexes c's fibers wait on?
@@ -989,20 +991,13 @@ int ferry_agg_thread_call(struct ferry_regs *r)
     struct agg_fiber *f = agg_self;
     if (!agg_threads_on)
         return 0;
-    int clone = r->rax == SYS_clone || r->rax == SYS_clone3;
-    if (!f || f->busy || f->state != AGG_RUNNING || !f->thread) {
-        if (clone)
-            note_clone(r);
-        return 0;
-    }
+    if (!f || f->busy || f->state != AGG_RUNNING || !f->thread)
+        return native_call(r);
     struct agg_carrier *c = f->carrier;
     switch (r->rax) {
     case SYS_clone:
     case SYS_clone3:
-        if (clone_thread(f, r))
-            return 1;
-        note_clone(r);
-        return 0;
+        return clone_thread(f, r) || native_call(r);
     case SYS_exit:
         exit_thread(f, r->rdi);
         return 1;
