@@ -112,6 +112,50 @@ def test_the_shim_is_mapped_in_two_pieces(tmp_path):
     assert len(maps) == 2, maps
 
 
+def _strace_run(tmp_path, calls, *command):
+    """The lines of `strace -f -e trace=CALLS` of `ferry run --no-learn -- COMMAND`."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
+    subprocess.run(["strace", "-f", "-qq", "-e", f"trace={calls}", "-o", str(log), *FERRY, "run",
+                    "--no-learn", "-o", str(run_dir), "--", *command],
+                   check=True, capture_output=True, timeout=300)
+    return log.read_text().splitlines(), run_dir
+
+
+def test_a_process_that_loads_nothing_leaves_the_loaders_text_alone(tmp_path):
+    """ld.so's _dl_debug_state is made to jump to the shim only when the
+    catch-all first catches a call (a dlopen's search for its file comes
+    first): writing the jump cost two mprotect, a private copy of a page
+    of ld.so's text and a split of its mapping in every process.  The
+    dlopen tests (test_children_enabled, test_catch_all) check that a
+    module loaded later is still enabled when it appears."""
+    lines, run_dir = _strace_run(tmp_path, "mprotect", "sh", "-c", "/bin/true; :")
+    assert len(procfile.read_dir(run_dir / "proc")) >= 3
+    writable = [line for line in lines if "PROT_WRITE|PROT_EXEC" in line]
+    assert not writable, writable
+
+
+def _has_swap():
+    with open("/proc/meminfo") as f:
+        return any(line.split()[1] != "0" for line in f if line.startswith("SwapTotal:"))
+
+
+def test_a_vfork_child_tells_its_pages_without_proc(tmp_path):
+    """A vfork child writes the pages of its block it touched; without swap,
+    mincore says which (a page not resident was never touched).  Opening
+    /proc/self/pagemap for it was the new pid's first use of /proc, ~30 us
+    of every command a shell ran.  With swap, pagemap is still read: only
+    it tells a page swapped out."""
+    if _has_swap():
+        pytest.skip("this machine has swap: the vfork child reads /proc/self/pagemap")
+    lines, run_dir = _strace_run(tmp_path, "openat,mincore", "sh", "-c", "/bin/true; /bin/true")
+    children = [r for r in procfile.read_dir(run_dir / "proc") if r.exec_path == "/bin/true"]
+    assert len(children) == 2, [(r.exe, r.exec_path) for r in procfile.read_dir(run_dir / "proc")]
+    assert not [line for line in lines if "/proc/self/pagemap" in line]
+    assert len([line for line in lines if "mincore(" in line]) == 2
+
+
 def _present_pages(pid, first, end):
     """Offsets from `first` of the pages of [first, end) that process `pid`
     has in memory (/proc/PID/pagemap: present or swapped)."""

@@ -479,6 +479,7 @@ static void caught_call(int sig, siginfo_t *si, void *ucv)
         return;
     }
     record_site(next - 2, nr);
+    ferry_caught_first();
     struct ferry_regs r = {.rax = nr, .rdi = g[REG_RDI], .rsi = g[REG_RSI], .rdx = g[REG_RDX],
                            .r10 = g[REG_R10], .r8 = g[REG_R8], .r9 = g[REG_R9]};
     switch (nr) {

@@ -211,10 +211,10 @@ static void configure(char **envp)
  * padding, so that nothing else is overwritten. */
 extern struct r_debug _r_debug __attribute__((weak));
 
-/* 1 when ld.so's _dl_debug_state jumps to ferry_dl_hook (now, or already:
- * a plan that maps ld.so's patched copy over its text takes the jump away,
- * and this puts it back). */
-static int hook_dl_changes(void)
+/* Whether ld.so's _dl_debug_state can jump to ferry_dl_hook: 1 when it
+ * is a bare `ret` and padding that the jump may replace, 2 when it jumps
+ * there already; `jmp` gets the jump's bytes. */
+static int dl_hook_room(unsigned char jmp[5])
 {
     if (!&_r_debug || !_r_debug.r_brk)
         return 0;
@@ -222,17 +222,94 @@ static int hook_dl_changes(void)
     long rel = (long)((unsigned char *)ferry_dl_hook - (p + 5));
     if (rel != (int)rel)
         return 0;
-    unsigned char jmp[5] = {0xe9};
+    jmp[0] = 0xe9;
     int32_t rel32 = (int32_t)rel;
     ferry_memcpy(jmp + 1, &rel32, 4);
-    if (ferry_memeq(p, jmp, sizeof(jmp)))
-        return 1;
+    if (ferry_memeq(p, jmp, 5))
+        return 2;
     if (p[0] != 0xc3 || ((unsigned long)p & 15) != 0)
         return 0;
     for (int i = 1; i < 5; i++)
         if (p[i] != 0x66 && p[i] != 0x90 && p[i] != 0x2e && p[i] != 0x0f)
             return 0;
-    return ferry_write_text(p, jmp, sizeof(jmp)) == 0;
+    return 1;
+}
+
+/* 1 when ld.so's _dl_debug_state jumps to ferry_dl_hook (now, or already:
+ * a plan that maps ld.so's patched copy over its text takes the jump away,
+ * and this puts it back). */
+static int hook_dl_changes(void)
+{
+    unsigned char jmp[5];
+    int room = dl_hook_room(jmp);
+    if (room != 1)
+        return room == 2;
+    return ferry_write_text((void *)_r_debug.r_brk, jmp, sizeof(jmp)) == 0;
+}
+
+/* The jump itself is written when the catch-all first catches a call.
+ * Writing it costs two mprotect, a private copy of ld.so's page and a split
+ * of its mapping, ~14 us, in every process; yet ld.so announces a new
+ * module only after it searched for, opened and mapped the file, calls from
+ * its own text that the catch-all catches while its plan waits.  A process
+ * that loads nothing more never pays for the jump.  HOOK_PENDING: to be
+ * written; a thread: it writes the jump (another thread's caught call, which
+ * may be ld.so's about to announce, waits for it); 0: written, or never. */
+#define HOOK_PENDING ((struct ferry_thread *)1)
+static struct ferry_thread *dl_hook_state FERRY_HOT;
+
+void ferry_caught_first(void)
+{
+    struct ferry_thread *want = HOOK_PENDING, *self;
+    if (!__atomic_load_n(&dl_hook_state, __ATOMIC_ACQUIRE))
+        return;
+    self = FERRY_THR;
+    if (__atomic_compare_exchange_n(&dl_hook_state, &want, self, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        hook_dl_changes();
+        __atomic_store_n(&dl_hook_state, (struct ferry_thread *)0, __ATOMIC_RELEASE);
+        return;
+    }
+    /* Not when this thread is the writer, caught again from a signal
+     * handler that interrupted it. */
+    for (unsigned spins = 1; want != HOOK_PENDING && want && want != self; spins++) {
+        if (spins % 1024 == 0)
+            ferry_raw0(SYS_sched_yield);
+        __builtin_ia32_pause();
+        want = __atomic_load_n(&dl_hook_state, __ATOMIC_ACQUIRE);
+    }
+}
+
+/* Whether ld.so's calls reach the catch-all: not when ld.so is a rewritten
+ * file (its sites jump to the shim like any enabled module's). */
+static int holds_ld_with_ctl(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    int *enabled = data;
+    uint64_t at = (uint64_t)_r_debug.r_brk;
+    int holds = 0, ctl = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uint64_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type != PT_LOAD)
+            continue;
+        if ((ph->p_flags & PF_X) && at >= lo && at - lo < ph->p_memsz)
+            holds = 1;
+        if ((ph->p_flags & PF_W) && ph->p_memsz >= sizeof(struct ferry_ctl) &&
+            ferry_memeq((void *)lo, FERRY_CTL_MAGIC, FERRY_CTL_MAGIC_LEN))
+            ctl = 1;
+    }
+    if (holds)
+        *enabled = ctl;
+    return holds;
+}
+
+static int ld_calls_caught(void)
+{
+    int enabled = 1;
+    if (dl_iterate_phdr)
+        dl_iterate_phdr(holds_ld_with_ctl, &enabled);
+    return !enabled;
 }
 
 /* ld.so's own plan waits for the first change of the module list (a
@@ -339,16 +416,22 @@ void ferry_start(int argc, char **argv, char **envp)
     ferry_store_span(FERRY_SPAN_MODULES, ferry_rdtsc());
     ferry_plans_avoid(ferry_env_lookup(envp, "FERRY_AVOID"));
     const char *catch_all = ferry_env_lookup(envp, "FERRY_CATCH_ALL");
+    unsigned char jmp[5];
     ld_plan_deferred = own_env == envp && catch_all && ferry_memeq(catch_all, "1", 2) &&
-                       hook_dl_changes();
+                       dl_hook_room(jmp) && ld_calls_caught();
     if (ld_plan_deferred)
         ferry_plans_defer(_r_debug.r_brk);
     ferry_plans_apply(ferry_cache_root(), enable_planned);
     ferry_store_span(FERRY_SPAN_PLANS, ferry_rdtsc());
-    hook_dl_changes();
+    if (!ld_plan_deferred)
+        hook_dl_changes();
+    if (ld_plan_deferred)
+        dl_hook_state = HOOK_PENDING;
     ferry_catchall_start(envp);
-    if (ld_plan_deferred && !ferry_catchall_on)
+    if (ld_plan_deferred && !ferry_catchall_on) {
+        dl_hook_state = 0;
         apply_ld_plan();  /* no catch-all after all: nothing would count ld.so's calls */
+    }
     ferry_store_span(FERRY_SPAN_CATCHALL, ferry_rdtsc());
     if (ferry_catchall_on)
         for (unsigned i = 0; i < sizeof(masked) / sizeof(masked[0]); i++)

@@ -41,6 +41,8 @@ void ferry_entry_nocount(void);
 void ferry_post_entry(void);
 void ferry_dl_hook(void);
 void ferry_on_dl_change(void);
+/* The catch-all caught a call: ld.so's hook is written the first time. */
+void ferry_caught_first(void);
 
 /* Set the shim up for this process image, from its start's argc, argv, envp. */
 void ferry_start(int argc, char **argv, char **envp);
