@@ -3,7 +3,8 @@
 Everything is keyed by the SHA-256 of the original file and by the layout
 FORMAT, so a changed file or a newer planner never gets a stale image:
 
-    <root>/modules/<sha>-<format>/module.json   the module's sites and plan
+    <root>/modules/<sha>-<format>/module.json   the module's sites
+    <root>/modules/<sha>-<format>/plan          its load-time patch plan (plan.py)
     <root>/modules/<sha>-<format>/<name>        the rewritten library
     <root>/modules/<sha>-<format>/origin-<h>/<name>  the same, for a library whose
                                                 RPATH/RUNPATH names $ORIGIN: one
@@ -108,11 +109,34 @@ def register_exec(original, rewritten, shim_id):
             tmp.unlink()
 
 
-def save_plan(original, plan_bytes):
-    """Keep the patch plan of library `original` where the shim looks for it."""
+def save_plan(original, plan_bytes, sha):
+    """Keep the patch plan of library `original`, of hash `sha`, where the
+    shim looks for it, and with the module, for the identical files that
+    have other identities (share_plan)."""
+    atomic.write_bytes(module_dir(sha) / "plan", plan_bytes)
     d = root() / "plans"
     d.mkdir(parents=True, exist_ok=True)
     atomic.write_bytes(d / exec_key(original), plan_bytes)
+
+
+def share_plan(original, sha):
+    """Give library `original` the plan kept with the module of hash `sha`,
+    unless it has one already.  The shim finds a plan by the file's identity
+    (dev, inode, size, mtime), and an identical file elsewhere (a copy, the
+    same wheel in another virtualenv) has another: without a plan of its own
+    its calls were caught on every run, learning never planned it (its
+    module was in the cache).  A plan depends only on the file's bytes.
+    False when the module kept no plan (a cache made before it did)."""
+    target = root() / "plans" / exec_key(original)
+    if target.is_file():
+        return True
+    try:
+        data = (module_dir(sha) / "plan").read_bytes()
+    except OSError:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_bytes(target, data)
+    return True
 
 
 def rewritten_module(record, origin):

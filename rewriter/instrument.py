@@ -98,7 +98,7 @@ def _library(mod, progress):
     record = cache.load_module(sha)
     if record is not None:
         path = cache.rewritten_module(record, origin)
-        if path is None or path.is_file():
+        if path is None or (path.is_file() and cache.share_plan(mod.path, sha)):
             progress("cached", mod.name)
             return record, path
     progress("analyze", mod.name)
@@ -117,7 +117,7 @@ def _library(mod, progress):
         rewritten.parent.mkdir(parents=True, exist_ok=True)
         plan_bytes = patcher.rewrite(image, sites, cmap, rewritten,
                                      patcher.DynamicChanges([], origin_dir=origin))
-        cache.save_plan(mod.path, plan_bytes)
+        cache.save_plan(mod.path, plan_bytes, sha)
     # after the rewrite: the sites know their trampolines now
     record = module_record(image, mod, sites, cmap, rewritten and rewritten.name)
     if rewritten is not None:
@@ -155,6 +155,16 @@ def _place(src, dst, link):
         except OSError:
             pass
     shutil.copy2(src, dst)
+
+
+def _servable(path, m, in_cache):
+    """Whether the directory of manifest `m` serves `path` as it is: a
+    library made from an identical file elsewhere is, once `path` has the
+    module's plan too (cache.share_plan; planned again otherwise)."""
+    root = m["modules"][0] if m.get("modules") else {}
+    if not in_cache or m.get("kind") == "executable" or not root.get("rewritten"):
+        return True
+    return cache.share_plan(path, root["sha256"])
 
 
 def _served(path, out_dir, m, in_cache, started, progress, shim_id=None):
@@ -232,7 +242,7 @@ def _instrument(path, out_dir, progress):
         except OSError:
             hit_dir = None
         hit = _current_manifest(hit_dir, shim_sha) if hit_dir else None
-        if hit is not None:
+        if hit is not None and _servable(path, hit, True):
             return _served(path, hit_dir, hit, True, started, progress, shim_id)
 
     import lief
@@ -256,7 +266,7 @@ def _instrument(path, out_dir, progress):
     out_dir = output_dir(out_dir, image.sha256, shim_id)
 
     cached = _current_manifest(out_dir, shim_sha, shas)
-    if cached is not None:
+    if cached is not None and _servable(path, cached, in_cache):
         return _served(path, out_dir, cached, in_cache, started, progress, shim_id)
 
     progress("start", None, total=len(mods))
