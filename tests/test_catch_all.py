@@ -64,6 +64,53 @@ def test_library_without_a_plan_is_caught_then_patched_on_the_next_run(tmp_path,
     assert (patched["calls"], patched["name"]) == (77, "getppid")
 
 
+def _library_sites(model):
+    return {s["module"]: s["calls"] for s in model["sites"] if s["module"].startswith("libsite")}
+
+
+def test_an_identical_copy_of_a_planned_library_is_planned_too(tmp_path, test_programs, monkeypatch):
+    # A plan is found by the file's identity, and a copy (the same wheel in
+    # another virtualenv) has another one: its module was in the cache, so
+    # neither `ferry instrument` nor learning after a run planned the copy,
+    # and its calls were caught on every run.
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    first, copy, learned = (tmp_path / f"{n}.so" for n in ("libsite", "libsite_copy", "libsite_learned"))
+    for lib in (first, copy, learned):
+        shutil.copy(PROGRAMS / "libsite.so", lib)
+    ferry("instrument", first, check=True, text=False)
+    ferry("instrument", copy, check=True, text=False)
+    ferry("run", "--no-learn", "-o", tmp_path / "copy", "--", PROGRAMS / "dlopen_main", copy, 40,
+          check=True)
+    assert _library_sites(load_run(tmp_path / "copy")) == {"libsite_copy.so": 40}
+
+    ferry("run", "-o", tmp_path / "first-run", "--", PROGRAMS / "dlopen_main", learned, 40, check=True)
+    ferry("run", "-o", tmp_path / "second-run", "--", PROGRAMS / "dlopen_main", learned, 40, check=True)
+    second = load_run(tmp_path / "second-run")
+    assert _library_sites(second) == {"libsite_learned.so": 40}
+    assert not [s for s in second["catch_all"]["sites"] if s["path"] == str(learned)]
+
+
+def test_libraries_loaded_by_threads_at_once_are_patched_as_they_appear(tmp_path, test_programs,
+                                                                       monkeypatch):
+    # ld.so's hook is written at the first call the catch-all catches; here
+    # four threads' dlopens race to make that call, and each one's library
+    # must be patched before its first call all the same.
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    libs = [tmp_path / f"libsite{i}.so" for i in range(4)]
+    for lib in libs:
+        shutil.copy(PROGRAMS / "libsite.so", lib)
+        ferry("instrument", lib, check=True, text=False)
+    for profile in ("trace", "fibers"):
+        r = ferry("run", "--no-learn", "-p", profile, "-o", tmp_path / profile, "--",
+                  PROGRAMS / "dlopen_threads", 30, *libs, check=True)
+        assert "120 of 120" in r.stdout
+        model = load_run(tmp_path / profile)
+        assert calls(model, "getppid") == 120, profile
+        assert not [s for s in model["catch_all"]["sites"] if "libsite" in s["path"]], profile
+        if profile == "trace":
+            assert _library_sites(model) == {lib.name: 30 for lib in libs}
+
+
 def test_program_sees_its_own_sigsys_and_mask(tmp_path, test_programs):
     # The catch-all keeps SIGSYS unblocked and handled by the shim; the program
     # blocks everything, installs its own SIGSYS handler and reads both back.

@@ -17,6 +17,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "catchall.h"
@@ -244,7 +245,16 @@ static int hook_dl_changes(void)
     int room = dl_hook_room(jmp);
     if (room != 1)
         return room == 2;
-    return ferry_write_text((void *)_r_debug.r_brk, jmp, sizeof(jmp)) == 0;
+    /* The five bytes in one aligned store: a thread running ld.so's code, or
+     * a child forked meanwhile, finds the `ret` or the whole jump. */
+    uint64_t *at = (uint64_t *)_r_debug.r_brk, word = *at;
+    ferry_memcpy(&word, jmp, sizeof(jmp));
+    unsigned long page = (unsigned long)at & ~4095UL;
+    if (ferry_raw3(SYS_mprotect, page, 4096, PROT_READ | PROT_WRITE | PROT_EXEC))
+        return 0;
+    __atomic_store_n(at, word, __ATOMIC_RELEASE);
+    ferry_raw3(SYS_mprotect, page, 4096, PROT_READ | PROT_EXEC);
+    return 1;
 }
 
 /* The jump itself is written when the catch-all first catches a call.
@@ -271,7 +281,8 @@ void ferry_caught_first(void)
         return;
     }
     /* Not when this thread is the writer, caught again from a signal
-     * handler that interrupted it. */
+     * handler that interrupted it (a fork child whose parent had another
+     * thread write finds the state put back to pending: after_fork). */
     for (unsigned spins = 1; want != HOOK_PENDING && want && want != self; spins++) {
         if (spins % 1024 == 0)
             ferry_raw0(SYS_sched_yield);
@@ -484,6 +495,11 @@ static long hand_to_trampoline(long nr, unsigned long flags)
  * parent starts over, whichever way the fork went. */
 static void after_fork(void)
 {
+    /* a thread of the parent was writing ld.so's jump: it is not here to
+     * finish, and the next caught call finds the jump whole or writes it */
+    struct ferry_thread *hook = __atomic_load_n(&dl_hook_state, __ATOMIC_ACQUIRE);
+    if (hook && hook != HOOK_PENDING)
+        dl_hook_state = HOOK_PENDING;
     ferry_store_after_fork();
     agg_fd_guard_after_fork();
     agg_threads_after_fork();

@@ -32,17 +32,6 @@ long ferry_safe_write(void *dst, const void *src, size_t n)
     return r == (long)n ? 0 : -EFAULT;
 }
 
-int ferry_write_text(void *addr, const void *src, size_t len)
-{
-    unsigned long lo = (unsigned long)addr & ~4095UL;
-    unsigned long hi = ((unsigned long)addr + len + 4095) & ~4095UL;
-    if (ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC))
-        return -1;
-    ferry_memcpy(addr, src, len);
-    ferry_raw3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC);
-    return 0;
-}
-
 int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
                         struct stat *st)
 {

@@ -28,10 +28,6 @@ struct stat;
 int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
                         struct stat *st);
 
-/* Write `len` bytes of code at `addr`: its pages writable for that moment
- * only, then read+execute again.  0, or -1 if they could not be made writable. */
-int ferry_write_text(void *addr, const void *src, size_t len);
-
 /* An append-only text buffer that never overflows (it truncates and says so
  * through `overflow`). */
 struct ferry_buf {
