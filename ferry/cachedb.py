@@ -184,6 +184,9 @@ def entries(root=None):
     # a plan is named by the identity of the library it patches; one whose
     # library has no usable module record was made by another rewriter
     identities = {i: m.what for m in modules if not m.problems and (i := _identity(m.what))}
+    # ... or the identity of another file with its bytes, given its plan
+    identities.update({i: copy for m in modules if not m.problems
+                       for copy in cache.plan_copies(m.path) if (i := _identity(copy))})
     out += [_plan(p, identities) for p in _visible(root / "plans")]
     out += [_exec(p, shim_ids) for p in _visible(root / "exec") if p.is_symlink()]
     return out

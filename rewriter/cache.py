@@ -5,6 +5,8 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
 
     <root>/modules/<sha>-<format>/module.json   the module's sites
     <root>/modules/<sha>-<format>/plan          its load-time patch plan (plan.py)
+    <root>/modules/<sha>-<format>/copies        the other files with its bytes given
+                                                that plan, one path a line
     <root>/modules/<sha>-<format>/<name>        the rewritten library
     <root>/modules/<sha>-<format>/origin-<h>/<name>  the same, for a library whose
                                                 RPATH/RUNPATH names $ORIGIN: one
@@ -136,7 +138,20 @@ def share_plan(original, sha):
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_bytes(target, data)
+    # `ferry cache` tells a plan still in use by the identity of a file it
+    # was made for: the module's own, and these
+    with open(module_dir(sha) / "copies", "a") as f:
+        f.write(os.path.abspath(original) + "\n")
     return True
+
+
+def plan_copies(mdir):
+    """The files given the plan of the module kept in `mdir` (share_plan)."""
+    try:
+        with open(Path(mdir) / "copies") as f:
+            return list(dict.fromkeys(line.rstrip("\n") for line in f if line.strip()))
+    except OSError:
+        return []
 
 
 def rewritten_module(record, origin):

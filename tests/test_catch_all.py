@@ -79,6 +79,8 @@ def test_an_identical_copy_of_a_planned_library_is_planned_too(tmp_path, test_pr
         shutil.copy(PROGRAMS / "libsite.so", lib)
     ferry("instrument", first, check=True, text=False)
     ferry("instrument", copy, check=True, text=False)
+    # `ferry cache prune` tells the copy's plan from a stale one
+    assert "removed 0 entries" in ferry("cache", "prune", check=True).stdout
     ferry("run", "--no-learn", "-o", tmp_path / "copy", "--", PROGRAMS / "dlopen_main", copy, 40,
           check=True)
     assert _library_sites(load_run(tmp_path / "copy")) == {"libsite_copy.so": 40}
