@@ -15,7 +15,8 @@ RUN, PRELOAD, LIBDIR = "run", "preload", "libdir"
 # own variables are never touched, whatever their names.
 SETTINGS = ("FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS",
             "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID",
-            "FERRY_TSC", "FERRY_WIN_LAUNCH", "FERRY_WIN_DLL", "FERRY_WIN_DETOURS", "FERRY_WIN_RUN_DIR")
+            "FERRY_TSC", "FERRY_WIN_LAUNCH", "FERRY_WIN_DLL", "FERRY_WIN_DETOURS", "FERRY_WIN_RUN_DIR",
+            "FERRY_EXE")
 WAS_PREFIX = "FERRY_WAS_"
 
 

@@ -136,6 +136,49 @@ def test_a_process_that_loads_nothing_leaves_the_loaders_text_alone(tmp_path):
     assert not writable, writable
 
 
+def test_an_image_names_its_executable_as_proc_does_without_proc(tmp_path):
+    """The exec hook says when the file it hands the kernel is the executable
+    itself (FERRY_EXE: its device and inode), and the new image resolves its
+    AT_EXECFN instead of reading /proc/self/exe, which was its pid's first
+    use of /proc (~12 us of every start).  The record's exe must be what
+    /proc/self/exe says, through symlinked directories, `..` after a symlink,
+    links to links, relative and doubled slashes; a #! script (whose
+    executable is its interpreter) and the program `ferry run` starts still
+    ask /proc."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    real = tmp_path / "real" / "sub"
+    real.mkdir(parents=True)
+    shutil.copy("/usr/bin/true", real / "tru")
+    (tmp_path / "linkdir").mkdir()
+    (tmp_path / "linkdir" / "s").symlink_to("../real/sub")
+    (tmp_path / "rel_link").symlink_to("real/sub/tru")
+    (tmp_path / "abs_link").symlink_to(tmp_path / "rel_link")
+    (tmp_path / "dotdot").mkdir()
+    (tmp_path / "dotdot" / "into").symlink_to(real)
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    execs = ["/bin/true", "./real/sub/tru", "real/sub/../sub/tru", "./linkdir/s/tru",
+             "./linkdir/s/../sub/tru", str(tmp_path / "abs_link"), "./rel_link",
+             "./dotdot/into/../sub/tru", f"{tmp_path}//real///sub/./tru", "env -i /bin/true"]
+    command = "; ".join(execs + ["./script.sh", "(cd linkdir/s && ../sub/tru)"])
+    tru = os.path.realpath(real / "tru")
+    truth = [tru] * 8 + ["/usr/bin/true", "/usr/bin/env", "/usr/bin/true", tru]
+    shell = os.path.realpath("/bin/sh")
+    for _ in range(2):  # the first run learns the programs; the second runs them enabled
+        log = tmp_path / "strace.log"
+        run_dir = tmp_path / "run"
+        subprocess.run(["strace", "-f", "-qq", "-e", "trace=readlink", "-o", str(log), *FERRY,
+                        "run", "-o", str(run_dir), "--", "sh", "-c", command], cwd=tmp_path,
+                       check=True, capture_output=True, timeout=300)
+    records = procfile.read_dir(run_dir / "proc")
+    assert sorted(r.exe for r in records if r.exe != shell) == sorted(truth)
+    asked = [line for line in log.read_text().splitlines() if '"/proc/self/exe"' in line]
+    # the shell `ferry run` started, and the script's interpreter
+    assert len(asked) == 2, asked
+
+
 def _has_swap():
     with open("/proc/meminfo") as f:
         return any(line.split()[1] != "0" for line in f if line.startswith("SwapTotal:"))

@@ -70,8 +70,9 @@ static void save(const char *entry)
     size_t n = ferry_strlen(entry) + 1;
     if (nsaved >= MAX_SAVED || used + n > sizeof(saved_buf))
         return;
-    /* A marker describes this process's own start, never a child's. */
-    if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10))
+    /* A marker, or the hint about its executable, describes this process's
+     * own start, never a child's. */
+    if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10) || ferry_memeq(entry, "FERRY_EXE=", 10))
         return;
     saved[nsaved++] = ferry_memcpy(saved_buf + used, entry, n);
     used += n;
@@ -162,10 +163,11 @@ enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
 
 /* What the cache holds for the file at `path` (`st` gets the file's status,
  * st_mode 0 if it has none): a rewritten image to run instead (CACHED_IMAGE,
- * `out` gets its name), or, for a program whose own file needed no change,
- * the directory of its rewritten libraries (CACHED_LIBDIR, `out` gets the
- * directory). */
-static enum cached cached_image(const char *path, char *out, size_t cap, struct stat *st)
+ * `out` gets its name, `img` its status), or, for a program whose own file
+ * needed no change, the directory of its rewritten libraries (CACHED_LIBDIR,
+ * `out` gets the directory). */
+static enum cached cached_image(const char *path, char *out, size_t cap, struct stat *st,
+                                struct stat *img)
 {
     char link[2300];
     st->st_mode = 0;
@@ -177,10 +179,10 @@ static enum cached cached_image(const char *path, char *out, size_t cap, struct 
     if (b.overflow)
         return CACHED_NONE;
     link[b.len] = 0;
-    struct stat target;
-    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, link, &target, 0) != 0)
+    struct stat *target = img;
+    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, link, target, 0) != 0)
         return CACHED_NONE;
-    if (S_ISDIR(target.st_mode)) {
+    if (S_ISDIR(target->st_mode)) {
         long n = ferry_raw4(SYS_readlinkat, AT_FDCWD, link, out, cap - 1);
         if (n <= 0 || out[0] != '/')
             return CACHED_NONE;
@@ -309,6 +311,7 @@ enum env_kind {
 struct env_extra {
     char preload[2100], libpath[2100];
     char was_preload[1100], was_libpath[1100];
+    char exe[64];   /* FERRY_EXE=<dev>:<ino> (exepath.h), or "" */
     char *span;   /* ENV_SPAN bytes for reading the environment (NULL: none) */
 };
 
@@ -481,7 +484,7 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
                 have_libpath = 1;
                 continue;
             }
-            if (n + nsaved + 5 >= cap)
+            if (n + nsaved + 6 >= cap)
                 return 0;
             out[n++] = p;
         }
@@ -491,6 +494,8 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
     for (int i = 0; i < nsaved; i++)
         if (kind != ENV_WINE || ferry_wine_setting(saved[i]))
             out[n++] = saved[i];
+    if (x->exe[0] && kind != ENV_WINE)
+        out[n++] = x->exe;
     if (kind != ENV_RUN && kind != ENV_WINE) {
         /* Ours first; whatever the program preloads comes after. */
         char shim[1100];
@@ -573,6 +578,19 @@ static int parse_shebang(char *head, long got, char **interp, char **arg)
     return **interp != 0;
 }
 
+/* The hint that the file the kernel is handed, `st`, is the executable
+ * itself (not a #! script it would run an interpreter for): its shim finds
+ * its path from AT_EXECFN, without /proc (exepath.c). */
+static void exe_hint(struct env_extra *x, const struct stat *st)
+{
+    struct ferry_buf b = {x->exe, 0, sizeof(x->exe), 0};
+    ferry_buf_str(&b, "FERRY_EXE=");
+    ferry_buf_u64(&b, st->st_dev);
+    ferry_buf_str(&b, ":");
+    ferry_buf_u64(&b, st->st_ino);
+    x->exe[b.overflow ? 0 : b.len] = 0;
+}
+
 /* The program's exec, of the image that stands for its file: made on its
  * behalf, so it is the program's (counted) call; only one that fails, after
  * which the hook makes another, is the shim's own. */
@@ -585,18 +603,20 @@ static void exec_image(const char *image, char *const *argv, char *const *envp)
         own[SYS_execve]++;
 }
 
-/* Run what the cache holds (`c`, `image`) for the file `name`: exec its
- * rewritten image with `xargv` (returns only if that exec failed), or, for a
- * program whose own file runs with its cached libraries first, put that
- * environment in *use_env and return 1.  0 otherwise; *unserved is set when
+/* Run what the cache holds (`c`, `image`, of status `img`) for the file
+ * `name`: exec its rewritten image with `xargv` (returns only if that exec
+ * failed), or, for a program whose own file runs with its cached libraries
+ * first, put that environment in *use_env and return 1 (`own`: the status of
+ * that file when the kernel is handed it as the executable, else NULL).  0 otherwise; *unserved is set when
  * the run's settings did not fit beside the program's environment (or
  * `xargv` could not be made), so that the report says so. */
 static int use_cached(enum cached c, const char *image, const char *name, char *const *xargv,
                       char *const *envp, char **env, struct env_extra *x, char *const **use_env,
-                      int *unserved)
+                      int *unserved, const struct stat *img, const struct stat *own)
 {
     char **built;
     if (c == CACHED_IMAGE) {
+        exe_hint(x, img);
         if (xargv && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
             ferry_store_exec_begin(name, FERRY_EXEC_REWRITTEN);
             exec_image(image, xargv, built);
@@ -604,6 +624,9 @@ static int use_cached(enum cached c, const char *image, const char *name, char *
             *unserved = 1;
         }
     } else if (c == CACHED_LIBDIR) {
+        x->exe[0] = 0;
+        if (own)
+            exe_hint(x, own);
         if ((built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
             *use_env = built;
             return 1;
@@ -635,6 +658,7 @@ long ferry_exec(const struct ferry_regs *r)
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
     char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[1024];
     struct env_extra extra, *x = &extra;
+    x->exe[0] = 0;
     /* Off the stack in a vfork child: posix_spawn's is too small for them
      * (and for a span of the environment, which other execs read by parts). */
     char **env = ferry_vfork_scratch(), **args;
@@ -642,7 +666,7 @@ long ferry_exec(const struct ferry_regs *r)
     if (!env)
         env = __builtin_alloca((MAX_ENV + MAX_ARGS) * sizeof(char *));
     args = env + MAX_ENV;
-    struct stat st;
+    struct stat st, img;
     long got = 0;
     ferry_store_span(FERRY_SPAN_EXEC_HOOK, ferry_rdtsc());
 
@@ -669,14 +693,15 @@ long ferry_exec(const struct ferry_regs *r)
     uint32_t kind = FERRY_EXEC_UNKNOWN;
     /* Ferry's settings did not fit beside the program's environment (or it
      * could not be read): the program runs without the shim, and says why. */
-    int unserved = 0;
+    int unserved = 0, scripted = 0;
     if (target[0])
         exec_wine(target, 0, path, argv, envp, env, args, x);
     if (target[0]) {
-        enum cached c = cached_image(target, image, sizeof(image), &st);
+        enum cached c = cached_image(target, image, sizeof(image), &st, &img);
         /* The program's own file, its cached libraries first: what it sees
          * of itself (/proc/self/exe, AT_EXECFN, $ORIGIN) stays its own. */
-        if (use_cached(c, image, path, argv, envp, env, x, &use_env, &unserved)) {
+        if (use_cached(c, image, path, argv, envp, env, x, &use_env, &unserved, &img,
+                       at ? 0 : &st)) {
             kind = FERRY_EXEC_REWRITTEN;
             goto pass;
         }
@@ -689,6 +714,7 @@ long ferry_exec(const struct ferry_regs *r)
                                           head[1] == 'Z'))
             exec_wine(target, 1, path, argv, envp, env, args, x);
         if (static_image_in_cache(target, kind)) {
+            x->exe[0] = 0;
             if ((built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
                 use_env = built;
                 kind = FERRY_EXEC_REWRITTEN;
@@ -699,12 +725,13 @@ long ferry_exec(const struct ferry_regs *r)
         }
         char *interp, *arg;
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
+            scripted = 1;
             struct stat ist;
-            c = cached_image(interp, image, sizeof(image), &ist);
+            c = cached_image(interp, image, sizeof(image), &ist, &img);
             char **sargv = c == CACHED_IMAGE ? script_argv(interp, arg, path, argv, args, MAX_ARGS) : 0;
             /* With its cached libraries, the kernel runs the script as it
              * would: only the interpreter's libraries change. */
-            if (use_cached(c, image, interp, sargv, envp, env, x, &use_env, &unserved)) {
+            if (use_cached(c, image, interp, sargv, envp, env, x, &use_env, &unserved, &img, 0)) {
                 kind = FERRY_EXEC_REWRITTEN;
                 goto pass;
             }
@@ -722,6 +749,9 @@ long ferry_exec(const struct ferry_regs *r)
     /* No rewritten image: preload the shim, which patches the program's
      * libraries in memory from their cached plans. */
     if (kind == FERRY_EXEC_PLAIN && shim_path[0]) {
+        x->exe[0] = 0;
+        if (!at && !scripted)
+            exe_hint(x, &st);
         if ((built = build_env(envp, env, MAX_ENV, ENV_PRELOAD, 0, x)))
             use_env = built;
         else

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "exec.h"
+#include "exepath.h"
 #include "raw.h"
 #include "slots.h"
 #include "tscrate.h"
@@ -109,12 +110,11 @@ static int create_file(const char *dir, int pid, uint32_t *seq_out)
     return -EEXIST;
 }
 
-static void fill_identity(struct ferry_proc_header *h, char **argv)
+static void fill_identity(struct ferry_proc_header *h, char **argv, const char *exe_hint)
 {
     h->pid = (int32_t)ferry_raw0(SYS_getpid);
     h->ppid = (int32_t)ferry_raw0(SYS_getppid);
-    long n = ferry_raw3(SYS_readlink, "/proc/self/exe", h->exe, sizeof(h->exe) - 1);
-    h->exe[n > 0 ? n : 0] = 0;
+    ferry_exe_path(exe_hint, h->exe, sizeof(h->exe));
     uint32_t len = 0;
     for (char **a = argv; a && *a; a++) {
         size_t l = ferry_strlen(*a) + 1;
@@ -146,7 +146,7 @@ int ferry_store_rate(char *out, size_t cap)
     return 0;
 }
 
-static int header_init(char **argv, int keep_cmdline)
+static int header_init(char **argv, int keep_cmdline, const char *exe_hint)
 {
     struct ferry_proc_header *h = ferry_hdr;
     ferry_memcpy(h->magic, FERRY_PROC_MAGIC, 16);
@@ -159,7 +159,7 @@ static int header_init(char **argv, int keep_cmdline)
     h->state = FERRY_STATE_RUNNING;
     h->uid = (uint32_t)ferry_raw0(SYS_geteuid);
     if (!keep_cmdline)
-        fill_identity(h, argv);
+        fill_identity(h, argv, exe_hint);
     else {
         h->pid = (int32_t)ferry_raw0(SYS_getpid);
         h->ppid = (int32_t)ferry_raw0(SYS_getppid);
@@ -241,7 +241,7 @@ static struct ferry_blk *map_file_block(uint32_t idx)
 }
 
 int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
-                     const char *tsc_rate)
+                     const char *tsc_rate, const char *exe_hint)
 {
     st.mode = mode;
     st.event_capacity = mode == FERRY_MODE_TRACE ? event_capacity : 0;
@@ -255,7 +255,7 @@ int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, cha
     int rc = open_backing();
     if (rc)
         return rc;
-    header_init(argv, 0);
+    header_init(argv, 0, exe_hint);
     ferry_store_span(FERRY_SPAN_FILE, ferry_rdtsc());
     if (mode == FERRY_MODE_TRACE || mode == FERRY_MODE_AGGREGATE)  /* modes that time calls */
         calibrate(ferry_hdr, tsc_rate);
@@ -378,7 +378,7 @@ void ferry_store_after_fork(void)
     ferry_hdr->nsites = parent->nsites;
     ferry_hdr->cal_tsc = parent->cal_tsc;
     ferry_hdr->cal_ns = parent->cal_ns;
-    header_init(0, 1);
+    header_init(0, 1, 0);
 }
 
 /* A vfork child's own calls (its exec hook's, its file's): they follow the

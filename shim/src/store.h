@@ -12,9 +12,10 @@
 extern struct ferry_proc_header *ferry_hdr;
 
 /* Set up the store of this process image (called once, from the constructor). */
-/* `tsc_rate`: FERRY_TSC as handed down ("<ticks>:<ns>"), or NULL. */
+/* `tsc_rate`: FERRY_TSC as handed down ("<ticks>:<ns>"), or NULL;
+ * `exe_hint`: FERRY_EXE (exepath.h), or NULL. */
 int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
-                     const char *tsc_rate);
+                     const char *tsc_rate, const char *exe_hint);
 /* "FERRY_TSC=<ticks>:<ns>" into `out`, for this process's children. */
 int ferry_store_rate(char *out, size_t cap);
 
