@@ -112,14 +112,15 @@ def test_the_shim_is_mapped_in_two_pieces(tmp_path):
     assert len(maps) == 2, maps
 
 
-def _strace_run(tmp_path, calls, *command):
-    """The lines of `strace -f -e trace=CALLS` of `ferry run --no-learn -- COMMAND`."""
+def _strace_run(tmp_path, calls, *command, learn=False, cwd=None):
+    """The lines of `strace -f -e trace=CALLS` of `ferry run [--no-learn] --
+    COMMAND` (in `cwd`), and the run directory."""
     if not shutil.which("strace"):
         pytest.skip("strace is not installed")
     log, run_dir = tmp_path / "strace.log", tmp_path / "run"
     subprocess.run(["strace", "-f", "-qq", "-e", f"trace={calls}", "-o", str(log), *FERRY, "run",
-                    "--no-learn", "-o", str(run_dir), "--", *command],
-                   check=True, capture_output=True, timeout=300)
+                    *([] if learn else ["--no-learn"]), "-o", str(run_dir), "--", *command],
+                   cwd=cwd, check=True, capture_output=True, timeout=300)
     return log.read_text().splitlines(), run_dir
 
 
@@ -145,8 +146,6 @@ def test_an_image_names_its_executable_as_proc_does_without_proc(tmp_path):
     links to links, relative and doubled slashes; a #! script (whose
     executable is its interpreter) and the program `ferry run` starts still
     ask /proc."""
-    if not shutil.which("strace"):
-        pytest.skip("strace is not installed")
     real = tmp_path / "real" / "sub"
     real.mkdir(parents=True)
     shutil.copy("/usr/bin/true", real / "tru")
@@ -167,14 +166,11 @@ def test_an_image_names_its_executable_as_proc_does_without_proc(tmp_path):
     truth = [tru] * 8 + ["/usr/bin/true", "/usr/bin/env", "/usr/bin/true", tru]
     shell = os.path.realpath("/bin/sh")
     for _ in range(2):  # the first run learns the programs; the second runs them enabled
-        log = tmp_path / "strace.log"
-        run_dir = tmp_path / "run"
-        subprocess.run(["strace", "-f", "-qq", "-e", "trace=readlink", "-o", str(log), *FERRY,
-                        "run", "-o", str(run_dir), "--", "sh", "-c", command], cwd=tmp_path,
-                       check=True, capture_output=True, timeout=300)
+        lines, run_dir = _strace_run(tmp_path, "readlink", "sh", "-c", command, learn=True,
+                                     cwd=tmp_path)
     records = procfile.read_dir(run_dir / "proc")
     assert sorted(r.exe for r in records if r.exe != shell) == sorted(truth)
-    asked = [line for line in log.read_text().splitlines() if '"/proc/self/exe"' in line]
+    asked = [line for line in lines if '"/proc/self/exe"' in line]
     # the shell `ferry run` started, and the script's interpreter
     assert len(asked) == 2, asked
 

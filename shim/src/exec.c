@@ -179,10 +179,9 @@ static enum cached cached_image(const char *path, char *out, size_t cap, struct 
     if (b.overflow)
         return CACHED_NONE;
     link[b.len] = 0;
-    struct stat *target = img;
-    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, link, target, 0) != 0)
+    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, link, img, 0) != 0)
         return CACHED_NONE;
-    if (S_ISDIR(target->st_mode)) {
+    if (S_ISDIR(img->st_mode)) {
         long n = ferry_raw4(SYS_readlinkat, AT_FDCWD, link, out, cap - 1);
         if (n <= 0 || out[0] != '/')
             return CACHED_NONE;
@@ -580,9 +579,12 @@ static int parse_shebang(char *head, long got, char **interp, char **arg)
 
 /* The hint that the file the kernel is handed, `st`, is the executable
  * itself (not a #! script it would run an interpreter for): its shim finds
- * its path from AT_EXECFN, without /proc (exepath.c). */
+ * its path from AT_EXECFN, without /proc (exepath.c).  NULL: no hint. */
 static void exe_hint(struct env_extra *x, const struct stat *st)
 {
+    x->exe[0] = 0;
+    if (!st)
+        return;
     struct ferry_buf b = {x->exe, 0, sizeof(x->exe), 0};
     ferry_buf_str(&b, "FERRY_EXE=");
     ferry_buf_u64(&b, st->st_dev);
@@ -606,10 +608,11 @@ static void exec_image(const char *image, char *const *argv, char *const *envp)
 /* Run what the cache holds (`c`, `image`, of status `img`) for the file
  * `name`: exec its rewritten image with `xargv` (returns only if that exec
  * failed), or, for a program whose own file runs with its cached libraries
- * first, put that environment in *use_env and return 1 (`own`: the status of
- * that file when the kernel is handed it as the executable, else NULL).  0 otherwise; *unserved is set when
- * the run's settings did not fit beside the program's environment (or
- * `xargv` could not be made), so that the report says so. */
+ * first, put that environment in *use_env and return 1 (`own`: the status
+ * of that file when the kernel is handed it as the executable, else NULL).
+ * 0 otherwise; *unserved is set when the run's settings did not fit beside
+ * the program's environment (or `xargv` could not be made), so that the
+ * report says so. */
 static int use_cached(enum cached c, const char *image, const char *name, char *const *xargv,
                       char *const *envp, char **env, struct env_extra *x, char *const **use_env,
                       int *unserved, const struct stat *img, const struct stat *own)
@@ -624,9 +627,7 @@ static int use_cached(enum cached c, const char *image, const char *name, char *
             *unserved = 1;
         }
     } else if (c == CACHED_LIBDIR) {
-        x->exe[0] = 0;
-        if (own)
-            exe_hint(x, own);
+        exe_hint(x, own);
         if ((built = build_env(envp, env, MAX_ENV, ENV_LIBDIR, image, x))) {
             *use_env = built;
             return 1;
@@ -658,7 +659,7 @@ long ferry_exec(const struct ferry_regs *r)
     char *const *envp = (char *const *)(at ? r->r10 : r->rdx);
     char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[1024];
     struct env_extra extra, *x = &extra;
-    x->exe[0] = 0;
+    exe_hint(x, 0);
     /* Off the stack in a vfork child: posix_spawn's is too small for them
      * (and for a span of the environment, which other execs read by parts). */
     char **env = ferry_vfork_scratch(), **args;
@@ -714,7 +715,7 @@ long ferry_exec(const struct ferry_regs *r)
                                           head[1] == 'Z'))
             exec_wine(target, 1, path, argv, envp, env, args, x);
         if (static_image_in_cache(target, kind)) {
-            x->exe[0] = 0;
+            exe_hint(x, 0);  /* the static shim asks /proc (exepath.c) */
             if ((built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
                 use_env = built;
                 kind = FERRY_EXEC_REWRITTEN;
@@ -749,9 +750,7 @@ long ferry_exec(const struct ferry_regs *r)
     /* No rewritten image: preload the shim, which patches the program's
      * libraries in memory from their cached plans. */
     if (kind == FERRY_EXEC_PLAIN && shim_path[0]) {
-        x->exe[0] = 0;
-        if (!at && !scripted)
-            exe_hint(x, &st);
+        exe_hint(x, at || scripted ? 0 : &st);
         if ((built = build_env(envp, env, MAX_ENV, ENV_PRELOAD, 0, x)))
             use_env = built;
         else

@@ -37,23 +37,6 @@ static const char *execfn(void)
     return 0;
 }
 
-/* "<dev>:<ino>" into its two numbers; 0 on success. */
-static int parse_identity(const char *s, uint64_t *dev, uint64_t *ino)
-{
-    uint64_t *out[2] = {dev, ino};
-    for (int k = 0; k < 2; k++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        uint64_t v = 0;
-        while (*s >= '0' && *s <= '9')
-            v = v * 10 + (uint64_t)(*s++ - '0');
-        *out[k] = v;
-        if (*s++ != (k ? 0 : ':'))
-            return -1;
-    }
-    return 0;
-}
-
 /* `name` resolved into `out` (`cap` bytes); its length, or -1. */
 static long resolve(const char *name, uint64_t dev, uint64_t ino, char *out, size_t cap)
 {
@@ -129,7 +112,7 @@ long ferry_exe_path(const char *hint, char *out, size_t cap)
 {
     uint64_t dev, ino;
     const char *name = execfn();
-    if (hint && name && parse_identity(hint, &dev, &ino) == 0) {
+    if (hint && name && ferry_parse_pair(hint, &dev, &ino)) {
         long n = resolve(name, dev, ino, out, cap);
         if (n > 0)
             return n;

@@ -140,7 +140,7 @@ static int avoided(uint64_t lo, uint64_t hi)
 
 static uint64_t pad8(uint64_t n) { return (n + 7) & ~7UL; }
 
-static int has_ctl(struct dl_phdr_info *info)
+int ferry_module_has_ctl(const struct dl_phdr_info *info)
 {
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -161,7 +161,7 @@ void ferry_plans_defer(uint64_t addr)
     deferred = addr;
 }
 
-static int holds_code_at(const struct dl_phdr_info *info, uint64_t addr)
+int ferry_module_holds_code(const struct dl_phdr_info *info, uint64_t addr)
 {
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -195,9 +195,9 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data)
     /* The main program has no name here and the vDSO no file ("linux-vdso.so.1",
      * no directory in it): a plan is for a file, found by its path; the shim
      * never patches itself (a program may link it for its API). */
-    if (!info->dlpi_name || !has_slash(info->dlpi_name) || has_ctl(info) ||
+    if (!info->dlpi_name || !has_slash(info->dlpi_name) || ferry_module_has_ctl(info) ||
         info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS ||
-        (deferred && holds_code_at(info, deferred)))
+        (deferred && ferry_module_holds_code(info, deferred)))
         return 0;
     size_t n = ferry_strlen(info->dlpi_name);
     if (n >= sizeof(all->t[0].path))

@@ -41,6 +41,12 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
  * (neither patched nor marked as tried) until this is called again with 0. */
 void ferry_plans_defer(uint64_t addr);
 
+/* Whether the module `info` describes is a rewritten file (a control block
+ * in a writable segment), and whether its code holds `addr`. */
+struct dl_phdr_info;
+int ferry_module_has_ctl(const struct dl_phdr_info *info);
+int ferry_module_holds_code(const struct dl_phdr_info *info, uint64_t addr);
+
 /* The file of the module whose text at `addr` is mapped from its plan's
  * patched copy; "" where `addr` is in trampolines mapped from the cache
  * (no module of their own); NULL elsewhere. */

@@ -296,23 +296,10 @@ void ferry_caught_first(void)
 static int holds_ld_with_ctl(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    int *enabled = data;
-    uint64_t at = (uint64_t)_r_debug.r_brk;
-    int holds = 0, ctl = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uint64_t lo = info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type != PT_LOAD)
-            continue;
-        if ((ph->p_flags & PF_X) && at >= lo && at - lo < ph->p_memsz)
-            holds = 1;
-        if ((ph->p_flags & PF_W) && ph->p_memsz >= sizeof(struct ferry_ctl) &&
-            ferry_memeq((void *)lo, FERRY_CTL_MAGIC, FERRY_CTL_MAGIC_LEN))
-            ctl = 1;
-    }
-    if (holds)
-        *enabled = ctl;
-    return holds;
+    if (!ferry_module_holds_code(info, (uint64_t)_r_debug.r_brk))
+        return 0;
+    *(int *)data = ferry_module_has_ctl(info);
+    return 1;
 }
 
 static int ld_calls_caught(void)
@@ -435,10 +422,10 @@ void ferry_start(int argc, char **argv, char **envp)
         ferry_plans_defer(_r_debug.r_brk);
     ferry_plans_apply(ferry_cache_root(), enable_planned);
     ferry_store_span(FERRY_SPAN_PLANS, ferry_rdtsc());
-    if (!ld_plan_deferred)
-        hook_dl_changes();
     if (ld_plan_deferred)
         dl_hook_state = HOOK_PENDING;
+    else
+        hook_dl_changes();
     ferry_catchall_start(envp);
     if (ld_plan_deferred && !ferry_catchall_on) {
         dl_hook_state = 0;

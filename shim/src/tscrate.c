@@ -19,19 +19,11 @@
 
 static int parse_rate(const char *s, uint64_t *tsc, uint64_t *ns)
 {
-    uint64_t v[2] = {0, 0};
-    for (int i = 0; i < 2; i++) {
-        int digits = 0;
-        for (; *s >= '0' && *s <= '9' && digits < 19; s++, digits++)
-            v[i] = v[i] * 10 + (uint64_t)(*s - '0');
-        if (!digits || (*s != (i ? 0 : ':') && !(i && *s == '\n')))
-            return 0;
-        s++;
-    }
-    if (!v[0] || !v[1])
+    uint64_t t, n;
+    if (!ferry_parse_pair(s, &t, &n) || !t || !n)
         return 0;
-    *tsc = v[0];
-    *ns = v[1];
+    *tsc = t;
+    *ns = n;
     return 1;
 }
 

@@ -134,3 +134,19 @@ void ferry_buf_i64(struct ferry_buf *b, int64_t v)
         ferry_buf_u64(b, (uint64_t)v);
     }
 }
+
+int ferry_parse_pair(const char *s, uint64_t *a, uint64_t *b)
+{
+    uint64_t v[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        int digits = 0;
+        for (; *s >= '0' && *s <= '9' && digits < 19; s++, digits++)
+            v[i] = v[i] * 10 + (uint64_t)(*s - '0');
+        if (!digits || (*s != (i ? 0 : ':') && !(i && *s == '\n')))
+            return 0;
+        s++;
+    }
+    *a = v[0];
+    *b = v[1];
+    return 1;
+}

@@ -28,6 +28,10 @@ struct stat;
 int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
                         struct stat *st);
 
+/* "<a>:<b>" (decimal, each at most 19 digits, ending at NUL or a newline)
+ * into *a and *b: 1, or 0 when `s` is not that. */
+int ferry_parse_pair(const char *s, uint64_t *a, uint64_t *b);
+
 /* An append-only text buffer that never overflows (it truncates and says so
  * through `overflow`). */
 struct ferry_buf {
