@@ -35,6 +35,16 @@ def calls_after_shim_start(lines, run_dir, root_pid):
         parsed.append((pid, m.group(3), None, line))
     def opens_record(name, line):
         return marker.search(line) and not re.search(r"= -\d+ E\w+", line)
+    def made(name, line):
+        """The process or thread a clone, fork or vfork line made, if it says."""
+        if name not in ("clone", "clone3", "fork", "vfork"):
+            return None
+        child = re.search(r"= (\d+)$", line) or re.search(r"= (\d+) ", line)
+        return int(child.group(1)) if child else None
+    # A clone whose caller was killed before it returned never names its
+    # child, which may have run meanwhile: a thread that first shows up
+    # after such a clone began, and that no clone names, is its child.
+    named = {made(name, line) for _, name, _, line in parsed} - {None}
 
     # a process's calls count from its record's opening to its next image
     # (whose loader runs before that image's shim); a thread's from its
@@ -46,11 +56,18 @@ def calls_after_shim_start(lines, run_dir, root_pid):
     # ERESTARTNOINTR / ERESTARTNOHAND.
     pids, live, started, counts = {root_pid}, set(), set(), collections.Counter()
     again = {}  # pid -> (the call it will make again, how it was cut short)
-    last = {}  # pid -> its last call's line, and whether it counted
-    for pid, name, _resumed, line in parsed:
+    last = {}  # pid -> its last call's name, line, whether it counted, where
+    appeared, unnamed = set(), []  # unnamed: clones that never returned
+    for at, (pid, name, _resumed, line) in enumerate(parsed):
+        if pid not in appeared and pid not in pids and pid not in named and unnamed:
+            parent_live, shares = unnamed.pop(0)
+            pids.add(pid)
+            if parent_live and shares:
+                live.add(pid)
+        appeared.add(pid)
         if pid not in pids:
             continue
-        last[pid] = (name, line, pid in live)
+        last[pid] = (name, line, pid in live, at)
         restarts = re.search(r"= \? ERESTART(SYS|NOINTR|NOHAND)", line)
         if name == "rt_sigreturn" and again.get(pid, (0, ""))[1] == "NOHAND":
             # a handler ran: a call cut short with ERESTARTNOHAND failed
@@ -70,19 +87,33 @@ def calls_after_shim_start(lines, run_dir, root_pid):
             live.add(pid)
             started.add(pid)
         if name in ("clone", "clone3", "fork", "vfork"):
-            child = re.search(r"= (\d+)$", line) or re.search(r"= (\d+) ", line)
+            child = made(name, line)
+            # a vfork child counts into a block its parent made for it
+            shares = "CLONE_THREAD" in line or "CLONE_VFORK" in line or name == "vfork"
             if child:
-                pids.add(int(child.group(1)))
-                # a vfork child counts into a block its parent made for it
-                if ("CLONE_THREAD" in line or "CLONE_VFORK" in line or name == "vfork") and pid in live:
-                    live.add(int(child.group(1)))
+                pids.add(child)
+                if shares and pid in live:
+                    live.add(child)
+            elif line.endswith("= ?"):
+                unnamed.append((pid in live, shares))
         if name == "execve" and line.endswith("= 0"):
             live.discard(pid)
-    # how each counting thread's last call ended: "returned", or "killed"
-    # in the kernel (the end of its process came while the call ran)
-    ends = [(name, "killed" if line.endswith(("<unfinished ...>", "= ?")) else "returned")
-            for name, line, counting in last.values()
-            if counting and name not in ("exit", "exit_group")]
+    # How each counting thread's last call ended: "returned", or "killed"
+    # in the kernel (the end of its process came while the call ran; strace
+    # says "<... x resumed>) = ?"), or "lost": strace stopped the thread at
+    # a call's entry and the end of its process came before it read the
+    # registers (ESRCH).  It prints that entry, never resumed, under
+    # whatever number its last read of any thread left behind: the call's
+    # name is not known (seen as exit_group, or syscall_0x13e0).
+    never_resumed = set(open_calls.values())
+    ends = []
+    for name, line, counting, at in last.values():
+        if not counting:
+            continue
+        if at in never_resumed:
+            ends.append((name, "lost"))
+        elif name not in ("exit", "exit_group"):
+            ends.append((name, "killed" if line.endswith(("<unfinished ...>", "= ?")) else "returned"))
     return counts, started, ends
 
 
@@ -105,7 +136,10 @@ def check(log, run_dir):
     user space sees exactly what a tracer sees there.  So strace never sees
     more, and the shim's extra calls are at most two for each thread that
     ended after a call that came back, one for each that died in a call of
-    the shim's own kind.
+    the shim's own kind.  A thread strace lost at a call's entry (see
+    calls_after_shim_start) made a call strace saw under no reliable name:
+    the shim counted it under its own (and the program's call it was made
+    for, if it was one of the shim's): two, of any names.
     """
     model = load_run(run_dir)
     root = json.loads((run_dir / "info.json").read_text())["pid"]
@@ -113,8 +147,11 @@ def check(log, run_dir):
     assert root in started, "the shim never started in the program"
     counted = collections.Counter({s["name"]: s["calls"] for s in model["syscalls"]})
     shim_own = collections.Counter(model["shim_calls"])
-    allowed = sum(2 if how == "returned" else 1 for name, how in ends
-                  if how == "returned" or shim_own[name])
+    lost = [name for name, how in ends if how == "lost"]
+    for name in lost:
+        seen[name] -= 1
+    allowed = sum(2 if how in ("returned", "lost") else 1 for name, how in ends
+                  if how != "killed" or shim_own[name])
     names = set(seen) | set(counted) | set(shim_own)
     extra = {n: counted[n] + shim_own[n] - seen[n] for n in names if counted[n] + shim_own[n] != seen[n]}
     assert all(e > 0 for e in extra.values()) and sum(extra.values()) <= allowed, \
