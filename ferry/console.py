@@ -1,8 +1,11 @@
 """Shared rich console (stdout) and small formatting helpers."""
 from rich.console import Console
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# soft_wrap: a message is one line however long (a path in it, a pipe's
+# 80 columns), for the terminal to fold and for scripts to match; tables
+# still fit the width
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def percent(part, whole):

@@ -112,3 +112,12 @@ def test_clear_empties_the_cache_and_runs_still_work(filled):
     assert listed(env) == [] and "is empty" in cache(env, "list").stdout
     ferry("run", "-o", program.parent / "again", "--", program, env=env, check=True)
     assert listed(env)
+
+
+def test_a_message_naming_a_long_path_is_one_line_when_piped(tmp_path):
+    # scripts read it and a terminal folds it: rich's 80 columns for a pipe
+    # cut it after the path
+    root = tmp_path / ("deep-" * 20) / "cache"
+    env = dict(os.environ, FERRY_CACHE=str(root))
+    out = cache(env, "list").stdout
+    assert out == f"the image cache {root} is empty\n"
