@@ -44,6 +44,16 @@ def test_environment_exe_and_argv_are_the_programs_own(tmp_path, profile):
     assert load_run(tmp_path / "run")["processes"][0]["enabled"]
 
 
+@pytest.mark.parametrize("extra", [{f"V{i}": "x" for i in range(1500)}, {"BIG": "y" * 20000}],
+                         ids=["many-variables", "long-values"])
+def test_a_large_environment_is_the_programs_own_in_proc_too(tmp_path, extra):
+    # beyond what the shim sorts on its stack (1024 variables, 8 KiB)
+    env = dict(os.environ, **extra)
+    native, under = native_and_ferry(tmp_path, [PYTHON, str(SELF_VIEW)], env=env)
+    assert under.returncode == native.returncode == 0, under.stderr
+    assert under.stdout == native.stdout
+
+
 def test_a_program_started_with_an_empty_environment_sees_none(tmp_path):
     native, under = native_and_ferry(tmp_path, ["env", "-i", "/usr/bin/env"])
     assert (under.returncode, under.stdout) == (0, b"") == (native.returncode, native.stdout)

@@ -24,9 +24,13 @@ static inline int ferry_is_setting(const char *entry)
         return 0;
     if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10))
         return 1;
+    /* one pass over each name, which mostly differs a character after
+     * "FERRY_": this runs for every FERRY_ entry at every start */
     for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        size_t n = ferry_strlen(names[i]);
-        if (ferry_memeq(entry, names[i], n) && entry[n] == '=')
+        const char *n = names[i] + 6, *e = entry + 6;
+        while (*n && *n == *e)
+            n++, e++;
+        if (!*n && *e == '=')
             return 1;
     }
     return 0;
