@@ -7,6 +7,8 @@ import re
 from ferry.rundata import load_run
 from test_run_matches_strace import LINE
 
+CREATORS = ("clone", "clone3", "fork", "vfork")
+
 
 def calls_after_shim_start(lines, run_dir, root_pid):
     """strace's counts per syscall over the program's processes and threads,
@@ -37,7 +39,7 @@ def calls_after_shim_start(lines, run_dir, root_pid):
         return marker.search(line) and not re.search(r"= -\d+ E\w+", line)
     def made(name, line):
         """The process or thread a clone, fork or vfork line made, if it says."""
-        if name not in ("clone", "clone3", "fork", "vfork"):
+        if name not in CREATORS:
             return None
         child = re.search(r"= (\d+)$", line) or re.search(r"= (\d+) ", line)
         return int(child.group(1)) if child else None
@@ -86,7 +88,7 @@ def calls_after_shim_start(lines, run_dir, root_pid):
         elif opens_record(name, line):
             live.add(pid)
             started.add(pid)
-        if name in ("clone", "clone3", "fork", "vfork"):
+        if name in CREATORS:
             child = made(name, line)
             # a vfork child counts into a block its parent made for it
             shares = "CLONE_THREAD" in line or "CLONE_VFORK" in line or name == "vfork"

@@ -43,27 +43,23 @@ static char *marker_of(char **envp, const char *name)
 /* /proc/PID/environ shows the strings the kernel laid out, not the array:
  * move the ones kept down over the ones taken out (only when they still lie
  * back to back, as the kernel left them), so that it shows none of Ferry's. */
-static int compact_strings(char **orig, size_t n, char **kept, char *copy, size_t cap)
+static void compact_strings(char **orig, size_t n, char **kept, char *copy, size_t cap)
 {
     if (!n)
-        return 0;
+        return;
     for (size_t i = 0; i + 1 < n; i++)
         if (orig[i + 1] != orig[i] + ferry_strlen(orig[i]) + 1)
-            return 0;
+            return;
     char *end = orig[n - 1] + ferry_strlen(orig[n - 1]) + 1;
     /* Through a copy: the entries kept are not in address order (a value
      * given back lives where its marker was). */
     size_t used = 0;
     for (char **k = kept; *k; k++) {
         if (*k < orig[0] || *k >= end)
-            return 0;  /* a string from elsewhere: leave the layout alone */
-        used += ferry_strlen(*k) + 1;
-    }
-    if (used > cap)
-        return -1;  /* no room for the copy: nothing changed yet */
-    used = 0;
-    for (char **k = kept; *k; k++) {
+            return;  /* a string from elsewhere: leave the layout alone */
         size_t len = ferry_strlen(*k) + 1;
+        if (used + len > cap)
+            return;
         ferry_memcpy(copy + used, *k, len);
         used += len;
     }
@@ -75,7 +71,6 @@ static int compact_strings(char **orig, size_t n, char **kept, char *copy, size_
     }
     while (cursor < end)
         *cursor++ = 0;
-    return 0;
 }
 
 void ferry_environ_restore(char **envp)
@@ -110,16 +105,13 @@ void ferry_environ_restore(char **envp)
      * of its own. */
     static char *scratch[4096 + 65536 / sizeof(char *)] FERRY_COLD __attribute__((aligned(4096)));
     char *local[1024];
-    char **orig = local;
-    size_t cap = sizeof(local) / sizeof(local[0]), norig = 0;
-    for (char **e = envp; *e && norig < 4096; e++) {
-        if (norig == cap) {
-            ferry_memcpy(scratch, orig, norig * sizeof(char *));
-            orig = scratch;
-            cap = 4096;
-        }
-        orig[norig++] = *e;
-    }
+    size_t norig = 0, bytes = 0;
+    for (; envp[norig] && norig < 4096; norig++)
+        bytes += ferry_strlen(envp[norig]) + 1;  /* the copy needs no more */
+    char **orig = norig * sizeof(char *) + bytes <= sizeof(local) ? local : scratch;
+    size_t room = (orig == local ? sizeof(local) : sizeof(scratch)) - norig * sizeof(char *);
+    for (size_t i = 0; i < norig; i++)
+        orig[i] = envp[i];
     int whole = envp[norig] == 0;
     char **out = envp;
     for (char **e = envp; *e; e++) {
@@ -142,12 +134,6 @@ void ferry_environ_restore(char **envp)
             *out++ = entry;
     }
     *out = 0;
-    if (!whole)
-        return;
-    size_t room = (orig == local ? sizeof(local) : sizeof(scratch)) - norig * sizeof(char *);
-    if (compact_strings(orig, norig, envp, (char *)(orig + norig), room) < 0 && orig == local) {
-        ferry_memcpy(scratch, orig, norig * sizeof(char *));
-        compact_strings(scratch, norig, envp, (char *)(scratch + norig),
-                        sizeof(scratch) - norig * sizeof(char *));
-    }
+    if (whole)
+        compact_strings(orig, norig, envp, (char *)(orig + norig), room);
 }
