@@ -9,7 +9,18 @@
 void *ferry_memset(void *dst, int c, size_t n);
 void *ferry_memcpy(void *dst, const void *src, size_t n);
 size_t ferry_strlen(const char *s);
-int ferry_memeq(const void *a, const void *b, size_t n);
+
+/* Inline: called for every entry of the environment per name looked up,
+ * mostly to find the first byte differs.  It stops at the first difference,
+ * so callers may compare a string shorter than n (its NUL differs). */
+static inline int ferry_memeq(const void *a, const void *b, size_t n)
+{
+    const unsigned char *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i])
+            return 0;
+    return 1;
+}
 
 /* The value of `key` in a NULL-terminated environment, or NULL. */
 const char *ferry_env_lookup(char **envp, const char *key);
