@@ -246,6 +246,58 @@ def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
         proc.wait(timeout=30)
 
 
+def _stack_rss_kib(pid):
+    with open(f"/proc/{pid}/smaps") as f:
+        lines = f.read().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.endswith("[stack]"))
+    return next(int(line.split()[1]) for line in lines[at + 1:] if line.startswith("Rss:"))
+
+
+def _sleeping_stack_kib(command):
+    """[stack] Rss of the `sleep 41` that `command` starts, once it sleeps
+    (41: no other test's sleep, which a parallel worker may have running)."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid = None
+    try:
+        for _ in range(300):
+            pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+            pid = next((p for p in pids if _cmdline(p) == ["sleep", "41"]
+                        and _parent(p) in (proc.pid, _parent(proc.pid))), None)
+            if pid and (command[0] == "sleep" or _maps_name(pid, "libferry.so")):
+                break
+            subprocess.run(["sleep", "0.05"])
+        assert pid, f"{command} never slept"
+        subprocess.run(["sleep", "0.3"])   # its constructor done
+        return _stack_rss_kib(pid)
+    finally:
+        if pid:
+            os.kill(pid, 15)
+        proc.wait(timeout=30)
+
+
+def _parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_a_start_touches_few_pages_of_the_stack(tmp_path):
+    """Each page of stack the shim's constructor reaches below what ld.so
+    touched is a page fault in every process.  Its frames keep to the top:
+    tables of pointers, not of copied names (plans), a few numbers tallied
+    (the record's claim), a buffer used from its top end (the environment).
+    It reached 8-16 KiB deeper than natively; a page more is ld.so's, which
+    loads one library more.  Least of three of each: where the kernel
+    starts the stack in its page varies."""
+    native = min(_sleeping_stack_kib(["sleep", "41"]) for _ in range(3))
+    enabled = min(_sleeping_stack_kib([*FERRY, "run", "-p", "trace", "--no-learn", "-o",
+                                       str(tmp_path / f"run{i}"), "--", "sleep", "41"])
+                  for i in range(3))
+    assert enabled <= native + 4, (native, enabled)
+
+
 def _cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

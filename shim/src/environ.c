@@ -100,16 +100,18 @@ void ferry_environ_restore(char **envp)
     }
     /* The original order of the strings, for compact_strings, and after
      * it the copy it makes of them: one piece of memory.  On the stack for
-     * an environment of a few KiB (pages the start has touched already: a
-     * page of its own was a fault in every start), else in a scratch area
-     * of its own. */
+     * an environment of a few KiB, at the buffer's top end: the pages
+     * nearest the caller's frame, which the start has touched already
+     * (its bottom end, or a page of its own, was a page fault in every
+     * start).  Larger ones in a scratch area of their own. */
     static char *scratch[4096 + 65536 / sizeof(char *)] FERRY_COLD __attribute__((aligned(4096)));
     char *local[1024];
     size_t norig = 0, bytes = 0;
     for (; envp[norig] && norig < 4096; norig++)
         bytes += ferry_strlen(envp[norig]) + 1;  /* the copy needs no more */
-    char **orig = norig * sizeof(char *) + bytes <= sizeof(local) ? local : scratch;
-    size_t room = (orig == local ? sizeof(local) : sizeof(scratch)) - norig * sizeof(char *);
+    size_t need = norig + (bytes + sizeof(char *) - 1) / sizeof(char *);
+    char **orig = need <= 1024 ? local + 1024 - need : scratch;
+    size_t room = (orig == scratch ? sizeof(scratch) : need * sizeof(char *)) - norig * sizeof(char *);
     for (size_t i = 0; i < norig; i++)
         orig[i] = envp[i];
     int whole = envp[norig] == 0;

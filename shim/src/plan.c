@@ -48,8 +48,13 @@ static int already_planned(uint64_t base)
     return 0;
 }
 
+/* The module's name is ld.so's own string (its link_map's), as its phdr is:
+ * plans are applied where no module can be unloaded meanwhile (the
+ * constructor, ld.so's change hook under its load lock).  A copy of each
+ * name made the table 34 KiB of stack, the deepest pages of a start: two
+ * page faults in every process. */
 struct target {
-    char path[512];
+    const char *path;
     uint64_t base;
     const ElfW(Phdr) *phdr;
     int phnum;
@@ -181,8 +186,8 @@ static int has_slash(const char *s)
 }
 
 /* The modules to plan, filled in by dl_iterate_phdr.  Only the entries used
- * are written: clearing the whole table (34 KiB) faulted in fresh stack
- * pages on every process start. */
+ * are written: clearing the whole table faulted in fresh stack pages on
+ * every process start. */
 struct targets {
     int n;
     struct target t[MAX_TARGETS];
@@ -199,11 +204,8 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data)
         info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS ||
         (deferred && ferry_module_holds_code(info, deferred)))
         return 0;
-    size_t n = ferry_strlen(info->dlpi_name);
-    if (n >= sizeof(all->t[0].path))
-        return 0;
     struct target *t = &all->t[all->n++];
-    ferry_memcpy(t->path, info->dlpi_name, n + 1);
+    t->path = info->dlpi_name;
     t->base = info->dlpi_addr;
     t->phdr = info->dlpi_phdr;
     t->phnum = info->dlpi_phnum;

@@ -37,12 +37,20 @@ static struct {
 
 /* Before the first file is open nothing is tallied (`tally` NULL: through
  * ferry_internal, if the caller has one); after it, into `tally`. */
-static long sc(uint64_t *tally, long nr, long a, long b, long c, long d, long e, long f)
+static long sc(struct ferry_tally *tally, long nr, long a, long b, long c, long d, long e, long f)
 {
     if (!tally)
         return ferry_raw6(nr, a, b, c, d, e, f);
-    if ((unsigned long)nr < FERRY_NR_MAX)
-        tally[nr]++;
+    uint32_t k = 0;
+    while (k < tally->kinds && tally->of[k].nr != nr)
+        k++;
+    if (k == tally->kinds && k < FERRY_TALLY_KINDS) {
+        tally->of[k].nr = (uint16_t)nr;
+        tally->of[k].count = 0;
+        tally->kinds++;
+    }
+    if (k < tally->kinds)
+        tally->of[k].count++;
     return ferry_pass6(nr, a, b, c, d, e, f);
 }
 
@@ -59,7 +67,7 @@ static int file_name(char *out, size_t cap, const char *dir, uint32_t uid, uint3
     return b.overflow ? -ENAMETOOLONG : 0;
 }
 
-static long open_file(const char *dir, uint32_t uid, uint32_t k, int flags, uint64_t *tally)
+static long open_file(const char *dir, uint32_t uid, uint32_t k, int flags, struct ferry_tally *tally)
 {
     char path[2300];
     if (file_name(path, sizeof(path), dir, uid, k))
@@ -75,7 +83,7 @@ static int trusted(const struct stat *s, uint32_t uid)
 /* A new file's head, written by whoever first holds the file's lock and
  * finds it empty (its maker, or another process that opened it before its
  * maker took the lock).  Whoever takes the lock after finds it whole. */
-static int make_head(long fd, uint64_t stride, uint64_t *tally)
+static int make_head(long fd, uint64_t stride, struct ferry_tally *tally)
 {
     uint64_t cap = MAX_BYTES / stride;
     if (cap > FERRY_SLOTS_MAX)
@@ -103,7 +111,7 @@ static int make_head(long fd, uint64_t stride, uint64_t *tally)
  * block of disk for every process, ~3% of a /bin/true's start).  0 with
  * *off set; -ENOSPC when the file is full; another -errno when it is not
  * a file this process may use (someone else's, another stride). */
-static int claim(long fd, uint32_t uid, uint64_t stride, uint64_t *off, uint64_t *tally)
+static int claim(long fd, uint32_t uid, uint64_t stride, uint64_t *off, struct ferry_tally *tally)
 {
     long rc = sc(tally, SYS_flock, fd, LOCK_EX, 0, 0, 0, 0);
     if (rc)
@@ -149,10 +157,10 @@ static void remember(uint32_t k, uint32_t uid, uint64_t stride)
 }
 
 struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint64_t map_size,
-                                         struct ferry_slot *slot, uint64_t *tally)
+                                         struct ferry_slot *slot, struct ferry_tally *tally)
 {
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
-    uint64_t *t = 0;  /* nothing tallied before the first file is open */
+    struct ferry_tally *t = 0;  /* nothing tallied before the first file is open */
     uint32_t k = (cur.valid && cur.uid == uid && cur.stride == stride) ? cur.file : 0;
     int moved = 0;
     for (; k < MAX_FILES; k++) {
@@ -193,7 +201,7 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
     return 0;
 }
 
-int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, uint64_t *tally)
+int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, struct ferry_tally *tally)
 {
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     if (!cur.valid || cur.uid != uid || cur.stride != stride)
@@ -215,7 +223,7 @@ int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, u
     return (int)fd;
 }
 
-int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *tally, int sized,
+int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, struct ferry_tally *tally, int sized,
                       uint64_t *size)
 {
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);

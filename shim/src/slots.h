@@ -16,22 +16,35 @@ struct ferry_slot {
     uint64_t off;       /* the slot's file offset */
 };
 
+/* The calls a claim made before its record was mapped, by number: a few
+ * numbers (slots.c makes nine kinds of call), where a table of every
+ * number was 4 KiB of stack written in every start. */
+#define FERRY_TALLY_KINDS 16
+struct ferry_tally {
+    uint32_t kinds;
+    struct {
+        uint16_t nr;
+        uint16_t count;
+    } of[FERRY_TALLY_KINDS];
+};
+
 /* A slot of `stride` bytes in `<dir>/proc/u<euid>-<k>.ferry`, its first
  * `map_size` bytes mapped shared (MADV_RANDOM); NULL when none could be had.
  * `tally` counts the calls made from the first that opened a file on (the
  * one a tracer sees as the shim's start), by number. */
 struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint64_t map_size,
-                                         struct ferry_slot *slot, uint64_t *tally);
+                                         struct ferry_slot *slot, struct ferry_tally *tally);
 
 /* For a vfork child, which must map nothing (its memory is its parent's): a
  * slot of the file its parent last mapped, if the child's user is that
  * file's.  A descriptor open for writing, or -errno. */
-int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, uint64_t *tally);
+int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot,
+                    struct ferry_tally *tally);
 
 /* The file of a slot, open for writing, or -errno; `sized`: the slot was
  * claimed before, and the file reaches past its header.  `size` (if not
  * NULL): the file's size. */
-int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, uint64_t *tally, int sized,
+int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, struct ferry_tally *tally, int sized,
                       uint64_t *size);
 
 #endif

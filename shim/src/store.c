@@ -189,19 +189,20 @@ static int open_backing(void)
     st.first = 0;
     st.first_claimed = 0;
     if (st.dir[0]) {
-        uint64_t tally[FERRY_NR_MAX];
-        ferry_memset(tally, 0, sizeof(tally));
+        struct ferry_tally tally;
+        tally.kinds = 0;
         struct ferry_slot slot;
         ferry_hdr = ferry_slot_map(st.dir, block_offset(FERRY_MAX_BLOCKS), block_offset(1),
-                                   &slot, tally);
+                                   &slot, &tally);
         if (ferry_hdr) {
             st.first = (struct ferry_blk *)((char *)ferry_hdr + block_offset(0));
             ferry_hdr->seq = slot.index;
             /* Tallied from the first file the shim opened: that openat is
              * where a tracer sees the shim start. */
             ferry_internal = ferry_hdr->internal;
-            for (int i = 0; i < FERRY_NR_MAX; i++)
-                ferry_internal[i] += tally[i];
+            for (uint32_t k = 0; k < tally.kinds; k++)
+                if (tally.of[k].nr < FERRY_NR_MAX)
+                    ferry_internal[tally.of[k].nr] += tally.of[k].count;
             st.in_file = 1;
             return 0;
         }
