@@ -79,6 +79,33 @@ def test_loader_plan_waits_for_the_first_load(tmp_path, test_programs, monkeypat
         if seen[name] != counted[name] + shim_own[name]}
 
 
+def test_mode_off_applies_the_loaders_plan_at_the_first_load_too(tmp_path, test_programs,
+                                                                  monkeypatch):
+    """Mode off counts nothing, so ld.so's calls before its plan need no
+    catch-all to count them: there too the plan waits for the first change
+    of the module list.  Applied at every start (18 calls, ~35 us), it made
+    the bare interposition slower to start than counting.  A library loaded
+    later still finds ld.so and itself enabled."""
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    argv = [PROGRAMS / "dlopen_main", PROGRAMS / "libsite.so", 5]
+    first = ferry("run", "-o", tmp_path / "first", "--", *argv, timeout=120)
+    assert first.returncode == 0 and "5 of 5" in first.stdout, first.stderr
+    assert _loader_plan().is_file(), "the first run's dlopen did not get ld.so planned"
+
+    quiet = ferry("run", "-p", "off", "--no-learn", "-o", tmp_path / "quiet", "--", "sh", "-c",
+                  "/bin/true; :", timeout=120)
+    assert quiet.returncode == 0, quiet.stderr
+    (true,) = _records(tmp_path / "quiet", "/usr/bin/true")
+    assert true.modules and not [m for m in true.modules if _is_loader(m[0])], true.modules
+
+    loads = ferry("run", "-p", "off", "--no-learn", "-o", tmp_path / "loads", "--", *argv,
+                  timeout=120)
+    assert loads.returncode == 0 and "5 of 5" in loads.stdout, loads.stderr
+    (main,) = _records(tmp_path / "loads", str(PROGRAMS / "dlopen_main"))
+    names = [os.path.realpath(m[0]) for m in main.modules]
+    assert LOADER in names and os.path.realpath(PROGRAMS / "libsite.so") in names, names
+
+
 def test_a_start_maps_its_slot_and_nothing_else_of_the_file(tmp_path):
     """A slot is claimed under the file's lock, the head read (pread), not
     mapped: mapping the head cost its mapping and two faults of its page."""

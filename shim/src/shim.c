@@ -315,8 +315,10 @@ static int ld_calls_caught(void)
  * one, and a process that loads nothing more is spared mapping its patched
  * copy, ~35 us of every start.  Until then its calls (the first load's
  * search for its file, before ld.so says it adds it) reach the catch-all,
- * which counts them as the plan would; so only with the catch-all on, and
- * never under attach, whose threads are stopped only while it starts. */
+ * which counts them as the plan would; so only with the catch-all on, or
+ * in mode off, which counts nothing (those calls are opens, reads and maps,
+ * none that the shim must see to keep the program's behaviour), and never
+ * under attach, whose threads are stopped only while it starts. */
 static int ld_plan_deferred;
 
 static void apply_ld_plan(void)
@@ -415,19 +417,20 @@ void ferry_start(int argc, char **argv, char **envp)
     ferry_store_span(FERRY_SPAN_MODULES, ferry_rdtsc());
     ferry_plans_avoid(ferry_env_lookup(envp, "FERRY_AVOID"));
     const char *catch_all = ferry_env_lookup(envp, "FERRY_CATCH_ALL");
+    int catching = catch_all && ferry_memeq(catch_all, "1", 2);
     unsigned char jmp[5];
-    ld_plan_deferred = own_env == envp && catch_all && ferry_memeq(catch_all, "1", 2) &&
+    ld_plan_deferred = own_env == envp && (catching || mode == FERRY_MODE_OFF) &&
                        dl_hook_room(jmp) && ld_calls_caught();
     if (ld_plan_deferred)
         ferry_plans_defer(_r_debug.r_brk);
     ferry_plans_apply(ferry_cache_root(), enable_planned);
     ferry_store_span(FERRY_SPAN_PLANS, ferry_rdtsc());
-    if (ld_plan_deferred)
+    if (ld_plan_deferred && catching)
         dl_hook_state = HOOK_PENDING;
     else
-        hook_dl_changes();
+        hook_dl_changes();  /* no caught call will write it */
     ferry_catchall_start(envp);
-    if (ld_plan_deferred && !ferry_catchall_on) {
+    if (ld_plan_deferred && catching && !ferry_catchall_on) {
         dl_hook_state = 0;
         apply_ld_plan();  /* no catch-all after all: nothing would count ld.so's calls */
     }
