@@ -164,6 +164,21 @@ def test_a_process_that_loads_nothing_leaves_the_loaders_text_alone(tmp_path):
     assert not writable, writable
 
 
+def test_the_exec_hook_reads_the_caches_link_once(tmp_path):
+    """The cache's link for a program is read once and its target looked
+    at: a stat of the link read the link's text a second time (a block of
+    the file system, for the long names the cache makes)."""
+    learn = ferry("run", "-o", tmp_path / "learn", "--", "sh", "-c", "/bin/true; :", timeout=120)
+    assert learn.returncode == 0, learn.stderr
+    lines, run_dir = _strace_run(tmp_path, "readlinkat,newfstatat,faccessat,faccessat2", "sh",
+                                 "-c", "/bin/true; :")
+    assert len(procfile.read_dir(run_dir / "proc")) >= 2
+    # the links, not the names `ferry` makes them under (".<name>.<pid>.tmp")
+    on_links = [line for line in lines if re.search(r"/exec/[0-9]", line)]
+    read = [line for line in on_links if "readlinkat(" in line and "ENOENT" not in line]
+    assert read and len(read) == len(on_links), on_links
+
+
 def test_an_image_names_its_executable_as_proc_does_without_proc(tmp_path):
     """The exec hook says when the file it hands the kernel is the executable
     itself (FERRY_EXE: its device and inode), and the new image resolves its

@@ -179,17 +179,20 @@ static enum cached cached_image(const char *path, char *out, size_t cap, struct 
     if (b.overflow)
         return CACHED_NONE;
     link[b.len] = 0;
-    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, link, img, 0) != 0)
+    /* The link is read once, and its target looked at: a link's text is a
+     * block of the file system to read (ext4 keeps a long one there), and a
+     * stat of the link read it a second time. */
+    long got = ferry_raw4(SYS_readlinkat, AT_FDCWD, link, out, cap - 1);
+    if (got <= 0 || out[0] != '/')
         return CACHED_NONE;
-    if (S_ISDIR(img->st_mode)) {
-        long n = ferry_raw4(SYS_readlinkat, AT_FDCWD, link, out, cap - 1);
-        if (n <= 0 || out[0] != '/')
-            return CACHED_NONE;
-        out[n] = 0;
+    out[got] = 0;
+    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, out, img, 0) != 0)
+        return CACHED_NONE;
+    if (S_ISDIR(img->st_mode))
         return CACHED_LIBDIR;
-    }
+    /* the image is run by the link's name, as before the link was read */
     size_t n = ferry_strlen(link);
-    if (n >= cap || ferry_raw4(SYS_faccessat, AT_FDCWD, link, X_OK, 0) != 0)
+    if (n >= cap || ferry_raw4(SYS_faccessat, AT_FDCWD, out, X_OK, 0) != 0)
         return CACHED_NONE;
     ferry_memcpy(out, link, n + 1);
     return CACHED_IMAGE;
