@@ -251,4 +251,31 @@ ferry_sigreturn_syscall:
     ud2
     .size ferry_sigreturn, . - ferry_sigreturn
 
+/* long ferry_call_on_stack(long (*fn)(const struct ferry_regs *), const struct ferry_regs *r,
+ *                          void *top):
+ * fn(r) with rsp at `top` (16-byte aligned), back on this stack after.
+ * rbp keeps the old one (fn preserves it, as the ABI says), and the frame's
+ * CFA is told through rbp so that a debugger unwinds across the switch. */
+    .globl ferry_call_on_stack
+    .hidden ferry_call_on_stack
+    .type ferry_call_on_stack, @function
+    .p2align 4
+ferry_call_on_stack:
+    .cfi_startproc
+    push rbp
+    .cfi_def_cfa_offset 16
+    .cfi_offset rbp, -16
+    mov rbp, rsp
+    .cfi_def_cfa_register rbp
+    mov rsp, rdx
+    mov rax, rdi
+    mov rdi, rsi
+    call rax
+    mov rsp, rbp
+    pop rbp
+    .cfi_def_cfa rsp, 8
+    ret
+    .cfi_endproc
+    .size ferry_call_on_stack, . - ferry_call_on_stack
+
     .section .note.GNU-stack, "", @progbits

@@ -12,6 +12,9 @@ void ferry_exec_configure(char **envp);
  * the run's FERRY_* variables back in the environment.  Returns only if the
  * exec failed, with the result of the program's own call. */
 long ferry_exec(const struct ferry_regs *r);
+/* fn(r) on the stack whose top is `top` (entry.S): a vfork child's hook
+ * runs on ferry_vfork_stack(). */
+long ferry_call_on_stack(long (*fn)(const struct ferry_regs *), const struct ferry_regs *r, void *top);
 
 /* One more "FERRY_NAME=value" setting for every program this one execs
  * (after ferry_exec_configure). */

@@ -639,7 +639,12 @@ static long slow_call(struct ferry_regs *r)
     case SYS_execve:
     case SYS_execveat:
         agg_signal_before_exec();
-        r->rax = ferry_exec(r);  /* returns only if the exec failed */
+        void *stack;
+        /* returns only if the exec failed */
+        if ((stack = ferry_vfork_stack()))
+            r->rax = ferry_call_on_stack(ferry_exec, r, stack);
+        else
+            r->rax = ferry_exec(r);
         ferry_store_exec_failed();
         agg_signal_exec_failed();
         return FERRY_DONE;

@@ -38,6 +38,10 @@ int ferry_in_vfork_child(void);
 /* 64 KiB a vfork child may use instead of its stack (NULL elsewhere): a
  * posix_spawn child's stack is small. */
 void *ferry_vfork_scratch(void);
+/* In a vfork child: the top of a stack of its own for the exec hook (above
+ * the scratch, in memory that stays its parent's from one child to the
+ * next), else NULL. */
+void *ferry_vfork_stack(void);
 
 void ferry_store_exit(int status);
 void ferry_store_exec_begin(const char *path, uint32_t kind);
