@@ -396,7 +396,7 @@ static uint64_t *spare_internal(void)
 #define SPARE_SCRATCH (64 * 1024)
 /* ... and a stack for it.  On posix_spawn's stack (a new mapping for each
  * child) every page the hook's frames reached was a fault, and a page more
- * for the parent's munmap to give back: ~7 pages, ~20 us of each spawn.
+ * for the parent's munmap to give back: ~5 pages, 10-15 us of each spawn.
  * These pages stay mapped and in memory from one vfork child to the next. */
 #define SPARE_STACK (64 * 1024)
 
