@@ -23,19 +23,11 @@
 
 static const char *const restored[] = {"LD_PRELOAD", "LD_LIBRARY_PATH"};
 
-static int is_entry_of(const char *entry, const char *name)
-{
-    size_t n = ferry_strlen(name);
-    return ferry_memeq(entry, name, n) && entry[n] == '=';
-}
-
 /* The marker for variable `name` in `envp`, or 0. */
 static char *marker_of(char **envp, const char *name)
 {
-    size_t n = ferry_strlen(name);
     for (char **e = envp; *e; e++)
-        if (ferry_memeq(*e, WAS, WAS_LEN) && ferry_memeq(*e + WAS_LEN, name, n) &&
-            (*e)[WAS_LEN + n] == '=')
+        if (ferry_memeq(*e, WAS, WAS_LEN) && ferry_entry_value(*e + WAS_LEN, name))
             return *e;
     return 0;
 }
@@ -122,7 +114,7 @@ void ferry_environ_restore(char **envp)
             continue;
         int drop = 0;
         for (unsigned k = 0; k < sizeof(restored) / sizeof(restored[0]); k++) {
-            if (!handled[k] || !is_entry_of(entry, restored[k]))
+            if (!handled[k] || !ferry_entry_value(entry, restored[k]))
                 continue;
             /* The first entry of the name is the one ld.so and getenv read. */
             if (value_of[k]) {

@@ -28,8 +28,9 @@
 #include "util.h"
 
 #define MAX_SAVED 16
-/* glibc's posix_spawn runs the exec on a stack of 32 KiB and a little: all
- * of ferry_exec's frame must fit there, with room for glibc's own. */
+/* A vfork child (glibc's posix_spawn, a shell's) runs the hook on a stack
+ * of 64 KiB (store.c, SPARE_STACK): all of ferry_exec's frames must fit
+ * there; the environment and argument arrays live apart. */
 #define MAX_ENV 1024
 #define MAX_ARGS 512
 #define PATH_MAX_ 1024
@@ -85,10 +86,11 @@ void ferry_exec_keep(const char *entry)
 
 const char *ferry_exec_kept(const char *name)
 {
-    size_t n = ferry_strlen(name);
-    for (int i = 0; i < nsaved; i++)
-        if (ferry_memeq(saved[i], name, n) && saved[i][n] == '=')
-            return saved[i] + n + 1;
+    for (int i = 0; i < nsaved; i++) {
+        const char *v = ferry_entry_value(saved[i], name);
+        if (v)
+            return v;
+    }
     return 0;
 }
 
@@ -663,8 +665,9 @@ long ferry_exec(const struct ferry_regs *r)
     char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[1024];
     struct env_extra extra, *x = &extra;
     exe_hint(x, 0);
-    /* Off the stack in a vfork child: posix_spawn's is too small for them
-     * (and for a span of the environment, which other execs read by parts). */
+    /* Off the stack in a vfork child: its hook's stack has no room for them
+     * beside the frames (nor for a span of the environment, which other
+     * execs read by parts). */
     char **env = ferry_vfork_scratch(), **args;
     x->span = env ? (char *)(env + MAX_ENV + MAX_ARGS) : 0;
     if (!env)

@@ -24,15 +24,11 @@ static inline int ferry_is_setting(const char *entry)
         return 0;
     if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10))
         return 1;
-    /* one pass over each name, which mostly differs a character after
-     * "FERRY_": this runs for every FERRY_ entry at every start */
-    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        const char *n = names[i] + 6, *e = entry + 6;
-        while (*n && *n == *e)
-            n++, e++;
-        if (!*n && *e == '=')
+    /* past "FERRY_", which every name shares: this runs for every FERRY_
+     * entry at every start */
+    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (ferry_entry_value(entry + 6, names[i] + 6))
             return 1;
-    }
     return 0;
 }
 

@@ -389,10 +389,10 @@ static uint64_t *spare_internal(void)
     return (uint64_t *)((char *)FERRY_THR->spare + st.block_size);
 }
 
-/* Memory above the spare for a vfork child's exec hook.  posix_spawn gives
- * its child a stack of about 32 KiB plus argv: the hook's environment and
- * argument arrays do not fit on it beside everything else, and what went
- * beyond it landed in whatever was mapped below, or faulted. */
+/* Memory above the spare for a vfork child's exec hook: its environment
+ * and argument arrays.  On posix_spawn's stack (about 32 KiB plus argv),
+ * where the hook once ran, they did not fit beside everything else, and
+ * what went beyond it landed in whatever was mapped below, or faulted. */
 #define SPARE_SCRATCH (64 * 1024)
 /* ... and a stack for it.  On posix_spawn's stack (a new mapping for each
  * child) every page the hook's frames reached was a fault, and a page more

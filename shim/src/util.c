@@ -11,10 +11,11 @@
 
 const char *ferry_env_lookup(char **envp, const char *key)
 {
-    size_t n = ferry_strlen(key);
-    for (char **e = envp; e && *e; e++)
-        if (ferry_memeq(*e, key, n) && (*e)[n] == '=')
-            return *e + n + 1;
+    for (char **e = envp; e && *e; e++) {
+        const char *v = ferry_entry_value(*e, key);
+        if (v)
+            return v;
+    }
     return 0;
 }
 

@@ -22,6 +22,16 @@ static inline int ferry_memeq(const void *a, const void *b, size_t n)
     return 1;
 }
 
+/* The value of an environment entry ("NAME=value") whose name is `name`,
+ * else NULL: one pass, which mostly ends at the entry's first byte.  How
+ * every lookup of the shim's settings and of kept entries asks. */
+static inline const char *ferry_entry_value(const char *entry, const char *name)
+{
+    while (*name && *name == *entry)
+        name++, entry++;
+    return !*name && *entry == '=' ? entry + 1 : 0;
+}
+
 /* The value of `key` in a NULL-terminated environment, or NULL. */
 const char *ferry_env_lookup(char **envp, const char *key);
 
