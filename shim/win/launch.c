@@ -100,7 +100,23 @@ int main(void)
     GetStartupInfoW(&si);
     si.cb = sizeof(si);
     if (!create(ni && ni < 2048 ? image : program, cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0)) {
-        say("ferry-launch: cannot start the program\n");
+        /* the Windows error says why (a flake under load in CI showed only
+         * this line, with no cause to read) */
+        char msg[80] = "ferry-launch: cannot start the program (Windows error ";
+        DWORD err = GetLastError(), n = 0;
+        while (msg[n])
+            n++;
+        char digits[12];
+        int k = 0;
+        do
+            digits[k++] = (char)('0' + err % 10);
+        while ((err /= 10) && k < 11);
+        while (k)
+            msg[n++] = digits[--k];
+        msg[n++] = ')';
+        msg[n++] = '\n';
+        msg[n] = 0;
+        say(msg);
         return 2;
     }
     CloseHandle(pi.hThread);
