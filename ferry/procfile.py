@@ -144,6 +144,7 @@ class ProcFile:
     max_blocks: int = None     # threads alive at once with a block of their own
     file: Path = None          # the file of proc/ that holds the record
     offset: int = 0            # where in it the record starts
+    start_retries: int = 0     # ferry.dll: children wine failed to start, started again
 
     @property
     def windows(self):
@@ -362,7 +363,7 @@ def _parse(path, st, data, names):
                     h["start_real_ns"], h["start_mono_ns"], h["start_tsc"], h["end_real_ns"], h["end_mono_ns"],
                     h["end_tsc"], h["cal_tsc"], h["cal_ns"], modules, waits, h["overflow"], blocks, internal,
                     h["uid"], h["exec_uid"], st.st_uid, aggregation, catchdata.parse(data), platform, table,
-                    h["max_blocks"])
+                    h["max_blocks"], start_retries=h["start_retries"])
 
 
 def _table(data, off, tables, member):

@@ -400,6 +400,7 @@ def _processes(files, info, images, waited, creators, terminated):
             "time_ns": round(f.ticks_to_ns(ticks)),
             "aggregation": f.aggregation,
             "caught": f.caught["caught"] if f.caught else None,
+            "start_retries": f.start_retries,
         }
         if not f.modules:
             entry["reason"] = ("the shim was preloaded, but none of the program's libraries has a "

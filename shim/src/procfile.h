@@ -140,7 +140,9 @@ struct ferry_proc_header {
     uint32_t catchall_on;           /* 240: 1 when the catch-all ran in this process; its
                                        area (catchall, below) is written from the first
                                        call it caught: a page less for each process */
-    uint32_t reserved0[3];          /* 244 */
+    uint32_t start_retries;         /* 244: ferry.dll: children wine failed to start
+                                       (STATUS_INTERNAL_ERROR) and Ferry started again */
+    uint32_t reserved0[2];          /* 248 */
     char exe[1024];                 /* 256 */
     char exec_path[1024];           /* 1280: in the first page with the rest
                                        that a process always writes (version 1:

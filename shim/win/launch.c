@@ -99,7 +99,17 @@ int main(void)
     PROCESS_INFORMATION pi;
     GetStartupInfoW(&si);
     si.cb = sizeof(si);
-    if (!create(ni && ni < 2048 ? image : program, cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0)) {
+    /* ERROR_INTERNAL_ERROR: wine's new process ended before any of its code
+     * ran; it is started again (ferry_dll.c, START_TRIES, says why) */
+    BOOL started = FALSE;
+    for (int tries = 0; tries < 3 && !started; tries++) {
+        if (tries)
+            Sleep(20);
+        started = create(ni && ni < 2048 ? image : program, cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0);
+        if (!started && GetLastError() != ERROR_INTERNAL_ERROR)
+            break;
+    }
+    if (!started) {
         /* the Windows error says why (a flake under load in CI showed only
          * this line, with no cause to read) */
         char msg[80] = "ferry-launch: cannot start the program (Windows error ";
