@@ -197,3 +197,18 @@ def test_diff_prints_bracketed_names_as_they_are(tmp_path):
     path.write_text(json.dumps(model))
     out = ferry("report", "--diff", DATA, "--by", "site", path, check=True).stdout
     assert "[vdso]#0" in out
+
+
+def test_a_child_wine_started_again_is_said_in_the_notes():
+    """ferry.dll's start_retries (a child wine could not start, started again)
+    is a line of the report's notes, beside any other reason of the process."""
+    model = {"processes": [
+        {"pid": 40, "exe": "C:\\spawn_tree.exe", "enabled": True, "state": "exited", "start_retries": 2},
+        {"pid": 41, "exe": "C:\\spawn_tree.exe", "enabled": True, "state": "unfinished", "start_retries": 1},
+        {"pid": 42, "exe": "C:\\cmd.exe", "enabled": True, "state": "exited", "start_retries": 0},
+    ]}
+    notes = table.process_notes(model)
+    assert any("40" in n and "started a child again 2 times" in n for n in notes)
+    assert any("41" in n and "started a child again 1 time:" in n for n in notes)
+    assert any("41" in n and "never finished" in n for n in notes)
+    assert not any("42" in n for n in notes)

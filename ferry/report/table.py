@@ -126,15 +126,19 @@ def process_notes(model):
     """Processes whose counts are missing or partial, one line per reason."""
     groups = {}
     for p in model["processes"]:
+        whys = []
         if p.get("enabled") is False:
-            why = f"ran without the shim: {p.get('reason') or 'reason unknown'}"
+            whys.append(f"ran without the shim: {p.get('reason') or 'reason unknown'}")
         elif p.get("state") == "unfinished":
-            why = "never finished: the counts stop where it was killed"
+            whys.append("never finished: the counts stop where it was killed")
         elif p.get("reason"):
-            why = p["reason"]
-        else:
-            continue
-        groups.setdefault(why, []).append(f"{R.program(p)} {p['pid']}")
+            whys.append(p["reason"])
+        retries = p.get("start_retries") or 0
+        if retries:
+            whys.append(f"started a child again {retries} time{'s' if retries > 1 else ''}: "
+                        "wine's new process ended before any of its code ran")
+        for why in whys:
+            groups.setdefault(why, []).append(f"{R.program(p)} {p['pid']}")
     notes = []
     for why, who in groups.items():
         many = len(who) > 1
