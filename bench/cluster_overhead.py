@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import built
+
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
 PROGRAM = ROOT / "bench" / "build" / "cluster_overhead"
@@ -142,6 +144,7 @@ def break_even(costs, native):
 
 
 def main():
+    built.make("bench", "cluster_overhead")
     with tempfile.TemporaryDirectory() as tmp:
         base = dict(os.environ, FERRY_CACHE=os.path.join(tmp, "cache"))
         base.pop("FERRY_MODE", None)

@@ -44,6 +44,8 @@ import threading
 import time
 from pathlib import Path
 
+import built
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -254,10 +256,7 @@ def main():
     if not shutil.which("wrk"):
         print("bench/fibers: wrk is missing (apt-get install wrk)", file=sys.stderr)
         return 1
-    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples")], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(f"bench/fibers: make -C examples failed:\n{r.stdout}{r.stderr}", file=sys.stderr)
-        return 1
+    built.make("examples", "fibers")
 
     print(f"profile: {pname} ({profile})" + ("" if Path(profile) == FIBERS else
                                              "  -- not fiber mode: a harness check, not issue 6's figures"))

@@ -60,6 +60,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import built
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -437,10 +439,7 @@ def main():
         print("bench/net: needs 2 CPUs (server on CPU 0, wrk on CPU 1)", file=sys.stderr)
         return 1
 
-    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples")], capture_output=True, text=True)
-    if r.returncode != 0:
-        print(f"bench/net: make -C examples failed:\n{r.stdout}{r.stderr}", file=sys.stderr)
-        return 1
+    built.make("examples", "net")
     if args.windows:
         missing = [t for t in ("wine", "wineserver") if not shutil.which(t)]
         if missing or not SERVER_EXE.is_file():

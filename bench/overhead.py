@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import built
+
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
 PROGRAM = ROOT / "bench" / "build" / "overhead"
@@ -61,6 +63,7 @@ def static_added(tmp, env):
 
 
 def main():
+    built.make("bench", "overhead")
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, FERRY_CACHE=os.path.join(tmp, "cache"))
         first = json.loads(subprocess.run([FERRY, "instrument", "--json", "/lib/x86_64-linux-gnu/libc.so.6"],

@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import built
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 FERRY = str(Path(sys.executable).parent / "ferry")
@@ -276,8 +278,7 @@ def bench_redis(tmp, env):
 
 
 def main():
-    if not WALK.exists():
-        subprocess.run(["make", "-s", "-C", str(ROOT / "bench")], check=True, timeout=120)
+    built.make("bench", "trace_overhead")
     with tempfile.TemporaryDirectory(prefix="ferry-bench-") as tmp:
         tmp = Path(tmp)
         env = dict(os.environ, FERRY_DATA=str(tmp / "data"))

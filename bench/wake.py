@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import built
+
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
 PROGRAM = ROOT / "bench" / "build" / "wake"
@@ -45,8 +47,7 @@ def measure(mode, args, tmp, env):
 
 
 def main():
-    if not PROGRAM.exists():
-        subprocess.run(["make", "-s", "-C", str(ROOT / "bench")], check=True)
+    built.make("bench", "wake")
     modes = ["native", "fibers"] + (["baseline"] if BASELINE else [])
     with tempfile.TemporaryDirectory(prefix="ferry-wake-") as d:
         tmp = Path(d)

@@ -1,0 +1,18 @@
+"""The programs a benchmark runs, brought up to date before it measures:
+run by hand (`python bench/x.py`), a benchmark must not find its program
+missing, nor measure one older than its source."""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make(where, bench):
+    """`make -s -C ROOT/where` (quick when nothing changed); on failure, make's
+    output, then one line that says which benchmark could not start."""
+    r = subprocess.run(["make", "-s", "-C", str(ROOT / where)], capture_output=True, text=True,
+                       timeout=900)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout + r.stderr)
+        raise SystemExit(f"bench/{bench}: make -C {where} failed (exit {r.returncode}); the output is above")
