@@ -542,10 +542,10 @@ static int env_mode(void)
 /* Wine's NtCreateUserProcess says STATUS_INTERNAL_ERROR when the new process
  * ended before it told wineserver its start was done: before the loader ran
  * a line of Windows code in it (no DLL, no entry point), so with no effect a
- * program could see.  CI saw it twice in about 20 full runs of the suite
- * (once here, once in ferry-launch) and never a machine of ours, in about
- * 6,000 starts with and without Ferry, idle and loaded: a cause not found,
- * and not Ferry's code, which a child runs only after that point.  Ferry
+ * program could see.  CI saw it twice (once here, once in ferry-launch) and
+ * a machine of ours never did, in about 6,000 starts with and without Ferry,
+ * idle and loaded: a cause not found, and not Ferry's code, which a child
+ * runs only after that point.  Ferry
  * starts such a child again, a few times, and counts it in the parent's
  * process file (start_retries, in the report), rather than make a program
  * fail where plain wine, in the same run, started the same child. */
