@@ -544,7 +544,10 @@ static int env_mode(void)
  * a line of Windows code in it (no DLL, no entry point), so with no effect a
  * program could see.  CI saw it twice (once here, once in ferry-launch) and
  * a machine of ours never did, in about 6,000 starts with and without Ferry,
- * idle and loaded: a cause not found, and not Ferry's code, which a child
+ * idle and loaded.  A fork that fails in wine's spawn_process gives exactly
+ * this: plain wine in a pids cgroup near its limit fails CreateProcessW with
+ * 1359 (and 8 when the first of its two forks fails), so a machine short of
+ * tasks for a moment is the likely cause, never Ferry's code, which a child
  * runs only after that point.  Ferry
  * starts such a child again, a few times, and counts it in the parent's
  * process file (start_retries, in the report), rather than make a program
