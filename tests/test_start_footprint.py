@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -268,15 +269,7 @@ def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
                              f"exec sleep 30 >{ready}"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        pid = None
-        for _ in range(300):
-            pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-            pid = next((p for p in pids if _cmdline(p) == ["sleep", "30"]), None)
-            if pid and _maps_name(pid, "libferry.so"):
-                break
-            subprocess.run(["sleep", "0.05"])
-        assert pid, "the enabled sleep never started"
-        subprocess.run(["sleep", "0.3"])   # its constructor done
+        pid = _sleep_started(proc, 30, enabled=True)
         base = min(lo for lo, name in _maps(pid) if name.endswith("libferry.so"))
         first = base + (seg.virtual_address & ~4095)
         end = base + seg.virtual_address + seg.virtual_size
@@ -295,21 +288,29 @@ def _stack_rss_kib(pid):
     return next(int(line.split()[1]) for line in lines[at + 1:] if line.startswith("Rss:"))
 
 
+def _sleep_started(proc, seconds, enabled):
+    """The pid of the `sleep SECONDS` that `proc` is or started, once it
+    sleeps with its start done (`enabled`: once libferry.so is mapped in it)."""
+    pid = None
+    for _ in range(300):
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        pid = next((p for p in pids if _cmdline(p) == ["sleep", str(seconds)]
+                    and _parent(p) in (proc.pid, _parent(proc.pid))), None)
+        if pid and (not enabled or _maps_name(pid, "libferry.so")):
+            break
+        time.sleep(0.05)
+    assert pid, f"{proc.args} never slept"
+    time.sleep(0.3)   # its constructor done
+    return pid
+
+
 def _sleeping_stack_kib(command):
     """[stack] Rss of the `sleep 41` that `command` starts, once it sleeps
     (41: no other test's sleep, which a parallel worker may have running)."""
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pid = None
     try:
-        for _ in range(300):
-            pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-            pid = next((p for p in pids if _cmdline(p) == ["sleep", "41"]
-                        and _parent(p) in (proc.pid, _parent(proc.pid))), None)
-            if pid and (command[0] == "sleep" or _maps_name(pid, "libferry.so")):
-                break
-            subprocess.run(["sleep", "0.05"])
-        assert pid, f"{command} never slept"
-        subprocess.run(["sleep", "0.3"])   # its constructor done
+        pid = _sleep_started(proc, 41, enabled=command[0] != "sleep")
         return _stack_rss_kib(pid)
     finally:
         if pid:

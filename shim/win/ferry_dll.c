@@ -539,22 +539,6 @@ static int env_mode(void)
 #define PARAMS_ENVIRONMENT 0x80
 #define PARAMS_ENVIRONMENT_SIZE 0x3f0
 #define CREATE_SUSPENDED_THREAD 1
-/* Wine's NtCreateUserProcess says STATUS_INTERNAL_ERROR when the new process
- * ended before it told wineserver its start was done: before the loader ran
- * a line of Windows code in it (no DLL, no entry point), so with no effect a
- * program could see.  CI saw it twice (once here, once in ferry-launch) and
- * a machine of ours never did, in about 6,000 starts with and without Ferry,
- * idle and loaded.  A fork that fails in wine's spawn_process gives exactly
- * this: plain wine in a pids cgroup near its limit fails CreateProcessW with
- * 1359 (and 8 when the first of its two forks fails), so a machine short of
- * tasks for a moment is the likely cause, never Ferry's code, which a child
- * runs only after that point.  Ferry
- * starts such a child again, a few times, and counts it in the parent's
- * process file (start_retries, in the report), rather than make a program
- * fail where plain wine, in the same run, started the same child. */
-#define STATUS_INTERNAL_ERROR ((long)(int32_t)0xC00000E5u)
-#define START_TRIES 3
-#define START_PAUSE_MS 20
 
 typedef long (__stdcall *create_fn)(void *, void *, uint32_t, uint32_t, void *, void *, uint32_t,
                                     uint32_t, void *, void *, void *);
@@ -634,13 +618,13 @@ static long create_user_process(void *ph, void *th, uint32_t pa, uint32_t ta, vo
     for (int tries = 0;; tries++) {
         st = ((create_fn)hooks.create_original)(ph, th, pa, ta, poa, toa, pflags, tflags | CREATE_SUSPENDED_THREAD,
                                                 params, info, attrs);
-        if (st != STATUS_INTERNAL_ERROR || tries == START_TRIES - 1)
+        if (st != FERRY_WIN_STATUS_INTERNAL_ERROR || tries == FERRY_WIN_START_TRIES - 1)
             break;
         /* wine's new process died before any of its code ran (see
-         * START_TRIES): nothing of it was seen, so it is started again */
+         * FERRY_WIN_START_TRIES): nothing of it was seen, so it is started again */
         if (hdr)
             __atomic_fetch_add(&hdr->start_retries, 1, __ATOMIC_RELAXED);
-        Sleep(START_PAUSE_MS);
+        Sleep(FERRY_WIN_START_PAUSE_MS);
     }
     *envp = saved;
     if (sizep)

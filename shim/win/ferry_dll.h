@@ -14,6 +14,25 @@
 
 #include <stdint.h>
 
+/* A child wine could not start is started again, by ferry.dll's
+ * NtCreateUserProcess hook and by ferry-launch alike.  Wine's
+ * NtCreateUserProcess says STATUS_INTERNAL_ERROR (CreateProcessW: 1359)
+ * when the new process ended before it told wineserver its start was done:
+ * before the loader ran a line of Windows code in it (no DLL, no entry
+ * point), so with no effect a program could see.  A fork that fails in
+ * wine's spawn_process gives exactly this: plain wine in a pids cgroup near
+ * its limit fails CreateProcessW with 1359 (and 8 when the first of its two
+ * forks fails).  CI saw it twice (once in the hook, once in ferry-launch), a
+ * machine of ours never, in about 6,000 starts with and without Ferry, idle
+ * and loaded: a machine short of tasks for a moment is the likely cause,
+ * never Ferry's code, which a child runs only after that point.  So the
+ * child is started again, a few times, and ferry.dll counts it in the
+ * parent's process file (start_retries, in the report), rather than make a
+ * program fail where plain wine, in the same run, started the same child. */
+#define FERRY_WIN_STATUS_INTERNAL_ERROR ((long)(int32_t)0xC00000E5u)
+#define FERRY_WIN_START_TRIES 3
+#define FERRY_WIN_START_PAUSE_MS 20
+
 #define FERRY_WIN_MAX_STUBS 512        /* FERRY_NR_MAX: a stub's index is its call number */
 #define FERRY_WIN_NAME_MAX 64
 

@@ -14,6 +14,8 @@
  * set-up time, loaded here by path. */
 #include <windows.h>
 
+#include "ferry_dll.h"
+
 typedef BOOL (WINAPI *create_with_dll)(LPCWSTR, LPWSTR, LPSECURITY_ATTRIBUTES, LPSECURITY_ATTRIBUTES,
                                        BOOL, DWORD, LPVOID, LPCWSTR, LPSTARTUPINFOW,
                                        LPPROCESS_INFORMATION, LPCSTR, void *);
@@ -100,11 +102,11 @@ int main(void)
     GetStartupInfoW(&si);
     si.cb = sizeof(si);
     /* ERROR_INTERNAL_ERROR: wine's new process ended before any of its code
-     * ran; it is started again (ferry_dll.c, START_TRIES, says why) */
+     * ran; it is started again (ferry_dll.h, FERRY_WIN_START_TRIES, says why) */
     BOOL started = FALSE;
-    for (int tries = 0; tries < 3 && !started; tries++) {
+    for (int tries = 0; tries < FERRY_WIN_START_TRIES && !started; tries++) {
         if (tries)
-            Sleep(20);
+            Sleep(FERRY_WIN_START_PAUSE_MS);
         started = create(ni && ni < 2048 ? image : program, cl, 0, 0, TRUE, 0, 0, 0, &si, &pi, dll, 0);
         if (!started && GetLastError() != ERROR_INTERNAL_ERROR)
             break;
