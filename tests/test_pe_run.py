@@ -97,6 +97,20 @@ def test_aggregation_profile_runs_a_program_without_fibers_as_count_does(wine, w
     assert writes >= 5 and model.get("aggregation") is None
 
 
+def test_the_unused_engine_note_of_a_windows_program_does_not_suggest_fibers(wine, win_programs,
+                                                                              ferry_dll_built,
+                                                                              tmp_path):
+    # `-p fibers`, which the note suggests for a Linux program, refuses a
+    # Windows one: the note, at the run's end and in the report, says what
+    # aggregates there
+    r = ferry("run", "-p", "aggregate", "-o", tmp_path / "run", "--", win_programs["write_count"],
+              tmp_path / "x.bin", 1, env=wine.env, timeout=180)
+    assert "no call was aggregated" in r.stderr, r.stderr
+    report = " ".join(ferry("report", tmp_path / "run", env=wine.env, timeout=180).stdout.split())
+    for said in (r.stderr, report):
+        assert "-p fibers" not in said and "fibers it makes through ferry.dll's API" in said, said
+
+
 def test_a_windows_programs_threads_are_not_made_fibers_silently(wine, win_programs,
                                                               ferry_dll_built, tmp_path):
     # ferry.dll runs as fibers only those made through its API: `-p fibers`

@@ -36,18 +36,18 @@ def run_with_progress(argv, profile_name, out_dir, stage=True):
     with InstrumentProgress(f"instrument {argv[0]}", bar=show, lines=verbose and not show) as update:
         info, returncode = run(argv, profile, out_dir, progress=update, stage=stage)
     if profile.mode == "aggregate":
-        _say_if_engine_unused(profile, out_dir)
+        _say_if_engine_unused(profile, out_dir, (info.get("program") or {}).get("how") == "wine")
     return info, returncode
 
 
-def _say_if_engine_unused(profile, out_dir):
+def _say_if_engine_unused(profile, out_dir, windows):
     """After the program's own output: one line when an aggregating profile aggregated
     nothing (no process made a group), so that nobody reads its counts as aggregated."""
     from ..aggdata import any_group
     from ..report.aggregation import unused_text
     if not any_group(out_dir):
-        click.echo(f"ferry: note: {unused_text(profile.name, profile.agg_threads == 'fibers')}",
-                   err=True)
+        text = unused_text(profile.name, profile.agg_threads == "fibers", windows=windows)
+        click.echo(f"ferry: note: {text}", err=True)
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

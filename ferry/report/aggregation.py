@@ -100,14 +100,23 @@ def unused_note(model):
     profile = (model.get("info") or {}).get("profile") or {}
     if profile.get("mode") != "aggregate" or of(model):
         return None
-    return unused_text(profile.get("name") or "aggregate", profile.get("threads") == "fibers")
+    program = (model.get("info") or {}).get("program") or {}
+    return unused_text(profile.get("name") or "aggregate", profile.get("threads") == "fibers",
+                       windows=program.get("how") == "wine")
 
 
-def unused_text(profile_name, threads_fibers=False):
-    """Why an aggregating profile aggregated nothing (also said at the end of `ferry run`)."""
-    why = ("threads become fibers only in processes that were enabled and could set up "
-           "io_uring (the report's processes say which were enabled)" if threads_fibers else
-           "`-p fibers` runs a program's own threads as fibers")
+def unused_text(profile_name, threads_fibers=False, windows=False):
+    """Why an aggregating profile aggregated nothing (also said at the end of `ferry run`).
+    `windows`: the program ran under wine, whose threads `-p fibers` cannot take."""
+    if windows:
+        why = ("a Windows program's calls are aggregated for the fibers it makes through "
+               "ferry.dll's API (docs/aggregate.md, the Windows engine); its own threads "
+               "cannot run as fibers")
+    elif threads_fibers:
+        why = ("threads become fibers only in processes that were enabled and could set up "
+               "io_uring (the report's processes say which were enabled)")
+    else:
+        why = "`-p fibers` runs a program's own threads as fibers"
     return (f"profile {profile_name}: no process used the aggregation engine (none created a "
             f"group), so no call was aggregated and calls were only counted; {why}")
 
