@@ -33,8 +33,11 @@ entry to the execve it passes on), exec + loader (from that execve to the
 shim's constructor: the kernel's exec, ld.so, libraries' relocations), and
 the constructor's steps: process file, calibration, rewritten modules,
 load-time patching (plans), catch-all.  Medians over the /bin/true images of
-a traced spawn run.  Private_Dirty of libc's text is read from
-/proc/PID/smaps of a process that waits on a pipe, natively and enabled.
+a traced spawn run.  Two counts follow, which no load on the machine moves:
+the page faults of one command, natively and under trace (getrusage of a
+reporter's children, less the same loop running no command), and the shim's
+own system calls per command (every record's tally).  Private_Dirty of
+libc's text is read from /proc/PID/smaps of a process that waits on a pipe, natively and enabled.
 """
 import json
 import os
@@ -132,6 +135,38 @@ def spawn_cpu(mode, out, env):
     if r.returncode != 0:
         raise SystemExit(f"spawn bench: {cmd[:3]} failed: {r.stderr[-500:]}")
     return shell_cpu(r.stdout)
+
+
+# The spawn loop as the child of a process that reports what the loop and
+# every process it started used (getrusage of its children): page faults.
+# Under `ferry run` that reporter is enabled too, but its own faults are not
+# its children's.
+FAULTS_REPORTER = ("import resource, subprocess, sys; "
+                   "subprocess.run(['sh', '-c', sys.argv[1]], check=True); "
+                   "print('minflt', resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt)")
+
+
+def spawn_faults(mode, out, env, loop=SPAWN_LOOP):
+    """Page faults of the spawn loop and its processes, natively (mode None)
+    or under ferry run -p mode.  A count, not a time: it moves with each page
+    a start touches or spares, by the same amount on an idle or a loaded
+    machine, where the µs figures need many rounds to show a cut of 5 us."""
+    cmd = [sys.executable, "-c", FAULTS_REPORTER, loop]
+    if mode:
+        mode, env, opts = _mode(mode, env)
+        cmd = [FERRY, "run", "-p", mode, *opts, "-o", str(out), "--", *cmd]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    m = re.search(r"^minflt (\d+)$", r.stdout, re.M)
+    if r.returncode != 0 or not m:
+        raise SystemExit(f"spawn bench: {cmd[:3]} failed: {r.stderr[-500:]}")
+    return int(m.group(1))
+
+
+def shim_calls(run_dir):
+    """The shim's own system calls in a run (every record's tally), and the
+    records they are in."""
+    records = procfile.read_dir(run_dir / "proc")
+    return sum(sum(r.internal.values()) for r in records), len(records)
 
 
 def _mode(mode, env):
@@ -297,6 +332,15 @@ def main():
         parts = breakdown(work / "spans")
         print("start of one /bin/true under trace (median µs): " +
               ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
+        # counts per command, above what the same loop of no command costs
+        empty = "i=0; while [ $i -lt 0 ]; do /bin/true; i=$((i+1)); done"
+        faults = {m: (spawn_faults(m, work / "faults", env) -
+                      spawn_faults(m, work / "faults", env, empty)) / SPAWNS for m in (None, "trace")}
+        calls, records = shim_calls(work / "spans")
+        calls_per = calls / SPAWNS
+        print(f"page faults per command: native {faults[None]:.1f}, trace {faults['trace']:.1f}; "
+              f"the shim's own calls per command under trace: {calls_per:.1f} "
+              f"({records} records: each command is a vfork child's and an image's)")
         native_dirty = libc_private_dirty(env)
         ferry_dirty = libc_private_dirty(env, "trace", work / "smaps")
         print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
@@ -327,7 +371,9 @@ def main():
               f"disk_spawn_ratio={ratio('spawn', 'disk'):.2f} "
               f"disk_build_ratio={ratio('build', 'disk'):.2f} "
               f"disk_per_process_us={per_mode['disk']:.0f} "
-              f"disk_cpu_per_process_us={cpu_us['disk']:.0f}{baseline}")
+              f"disk_cpu_per_process_us={cpu_us['disk']:.0f} "
+              f"faults_per_process={faults['trace']:.1f} native_faults_per_process={faults[None]:.1f} "
+              f"shim_calls_per_process={calls_per:.1f}{baseline}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
