@@ -39,8 +39,13 @@ _Static_assert((MAX_ENV + MAX_ARGS) * sizeof(char *) <= 64 * 1024, "fits ferry_v
 static char saved_buf[8192];
 static char *saved[MAX_SAVED];
 static int nsaved FERRY_HOT;
-static char cache_root[2048];
-static char shim_path[1024];
+/* The cache's root is the value of the FERRY_CACHE entry kept for children
+ * (saved_buf), and FERRY_SHIM is only looked at: a copy of each was a page
+ * of .bss that every start wrote (cache_root_own only when the entry could
+ * not be kept). */
+static const char *cache_root FERRY_HOT = "";
+static char cache_root_own[2048] FERRY_COLD;
+static int have_shim FERRY_HOT;
 static char shim_id[2 * 64 + 1];  /* this shim's build id, in hex */
 
 const char *ferry_cache_root(void) { return cache_root; }
@@ -131,7 +136,11 @@ static void read_shim_id(void)
 void ferry_exec_configure(char **envp)
 {
     read_shim_id();
-    struct ferry_buf b = {cache_root, 0, sizeof(cache_root), 0};
+    /* Children may have no HOME (env -i): they are told where the cache is. */
+    char entry[2100];
+    struct ferry_buf b = {entry, 0, sizeof(entry), 0};
+    ferry_buf_str(&b, "FERRY_CACHE=");
+    size_t head = b.len;
     const char *v;
     if ((v = ferry_env_lookup(envp, "FERRY_CACHE")) && *v) {
         ferry_buf_str(&b, v);
@@ -142,22 +151,21 @@ void ferry_exec_configure(char **envp)
         ferry_buf_str(&b, v);
         ferry_buf_str(&b, "/.cache/ferry");
     }
-    cache_root[b.overflow ? 0 : b.len] = 0;
+    int root = !b.overflow && b.len > head && b.len - head < sizeof(cache_root_own);
+    entry[root ? b.len : head] = 0;
     for (char **e = envp; e && *e; e++)
         if (ferry_is_setting(*e) && !ferry_memeq(*e, "FERRY_CACHE=", 12))
             save(*e);
-    if ((v = ferry_env_lookup(envp, "FERRY_SHIM")) && ferry_strlen(v) < sizeof(shim_path))
-        ferry_memcpy(shim_path, v, ferry_strlen(v) + 1);
+    const char *shim = ferry_exec_kept("FERRY_SHIM");
+    have_shim = shim && *shim && ferry_strlen(shim) < PATH_MAX_;
     ferry_wine_configure(envp);
-    if (cache_root[0]) {
-        /* Children may have no HOME (env -i): tell them where the cache is. */
-        char entry[2100];
-        struct ferry_buf e = {entry, 0, sizeof(entry), 0};
-        ferry_buf_str(&e, "FERRY_CACHE=");
-        ferry_buf_str(&e, cache_root);
-        entry[e.len] = 0;
-        if (!e.overflow)
-            save(entry);
+    if (root) {
+        save(entry);
+        cache_root = ferry_exec_kept("FERRY_CACHE");
+        if (!cache_root) {  /* no room left to keep it */
+            ferry_memcpy(cache_root_own, entry + head, b.len - head + 1);
+            cache_root = cache_root_own;
+        }
     }
 }
 
@@ -508,7 +516,8 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             ferry_buf_str(&b, libdir);
             ferry_buf_str(&b, "/libferry.so");
         } else {
-            ferry_buf_str(&b, shim_path);
+            const char *own = ferry_exec_kept("FERRY_SHIM");
+            ferry_buf_str(&b, own ? own : "");
         }
         shim[b.overflow ? 0 : b.len] = 0;
         if (b.overflow || !prepend_var("LD_PRELOAD", shim, have_preload ? old_preload : 0, x->preload,
@@ -755,7 +764,7 @@ long ferry_exec(const struct ferry_regs *r)
     }
     /* No rewritten image: preload the shim, which patches the program's
      * libraries in memory from their cached plans. */
-    if (kind == FERRY_EXEC_PLAIN && shim_path[0]) {
+    if (kind == FERRY_EXEC_PLAIN && have_shim) {
         exe_hint(x, at || scripted ? 0 : &st);
         if ((built = build_env(envp, env, MAX_ENV, ENV_PRELOAD, 0, x)))
             use_env = built;

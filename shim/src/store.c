@@ -25,6 +25,10 @@ enum { VFORK_SLOT = 1, VFORK_OWN = 2 };
 struct ferry_proc_header *ferry_hdr FERRY_HOT;
 uint64_t *ferry_internal FERRY_HOT;
 
+/* What every start sets, in .data with the shim's other small variables:
+ * each page of .bss a start writes is a fault in every process, and this,
+ * with a copy of the run directory in it and the block table after it, was
+ * one of its own. */
 static struct {
     int in_file;            /* 0: anonymous memory */
     int mode;
@@ -32,17 +36,18 @@ static struct {
     uint32_t block_size;
     struct ferry_blk *first;  /* block 0, mapped with the header (0: not so) */
     int first_claimed;        /* `first` is blocks[0], published */
-    char dir[2048];
-    /* blocks[0] is `first` when that is set, and left alone: every start
-     * claims block 0, and the entry's page (past dir) was one more fault */
-    struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
-} st;
+    const char *dir;          /* the run directory: the setting kept for children */
+} st FERRY_HOT = {.dir = ""};
+static char dir_own[2048] FERRY_COLD;  /* its copy, when the setting is not kept */
+/* blocks[0] is `first` when that is set, and left alone: every start claims
+ * block 0, and the table's first page is not touched */
+static struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
 
 static struct ferry_blk *block_at(uint32_t i)
 {
     if (i == 0 && st.first)
         return __atomic_load_n(&st.first_claimed, __ATOMIC_ACQUIRE) ? st.first : 0;
-    return __atomic_load_n(&st.blocks[i], __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&blocks[i], __ATOMIC_ACQUIRE);
 }
 
 #define IS_ERR(v) ((unsigned long)(v) > -4096UL)
@@ -249,9 +254,13 @@ int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, cha
     uint64_t size = sizeof(struct ferry_blk) + (uint64_t)st.event_capacity * sizeof(struct ferry_event);
     st.block_size = (uint32_t)((size + 4095) & ~4095ULL);
     if (run_dir) {
+        /* the environment's strings move (environ.c); the kept one stays */
+        const char *kept = ferry_exec_kept("FERRY_RUN_DIR");
         size_t n = ferry_strlen(run_dir);
-        if (n < sizeof(st.dir))
-            ferry_memcpy(st.dir, run_dir, n + 1);
+        if (kept && ferry_memeq(kept, run_dir, n + 1))
+            st.dir = kept;
+        else if (n < sizeof(dir_own))
+            st.dir = ferry_memcpy(dir_own, run_dir, n + 1);
     }
     int rc = open_backing();
     if (rc)
@@ -305,7 +314,7 @@ static struct ferry_blk *claim(void)
     if (idx == 0 && b == st.first)
         __atomic_store_n(&st.first_claimed, 1, __ATOMIC_RELEASE);
     else
-        __atomic_store_n(&st.blocks[idx], b, __ATOMIC_RELEASE);
+        __atomic_store_n(&blocks[idx], b, __ATOMIC_RELEASE);
     return b;
 }
 
@@ -349,7 +358,7 @@ void ferry_store_after_fork(void)
     /* Everything mapped is the parent's (shared with its file): leave it
      * alone, and start a file of our own. */
     for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++)
-        st.blocks[i] = 0;
+        blocks[i] = 0;
     FERRY_THR->blk = 0;
     FERRY_THR->spare = 0;
     FERRY_THR->spare_used_known = 0;
