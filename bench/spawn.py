@@ -37,7 +37,8 @@ a traced spawn run.  Two counts follow, which no load on the machine moves:
 the page faults of one command, natively and under trace (getrusage of a
 reporter's children, less the same loop running no command), and the shim's
 own system calls per command (every record's tally).  Private_Dirty of
-libc's text is read from /proc/PID/smaps of a process that waits on a pipe, natively and enabled.
+libc's text is read from /proc/PID/smaps of a process that waits on a pipe,
+natively and enabled.
 """
 import json
 import os
