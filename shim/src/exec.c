@@ -39,13 +39,12 @@ _Static_assert((MAX_ENV + MAX_ARGS) * sizeof(char *) <= 64 * 1024, "fits ferry_v
 static char saved_buf[8192];
 static char *saved[MAX_SAVED];
 static int nsaved FERRY_HOT;
-/* The cache's root is the value of the FERRY_CACHE entry kept for children
- * (saved_buf), and FERRY_SHIM is only looked at: a copy of each was a page
- * of .bss that every start wrote (cache_root_own only when the entry could
- * not be kept). */
+/* The cache's root and the shim's path are the values of the entries kept
+ * for children (saved_buf): a copy of each was a page of .bss that every
+ * start wrote. */
 static const char *cache_root FERRY_HOT = "";
 static char cache_root_own[2048] FERRY_COLD;
-static int have_shim FERRY_HOT;
+static const char *shim_path FERRY_HOT;  /* 0: FERRY_SHIM unset or unusable */
 static char shim_id[2 * 64 + 1];  /* this shim's build id, in hex */
 
 const char *ferry_cache_root(void) { return cache_root; }
@@ -97,6 +96,15 @@ const char *ferry_exec_kept(const char *name)
             return v;
     }
     return 0;
+}
+
+const char *ferry_exec_lasting(const char *name, const char *value, char *own, size_t cap)
+{
+    const char *kept = ferry_exec_kept(name);
+    size_t n = ferry_strlen(value);
+    if (kept && ferry_memeq(kept, value, n + 1))
+        return kept;
+    return n < cap ? ferry_memcpy(own, value, n + 1) : 0;
 }
 
 extern char __ehdr_start[] __attribute__((visibility("hidden")));
@@ -157,15 +165,11 @@ void ferry_exec_configure(char **envp)
         if (ferry_is_setting(*e) && !ferry_memeq(*e, "FERRY_CACHE=", 12))
             save(*e);
     const char *shim = ferry_exec_kept("FERRY_SHIM");
-    have_shim = shim && *shim && ferry_strlen(shim) < PATH_MAX_;
+    shim_path = shim && *shim && ferry_strlen(shim) < PATH_MAX_ ? shim : 0;
     ferry_wine_configure(envp);
     if (root) {
         save(entry);
-        cache_root = ferry_exec_kept("FERRY_CACHE");
-        if (!cache_root) {  /* no room left to keep it */
-            ferry_memcpy(cache_root_own, entry + head, b.len - head + 1);
-            cache_root = cache_root_own;
-        }
+        cache_root = ferry_exec_lasting("FERRY_CACHE", entry + head, cache_root_own, sizeof(cache_root_own));
     }
 }
 
@@ -516,8 +520,7 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             ferry_buf_str(&b, libdir);
             ferry_buf_str(&b, "/libferry.so");
         } else {
-            const char *own = ferry_exec_kept("FERRY_SHIM");
-            ferry_buf_str(&b, own ? own : "");
+            ferry_buf_str(&b, shim_path);
         }
         shim[b.overflow ? 0 : b.len] = 0;
         if (b.overflow || !prepend_var("LD_PRELOAD", shim, have_preload ? old_preload : 0, x->preload,
@@ -764,7 +767,7 @@ long ferry_exec(const struct ferry_regs *r)
     }
     /* No rewritten image: preload the shim, which patches the program's
      * libraries in memory from their cached plans. */
-    if (kind == FERRY_EXEC_PLAIN && have_shim) {
+    if (kind == FERRY_EXEC_PLAIN && shim_path) {
         exe_hint(x, at || scripted ? 0 : &st);
         if ((built = build_env(envp, env, MAX_ENV, ENV_PRELOAD, 0, x)))
             use_env = built;

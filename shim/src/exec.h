@@ -21,6 +21,11 @@ long ferry_call_on_stack(long (*fn)(const struct ferry_regs *), const struct fer
 void ferry_exec_keep(const char *entry);
 /* The value of setting `name` among those kept for children, or 0. */
 const char *ferry_exec_kept(const char *name);
+/* `value` of setting `name` where it stays for the process's life without a
+ * page of its own: the kept entry when it holds `value`, else a copy in
+ * `own` (cap bytes, a FERRY_COLD buffer no start touches otherwise); 0 when
+ * it is longer than that. */
+const char *ferry_exec_lasting(const char *name, const char *value, char *own, size_t cap);
 
 /* A NUL-terminated string of the program's memory into dst (its length, or
  * -1), and entry i of a pointer array there (1, 0 at its end, -1). */

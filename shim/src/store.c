@@ -253,15 +253,10 @@ int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, cha
     st.event_capacity = mode == FERRY_MODE_TRACE ? event_capacity : 0;
     uint64_t size = sizeof(struct ferry_blk) + (uint64_t)st.event_capacity * sizeof(struct ferry_event);
     st.block_size = (uint32_t)((size + 4095) & ~4095ULL);
-    if (run_dir) {
-        /* the environment's strings move (environ.c); the kept one stays */
-        const char *kept = ferry_exec_kept("FERRY_RUN_DIR");
-        size_t n = ferry_strlen(run_dir);
-        if (kept && ferry_memeq(kept, run_dir, n + 1))
-            st.dir = kept;
-        else if (n < sizeof(dir_own))
-            st.dir = ferry_memcpy(dir_own, run_dir, n + 1);
-    }
+    /* not the environment's string: those move (environ.c) */
+    const char *dir = run_dir ? ferry_exec_lasting("FERRY_RUN_DIR", run_dir, dir_own, sizeof(dir_own)) : 0;
+    if (dir)
+        st.dir = dir;
     int rc = open_backing();
     if (rc)
         return rc;
