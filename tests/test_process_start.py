@@ -49,8 +49,19 @@ def _smaps(pid):
     return maps
 
 
+def _reads_its_input(pid):
+    """Whether process `pid` waits in read(0, ...)."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().startswith("0 0x0 ")
+    except OSError:
+        return False
+
+
 def _while_cat_waits(tmp_path, profile, inspect, command=CAT_FROM_SH):
-    """Run `command` under ferry; call inspect(pid of cat) while it waits."""
+    """Run `command` under ferry; call inspect(pid of cat) while it waits,
+    enabled and started: its process file is mapped before the shim enables
+    its modules and patches them (a plan's copy made and synced meanwhile:
+    milliseconds), so cat is looked at once it reads its input."""
     p = subprocess.Popen(FERRY + ["run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"),
                                   "--", *command],
                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -58,8 +69,7 @@ def _while_cat_waits(tmp_path, profile, inspect, command=CAT_FROM_SH):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             cats = [d for d in _descendants(p.pid) if _comm(d) == "cat"]
-            # enabled once the shim has mapped its process file
-            if cats and any(".ferry" in m[0] for m in _smaps(cats[0])):
+            if cats and any(".ferry" in m[0] for m in _smaps(cats[0])) and _reads_its_input(cats[0]):
                 return inspect(cats[0])
             time.sleep(0.1)
         raise AssertionError("cat never started enabled")
@@ -318,12 +328,6 @@ def test_site_records_of_the_first_module_stay_the_files(tmp_path):
     magic = b"FERRY\0CTL\0v1\0\0\0\0"
 
     def inspect(pid):
-        # its process file is mapped before the shim enables its modules:
-        # wait for cat's read of its input, after the shim's start
-        deadline = time.monotonic() + 60
-        while not Path(f"/proc/{pid}/syscall").read_text().startswith("0 "):
-            assert time.monotonic() < deadline, "cat never read its input"
-            time.sleep(0.05)
         blocks = []
         for line, f in _smaps(pid):
             head = line.split()
