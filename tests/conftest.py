@@ -102,6 +102,18 @@ def instrument(tmp_path_factory):
     return _instrument
 
 
+def waits_in(pid, nr, first=None):
+    """Whether process `pid` is blocked in system call `nr` (with `first` as its
+    first argument, when given), as /proc/PID/syscall says: how a test knows a
+    process it started is past its start (the shim's constructor included)
+    and waiting, rather than guessing with a sleep."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return fields[:1] == [str(nr)] and (first is None or fields[1:2] == [hex(first)])
+
+
 def proc_records(run_dir):
     """(file, offset, name in messages) of each process record of a run (slots
     of shared files, or files of their own), in the order of the run model's

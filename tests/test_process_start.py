@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY, ferry
+from conftest import FERRY, ferry, waits_in
 from ferry import procfile
 from ferry.base import syscall_table
 
@@ -49,14 +49,6 @@ def _smaps(pid):
     return maps
 
 
-def _reads_its_input(pid):
-    """Whether process `pid` waits in read(0, ...)."""
-    try:
-        return Path(f"/proc/{pid}/syscall").read_text().startswith("0 0x0 ")
-    except OSError:
-        return False
-
-
 def _while_cat_waits(tmp_path, profile, inspect, command=CAT_FROM_SH):
     """Run `command` under ferry; call inspect(pid of cat) while it waits,
     enabled and started: its process file is mapped before the shim enables
@@ -69,7 +61,7 @@ def _while_cat_waits(tmp_path, profile, inspect, command=CAT_FROM_SH):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             cats = [d for d in _descendants(p.pid) if _comm(d) == "cat"]
-            if cats and any(".ferry" in m[0] for m in _smaps(cats[0])) and _reads_its_input(cats[0]):
+            if cats and any(".ferry" in m[0] for m in _smaps(cats[0])) and waits_in(cats[0], 0, 0):
                 return inspect(cats[0])
             time.sleep(0.1)
         raise AssertionError("cat never started enabled")

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from conftest import FERRY, PROGRAMS, ferry
+from conftest import FERRY, PROGRAMS, ferry, waits_in
 from ferry import catchdata, procfile
+from ferry.base import syscall_table
 from ferry.rundata import load_run
 
 
@@ -292,20 +293,22 @@ def _stack_rss_kib(pid):
     return next(int(line.split()[1]) for line in lines[at + 1:] if line.startswith("Rss:"))
 
 
+CLOCK_NANOSLEEP = syscall_table.NUMBERS["clock_nanosleep"]
+
+
 def _sleep_started(proc, seconds, enabled):
     """The pid of the `sleep SECONDS` that `proc` is or started, once it
-    sleeps with its start done (`enabled`: once libferry.so is mapped in it)."""
+    sleeps (clock_nanosleep), its start done (`enabled`: with libferry.so
+    mapped in it)."""
     pid = None
-    for _ in range(300):
+    for _ in range(600):
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
         pid = next((p for p in pids if _cmdline(p) == ["sleep", str(seconds)]
                     and _parent(p) in (proc.pid, _parent(proc.pid))), None)
-        if pid and (not enabled or _maps_name(pid, "libferry.so")):
-            break
+        if pid and waits_in(pid, CLOCK_NANOSLEEP) and (not enabled or _maps_name(pid, "libferry.so")):
+            return pid
         time.sleep(0.05)
-    assert pid, f"{proc.args} never slept"
-    time.sleep(0.3)   # its constructor done
-    return pid
+    raise AssertionError(f"{proc.args} never slept" + (" enabled" if pid else ""))
 
 
 def _sleeping_stack_kib(command):
