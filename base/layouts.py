@@ -40,6 +40,7 @@ class Layout:
         except KeyError:
             raise LayoutError(f"the shim's headers define no struct {name}") from None
         self.name = name
+        self._parts = {}
 
     def _member(self, member):
         try:
@@ -65,10 +66,13 @@ class Layout:
     @cached_property
     def _codec(self):
         """(struct.Struct of every sized member, [(member, first value, values or 0 for one)])."""
+        return self._build(None)
+
+    def _build(self, only):
         fmt, pos, spec, flat = "<", 0, [], 0
         for member, (off, size, count, elem, kind) in sorted(self.members.items(), key=lambda m: m[1][0]):
-            if not size:
-                continue  # a flexible array: the caller reads its elements
+            if not size or (only is not None and member not in only):
+                continue  # a flexible array (the caller reads its elements), or not asked for
             if off > pos:
                 fmt += f"{off - pos}x"
             n = 0
@@ -100,6 +104,21 @@ class Layout:
         """{member: value} of the struct at `offset`: an int, a tuple for an array of
         numbers, bytes for a char array, a nested struct or a pointer."""
         codec, spec = self._codec
+        values = codec.unpack_from(data, offset)
+        return {member: values[i:i + n] if n else values[i] for member, i, n in spec}
+
+    def unpack_only(self, data, members, offset=0):
+        """{member: value} of `members` only, as `unpack` gives them: the other
+        members are skipped, not copied out (a process record's header is 64 KiB,
+        most of it tables that are read apart, or not at all)."""
+        key = tuple(members)
+        part = self._parts.get(key)
+        if part is None:
+            unknown = [m for m in key if m not in self.members]
+            if unknown:
+                raise LayoutError(f"struct {self.name} has no member {unknown[0]}")
+            part = self._parts[key] = self._build(set(key))
+        codec, spec = part
         values = codec.unpack_from(data, offset)
         return {member: values[i:i + n] if n else values[i] for member, i, n in spec}
 

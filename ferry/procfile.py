@@ -15,6 +15,7 @@ import os
 import stat
 import struct
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 
 from . import aggdata, catchdata
@@ -191,14 +192,15 @@ def _open(path):
     return f, st
 
 
-def _read_at(fd, off, length, size, out=None, out_at=0):
+def _read_at(fd, off, length, size, out=None, out_at=0, written=None):
     """The `length` bytes at `off` of the open file `fd` of `size` bytes (fewer
     where the file ends sooner), read only where the file holds data: the
     rest reads as zeros.  A record is mostly holes (its blocks' tables of
     every syscall and site), and reading a hole has the kernel fill page
     cache with zeros for it: ~80 pages a process, most of what reading a run
     of a thousand processes cost.  Into `out` (zeros) from `out_at` when
-    given; returns the buffer, cut where the file ends."""
+    given; returns the buffer, cut where the file ends.  `written` (a list)
+    gets (offset in the buffer, length) of each piece read into it."""
     length = max(0, min(length, size - off))
     if out is None:
         out = bytearray(length)
@@ -207,27 +209,34 @@ def _read_at(fd, off, length, size, out=None, out_at=0):
         chunk = os.pread(fd, stop - start, start)
         at = out_at + start - off
         out[at:at + len(chunk)] = chunk
+        if written is not None:
+            written.append((at, len(chunk)))
         if len(chunk) < stop - start:   # the file ends sooner than it did
             del out[at + len(chunk):]
             break
     return out
 
 
-def _read_used(f, base=0, size=None):
+_SIZES = ("block_size", "nblocks", "max_blocks", "names_size", "names_offset")
+
+
+def _read_used(f, base=0, size=None, extents=None):
     """(bytes, names bytes) of the record at `base`: its header and the blocks
     the header says were claimed, and the name table if it has one; a sparse
-    record's unused room is never read."""
+    record's unused room is never read.  `extents` (a list) gets (offset,
+    length) of each piece of the bytes read from the file: the rest of them
+    is zeros."""
     fd = f.fileno()
     size = os.fstat(fd).st_size if size is None else size
-    data = _read_at(fd, base, HEADER_SIZE, size)
+    data = _read_at(fd, base, HEADER_SIZE, size, written=extents)
     names = b""
     if len(data) == HEADER_SIZE and data[:len(MAGIC)] == MAGIC:
-        h = HEADER.unpack(data)
+        h = HEADER.unpack_only(data, _SIZES)
         if h["block_size"] % 4096 == 0:
             blocks = min(h["nblocks"], h["max_blocks"], MAX_BLOCKS) * h["block_size"]
             header, data = data, bytearray(HEADER_SIZE + blocks)
             data[:HEADER_SIZE] = header
-            _read_at(fd, base + HEADER_SIZE, blocks, size, data, HEADER_SIZE)
+            _read_at(fd, base + HEADER_SIZE, blocks, size, data, HEADER_SIZE, extents)
         if h["names_size"]:
             names = bytes(_read_at(fd, base + h["names_offset"], min(h["names_size"], MAX_NAMES_SIZE),
                                    size))
@@ -243,9 +252,10 @@ def read(path):
     """The record of a file of one record."""
     path = Path(path)
     f, st = _open(path)
+    extents = []
     with f:
-        data, names = _read_used(f, 0, st.st_size)
-    r = _parse(path, st, data, names)
+        data, names = _read_used(f, 0, st.st_size, extents)
+    r = _parse(path, st, data, names, extents)
     r.file = path
     return r
 
@@ -280,9 +290,10 @@ def read_all(path):
     with f:
         offsets = record_offsets(f, st.st_size, path)
         for i, base in enumerate(offsets):
-            data, names = _read_used(f, base, st.st_size)
+            extents = []
+            data, names = _read_used(f, base, st.st_size, extents)
             try:
-                r = _parse(path if base == 0 else Path(f"{path}#{i}"), st, data, names)
+                r = _parse(path if base == 0 else Path(f"{path}#{i}"), st, data, names, extents)
             except NeverStarted:
                 continue
             r.file, r.offset = path, base
@@ -316,14 +327,21 @@ def records_of(proc_dir, pid):
     return sorted(found, key=lambda r: r.start_mono_ns)
 
 
-def _parse(path, st, data, names):
+# What a record's reader takes of its header; its tables (modules, waits,
+# the catch-all's and the engine's areas) are read apart.
+_HEAD = tuple(m for m in HEADER.members if m not in ("modules", "waits", "catchall", "aggregate", "reserved2"))
+
+
+def _parse(path, st, data, names, extents=None):
+    """The record in `data`; `extents` (as _read_used gives them), when
+    known, say where it may hold anything but zeros."""
     if not any(data[:HEADER_SIZE]):
         raise NeverStarted(path, "the process was killed before the shim wrote its file")
     if len(data) < HEADER_SIZE:
         raise ProcFileError(path, "truncated process file (shorter than its header)")
     if data[:len(MAGIC)] != MAGIC:
         raise ProcFileError(path, "not a Ferry process file")
-    h = HEADER.unpack(data)
+    h = HEADER.unpack_only(data, _HEAD)
     if h["version"] == 1:
         h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V1.items()})
     tables = BLOCK_TABLES.get(h["version"])
@@ -343,7 +361,7 @@ def _parse(path, st, data, names):
     modules = [(_cstr(m["name"]), m["nsites"], m["site_base"])
                for m in HEADER.rows(data, 0, "modules", MODULE, h["nmodules"])]
     waits = [(w["pid"], w["status"], w["mono_ns"]) for w in HEADER.rows(data, 0, "waits", WAIT, h["nwaits"])]
-    internal = {n: c for n, c in enumerate(h["internal"]) if c}
+    internal = _nonzero(h["internal"])
     blocks = []
     mode, state = h["mode"], h["state"]
     count = min(h["nblocks"], h["max_blocks"])
@@ -353,7 +371,7 @@ def _parse(path, st, data, names):
             if b == count - 1 and state == STATE_RUNNING:
                 break  # a thread was still creating its block when the process died
             raise ProcFileError(path, f"truncated process file (block {b} of {count} missing)")
-        blocks.append(_block(data, off, mode, h["event_capacity"], tables))
+        blocks.append(_block(data, off, mode, h["event_capacity"], tables, extents))
     try:
         aggregation = aggdata.parse(data)
     except aggdata.AggAreaError as e:
@@ -364,13 +382,6 @@ def _parse(path, st, data, names):
                     h["end_tsc"], h["cal_tsc"], h["cal_ns"], modules, waits, h["overflow"], blocks, internal,
                     h["uid"], h["exec_uid"], st.st_uid, aggregation, catchdata.parse(data), platform, table,
                     h["max_blocks"], start_retries=h["start_retries"])
-
-
-def _table(data, off, tables, member):
-    """The raw bytes of a block's table `member` (its place by `tables`, the
-    record version's) for the block at `off`."""
-    at = off + tables[member]
-    return data[at:at + BLOCK.span(member)]
 
 
 _ZEROS = bytes(4096)
@@ -410,45 +421,85 @@ def _rows(layout_, raw):
     return lo, layout_.codec.iter_unpack(raw[lo * layout_.size:hi * layout_.size])
 
 
-def _figures_at(data, off, tables):
-    """[offset of number n's figures, or None] of the block at `off`: in
-    order of first use, where nr_slot says (version 2; None: never timed),
+def _nonzero(values):
+    """{index: value} of the values that are not 0: a block's and the shim's
+    tables hold one entry for every call number, and a process uses a
+    handful (a loop over all 512 in Python, twice per record, was a third of
+    reading a run of short processes)."""
+    return {n: values[n] for n in compress(range(len(values)), values)}
+
+
+def _figures_at(data, off, tables, n):
+    """Offset of number n's figures in the block at `off`, or None when it
+    was never timed: in order of first use, where nr_slot says (version 2),
     or at index n (version 1)."""
     nr_at = off + tables["nr"]
     if "nr_slot" not in tables:
-        return [nr_at + n * NR_STATS.size for n in range(NR_MAX)]
-    slots = struct.unpack_from(f"<{NR_MAX}H", data, off + tables["nr_slot"])
-    return [nr_at + (k - 1) * NR_STATS.size if 0 < k <= NR_MAX else None for k in slots]
+        return nr_at + n * NR_STATS.size
+    k = _U16.unpack_from(data, off + tables["nr_slot"] + 2 * n)[0]
+    return nr_at + (k - 1) * NR_STATS.size if 0 < k <= NR_MAX else None
 
 
-def _block(data, off, mode, capacity, tables):
-    b = BLOCK.unpack(data, off)
-    calls = list(b["calls"])
+_U16 = struct.Struct("<H")
+# The block's head, up to its tables: unpacking the whole block copied its
+# tables (~260 KiB) out of every record read.
+_BLOCK_HEAD = struct.Struct("<IiQQ")  # in_use, tid, next, event_head
+assert [BLOCK.offset(m) for m in ("tid", "next", "event_head")] == [4, 8, 16]
+_CALLS = struct.Struct(f"<{NR_MAX}Q")
+_U64 = struct.Struct("<Q")
+
+
+def _table_rows(layout_, data, at, span, extents):
+    """(first, rows) of the table of `layout_` rows at [at, at + span) of
+    `data`, as _rows gives them; only the part of it that `extents` say was
+    read from the file is looked at (the rest is zeros): a block's site
+    table is ~100 KiB, and comparing it with zeros a page at a time took a
+    quarter of reading a record."""
+    lo, hi = at, at + span
+    if extents is not None:
+        lo, hi = at + span, at
+        for a, n in extents:
+            if a < at + span and a + n > at:
+                lo, hi = min(lo, max(a, at)), max(hi, min(a + n, at + span))
+        if lo >= hi:
+            return 0, ()
+    r0 = (lo - at) // layout_.size
+    r1 = -(-(hi - at) // layout_.size)
+    first, rows = _rows(layout_, data[at + r0 * layout_.size:at + r1 * layout_.size])
+    return r0 + first, rows
+
+
+_SITE_AT = tuple(SITE_STATS.position(m) for m in ("calls", "errors", "time_total"))
+_ERRNO_AT = (ERRNO_SLOT.position("key"), ERRNO_SLOT.position("count"))
+
+
+def _block(data, off, mode, capacity, tables, extents=None):
+    _, tid, _, event_head = _BLOCK_HEAD.unpack_from(data, off)
+    calls = list(_CALLS.unpack_from(data, off + BLOCK.offset("calls")))
+    invalid = _U64.unpack_from(data, off + BLOCK.offset("invalid"))[0]
     nr, sites, events = {}, {}, []
     off_events = off + tables["events"]
     if mode in RECORDING_MODES:
-        for n, at in enumerate(_figures_at(data, off, tables)):
-            if not calls[n]:
-                continue
+        for n in compress(range(NR_MAX), calls):
+            at = _figures_at(data, off, tables, n)
             if at is None:  # counted, never timed (exit_group): as version 1 read its zeros
                 nr[n] = NrStats(calls[n])
                 continue
             s = NR_STATS.unpack(data, at)
             nr[n] = NrStats(calls[n], s["errors"], s["time_total"], s["time_min"], s["time_max"], list(s["hist"]))
-        ci, ei, ti = (SITE_STATS.position(m) for m in ("calls", "errors", "time_total"))
-        first, rows = _rows(SITE_STATS, _table(data, off, tables, "sites"))
+        ci, ei, ti = _SITE_AT
+        first, rows = _table_rows(SITE_STATS, data, off + tables["sites"], BLOCK.span("sites"), extents)
         for g, row in enumerate(rows, first):
             if row[ci]:
                 sites[g] = (row[ci], row[ei], row[ti])
-        ki, ni = ERRNO_SLOT.position("key"), ERRNO_SLOT.position("count")
-        for row in _rows(ERRNO_SLOT, _table(data, off, tables, "errnos"))[1]:
+        ki, ni = _ERRNO_AT
+        for row in _table_rows(ERRNO_SLOT, data, off + tables["errnos"], BLOCK.span("errnos"), extents)[1]:
             key, count = row[ki], row[ni]
             if key and count:
                 n, err = key >> 16, key & 0xFFFF
                 if n in nr:
                     name = errno_names.errorcode.get(err, f"E{err}")
                     nr[n].errnos[name] = nr[n].errnos.get(name, 0) + count
-        event_head = b["event_head"]
         if capacity and event_head:
             n_events = min(event_head, capacity)
             ring_end = off_events + capacity * EVENT.size
@@ -456,4 +507,4 @@ def _block(data, off, mode, capacity, tables):
                 for k in range(event_head - n_events, event_head):
                     e = EVENT.unpack(data, off_events + (k % capacity) * EVENT.size)
                     events.append((e["enter_tsc"], e["exit_tsc"], e["result"], e["nr"], e["site"]))
-    return Block(b["tid"], calls, b["invalid"], nr, sites, events)
+    return Block(tid, calls, invalid, nr, sites, events)

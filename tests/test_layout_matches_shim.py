@@ -107,6 +107,20 @@ def test_unpack_and_pack_agree_with_the_offsets():
     assert got["exe"].rstrip(b"\0") == b"/bin/true"
 
 
+def test_unpacking_some_members_gives_what_unpacking_all_gives():
+    """Layout.unpack_only reads the members asked for where unpack reads
+    them, and refuses a member the struct does not have."""
+    hdr = layouts.layout("ferry_proc_header")
+    buf = bytearray(hdr.size)
+    hdr.pack_into(buf, 0, pid=-7, nblocks=3, start_spans=tuple(range(1, 9)), exe=b"/bin/true",
+                  internal=tuple(range(hdr.count("internal"))), catchall_on=1)
+    whole = hdr.unpack(buf)
+    for members in (("pid",), ("exe", "pid", "internal"), ("catchall_on", "start_spans", "nblocks")):
+        assert hdr.unpack_only(buf, members) == {m: whole[m] for m in members}
+    with pytest.raises(layouts.LayoutError):
+        hdr.unpack_only(buf, ("pid", "no_such_member"))
+
+
 def test_control_block_and_plan_follow_the_headers():
     ctl = layouts.layout("ferry_ctl")
     assert layout.CTL_HEADER_SIZE == ctl.offset("sites") and layout.SITE_RECORD_SIZE == ctl.stride("sites")

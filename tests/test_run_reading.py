@@ -92,6 +92,27 @@ def test_tables_read_from_first_to_last_row():
             assert all(got[m - first][0] == 7 << 8 for m in used)
 
 
+def test_a_tables_rows_are_looked_for_only_where_data_was_read():
+    """The rows of a table found from the pieces of the record read from the
+    file (the rest is holes, zeros) are those found by looking at all of it,
+    wherever the pieces lie against the table and its rows."""
+    rows = procfile.SITE_STATS
+    n, at = 3 * 4096 // rows.size + 7, 100
+    for marks in ((), (0,), (n - 1,), (17, n - 3), (4095 // rows.size, 4096 // rows.size + 1)):
+        data = bytearray(at + n * rows.size + 50)
+        for m in marks:
+            data[at + m * rows.size + 1] = 7
+        first, whole = procfile._table_rows(rows, data, at, n * rows.size, None)
+        whole = list(whole)
+        pages = sorted({(at + m * rows.size) // 4096 for m in marks})
+        for extents in ([(p * 4096, 4096) for p in pages],                     # the pages read
+                        [(0, len(data))],                                      # no holes known
+                        [(p * 4096 - 5, 4096 + 9) for p in pages] + [(0, at)]):  # pieces not at rows
+            got_first, got = procfile._table_rows(rows, data, at, n * rows.size, extents)
+            assert (got_first, list(got)) == (first, whole), (marks, extents)
+        assert bool(whole) == bool(marks)
+
+
 # The last commit whose shim wrote version 1 of the process record (each
 # number's figures at a fixed place in a block).
 LAST_V1 = "c3d6b22"
