@@ -210,7 +210,6 @@ def _move(run_dir, src):
                 os.fchmod(out, stat.S_IMODE(s.st_mode))
                 if os.geteuid() == 0:
                     os.fchown(out, s.st_uid, s.st_gid)
-                os.fsync(out)
             finally:
                 os.close(out)
             os.utime(dst / entry.name, ns=(s.st_atime_ns, s.st_mtime_ns))
