@@ -23,7 +23,12 @@ the wall clock moves with the other load, CPU time much less.
 
 Native and strace are timed from spawn to reap; ferry's figure is the
 program's own `duration_s` from info.json (also spawn to reap), so ferry's
-Python start-up and the image-cache lookup are not counted.  Images and
+Python start-up and the image-cache lookup are not counted.  What a user's
+`time ferry run ...` shows is also given, for the spawn loop under trace:
+the whole command against native (`wall_spawn_ratio`), and what `ferry run`
+does after the program ended, per process (reading and indexing the
+records, moving them out of memory: `after_us_per_process`), less what it
+does after a run of one /bin/true.  Images and
 plans go to a temporary $FERRY_CACHE, warmed by one untimed run of each
 workload (that is how a second run of anything starts).
 
@@ -179,13 +184,20 @@ def _mode(mode, env):
     return mode, env, []
 
 
-def ferry_run(cmd, mode, out, env):
+def ferry_run(cmd, mode, out, env, walls=None):
+    """The program's own duration under `ferry run -p mode`; `walls` (a list)
+    gets (the whole command's, the program's)."""
     mode, env, opts = _mode(mode, env)
+    t0 = time.perf_counter()
     r = subprocess.run([FERRY, "run", "-p", mode, *opts, "-o", str(out), "--", *cmd], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"spawn bench: ferry run -p {mode} {cmd[:3]} failed: {r.stderr[-500:]}")
-    return json.loads((out / "info.json").read_text())["duration_s"]
+    duration = json.loads((out / "info.json").read_text())["duration_s"]
+    if walls is not None:
+        walls.append((wall, duration))
+    return duration
 
 
 def read_procs(path):
@@ -311,6 +323,7 @@ def main():
         times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
         cpu_modes = ("trace", "disk") + (("baseline",) if BASELINE else ())
         cpu = {m: [] for m in ("native",) + cpu_modes}
+        walls = {"spawn": [], "one": []}
         for r in range(ROUNDS):
             cpu["native"].append(spawn_cpu(None, None, env))
             for mode in cpu_modes:
@@ -318,9 +331,11 @@ def main():
             for name, cmd in loads.items():
                 times[(name, "native")].append(timed(cmd, env))
                 for mode in modes:
-                    times[(name, mode)].append(ferry_run(cmd, mode, work / f"run-{mode}", env))
+                    wall = walls["spawn"] if (name, mode) == ("spawn", "trace") else None
+                    times[(name, mode)].append(ferry_run(cmd, mode, work / f"run-{mode}", env, wall))
                 times[(name, "strace")].append(
                     timed(["strace", "-f", "-c", "-o", "/dev/null", *cmd], env))
+            ferry_run(["/bin/true"], "trace", work / "run-one", env, walls["one"])
         med = {k: median(v) for k, v in times.items()}
         print(f"{'workload':10} {'native':>8} {'off':>8} {'count':>8} {'trace':>8} {'strace':>8}"
               f"   (seconds, median of {ROUNDS})")
@@ -353,6 +368,12 @@ def main():
         cpu_us = {m: (median(cpu[m]) - median(cpu["native"])) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
         print("CPU per process above native, spawn loop (µs, the shell's `times`): " +
               ", ".join(f"{m} {v:.0f}" for m, v in cpu_us.items()))
+        wall_ratio = median([w for w, _ in walls["spawn"]]) / med[("spawn", "native")]
+        after = {k: median([w - d for w, d in v]) for k, v in walls.items()}
+        after_us = (after["spawn"] - after["one"]) / (SPAWNS + 1) * 1e6
+        print(f"`ferry run -p trace` of the spawn loop, whole: {median([w for w, _ in walls['spawn']]):.3f} s "
+              f"({wall_ratio:.2f}x native); after the program: {after['spawn']:.3f} s, "
+              f"{after['one']:.3f} s for one /bin/true, {after_us:.0f} µs per process")
         ratio = lambda n, m: med[(n, m)] / med[(n, "native")] if n in loads else NAN  # noqa: E731
         baseline = "" if not BASELINE else (
             f" baseline_spawn_ratio={ratio('spawn', 'baseline'):.2f}"
@@ -374,7 +395,8 @@ def main():
               f"disk_per_process_us={per_mode['disk']:.0f} "
               f"disk_cpu_per_process_us={cpu_us['disk']:.0f} "
               f"faults_per_process={faults['trace']:.1f} native_faults_per_process={faults[None]:.1f} "
-              f"shim_calls_per_process={calls_per:.1f}{baseline}")
+              f"shim_calls_per_process={calls_per:.1f} "
+              f"wall_spawn_ratio={wall_ratio:.2f} after_us_per_process={after_us:.0f}{baseline}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
