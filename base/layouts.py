@@ -103,9 +103,7 @@ class Layout:
     def unpack(self, data, offset=0):
         """{member: value} of the struct at `offset`: an int, a tuple for an array of
         numbers, bytes for a char array, a nested struct or a pointer."""
-        codec, spec = self._codec
-        values = codec.unpack_from(data, offset)
-        return {member: values[i:i + n] if n else values[i] for member, i, n in spec}
+        return _members(self._codec, data, offset)
 
     def unpack_only(self, data, members, offset=0):
         """{member: value} of `members` only, as `unpack` gives them: the other
@@ -118,9 +116,7 @@ class Layout:
             if unknown:
                 raise LayoutError(f"struct {self.name} has no member {unknown[0]}")
             part = self._parts[key] = self._build(set(key))
-        codec, spec = part
-        values = codec.unpack_from(data, offset)
-        return {member: values[i:i + n] if n else values[i] for member, i, n in spec}
+        return _members(part, data, offset)
 
     def rows(self, data, offset, member, layout, count=None):
         """The elements of an array `member` of structs `layout` (a Layout), unpacked;
@@ -141,6 +137,13 @@ class Layout:
                 if len(value) > size:
                     raise ValueError(f"{self.name}.{member}: {len(value)} bytes, room for {size}")
                 buf[at:at + len(value)] = value
+
+
+def _members(part, data, offset):
+    """{member: value} from a (codec, spec) of Layout._build."""
+    codec, spec = part
+    values = codec.unpack_from(data, offset)
+    return {member: values[i:i + n] if n else values[i] for member, i, n in spec}
 
 
 _cache = {}

@@ -135,8 +135,7 @@ def spawn_cpu(mode, out, env):
     load than about us; the CPU the processes used does not."""
     cmd = ["sh", "-c", SPAWN_LOOP + "; times"]
     if mode:
-        mode, env, opts = _mode(mode, env)
-        cmd = [FERRY, "run", "-p", mode, *opts, "-o", str(out), "--", *cmd]
+        cmd, env = _under(mode, out, env, cmd)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"spawn bench: {cmd[:3]} failed: {r.stderr[-500:]}")
@@ -159,8 +158,7 @@ def spawn_faults(mode, out, env, loop=SPAWN_LOOP):
     machine, where the µs figures need many rounds to show a cut of 5 us."""
     cmd = [sys.executable, "-c", FAULTS_REPORTER, loop]
     if mode:
-        mode, env, opts = _mode(mode, env)
-        cmd = [FERRY, "run", "-p", mode, *opts, "-o", str(out), "--", *cmd]
+        cmd, env = _under(mode, out, env, cmd)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     m = re.search(r"^minflt (\d+)$", r.stdout, re.M)
     if r.returncode != 0 or not m:
@@ -184,13 +182,18 @@ def _mode(mode, env):
     return mode, env, []
 
 
+def _under(mode, out, env, cmd):
+    """(argv, environment) of `cmd` run by `ferry run` in a mode of the bench, into `out`."""
+    profile, env, opts = _mode(mode, env)
+    return [FERRY, "run", "-p", profile, *opts, "-o", str(out), "--", *cmd], env
+
+
 def ferry_run(cmd, mode, out, env, walls=None):
     """The program's own duration under `ferry run -p mode`; `walls` (a list)
     gets (the whole command's, the program's)."""
-    mode, env, opts = _mode(mode, env)
+    argv, env = _under(mode, out, env, cmd)
     t0 = time.perf_counter()
-    r = subprocess.run([FERRY, "run", "-p", mode, *opts, "-o", str(out), "--", *cmd], env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"spawn bench: ferry run -p {mode} {cmd[:3]} failed: {r.stderr[-500:]}")
@@ -368,10 +371,11 @@ def main():
         cpu_us = {m: (median(cpu[m]) - median(cpu["native"])) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
         print("CPU per process above native, spawn loop (µs, the shell's `times`): " +
               ", ".join(f"{m} {v:.0f}" for m, v in cpu_us.items()))
-        wall_ratio = median([w for w, _ in walls["spawn"]]) / med[("spawn", "native")]
+        whole = median([w for w, _ in walls["spawn"]])
+        wall_ratio = whole / med[("spawn", "native")]
         after = {k: median([w - d for w, d in v]) for k, v in walls.items()}
         after_us = (after["spawn"] - after["one"]) / (SPAWNS + 1) * 1e6
-        print(f"`ferry run -p trace` of the spawn loop, whole: {median([w for w, _ in walls['spawn']]):.3f} s "
+        print(f"`ferry run -p trace` of the spawn loop, whole: {whole:.3f} s "
               f"({wall_ratio:.2f}x native); after the program: {after['spawn']:.3f} s, "
               f"{after['one']:.3f} s for one /bin/true, {after_us:.0f} µs per process")
         ratio = lambda n, m: med[(n, m)] / med[(n, "native")] if n in loads else NAN  # noqa: E731

@@ -361,7 +361,7 @@ def _parse(path, st, data, names, extents=None):
     modules = [(_cstr(m["name"]), m["nsites"], m["site_base"])
                for m in HEADER.rows(data, 0, "modules", MODULE, h["nmodules"])]
     waits = [(w["pid"], w["status"], w["mono_ns"]) for w in HEADER.rows(data, 0, "waits", WAIT, h["nwaits"])]
-    internal = _nonzero(h["internal"])
+    internal = nonzero(h["internal"])
     blocks = []
     mode, state = h["mode"], h["state"]
     count = min(h["nblocks"], h["max_blocks"])
@@ -421,7 +421,7 @@ def _rows(layout_, raw):
     return lo, layout_.codec.iter_unpack(raw[lo * layout_.size:hi * layout_.size])
 
 
-def _nonzero(values):
+def nonzero(values):
     """{index: value} of the values that are not 0: a block's and the shim's
     tables hold one entry for every call number, and a process uses a
     handful (a loop over all 512 in Python, twice per record, was a third of

@@ -8,7 +8,6 @@ every thread of every process, the hottest sites, and the event timeline.
 import json
 import os
 import signal
-from itertools import compress
 from pathlib import Path
 
 from . import aggdata, catchdata, procfile, runlock
@@ -466,9 +465,9 @@ def _threads(f, exe):
     out = []
     for b in f.blocks:
         by_name = {}
-        for nr in compress(range(len(b.calls)), b.calls):
+        for nr, c in procfile.nonzero(b.calls).items():
             name = f.name_of(nr)
-            by_name[name] = by_name.get(name, 0) + b.calls[nr]
+            by_name[name] = by_name.get(name, 0) + c
         out.append({"pid": f.pid, "tid": b.tid, "exe": exe,
                     "calls": sum(b.calls) + b.invalid,
                     "errors": sum(s.errors for s in b.nr.values()),
@@ -480,8 +479,7 @@ def _threads(f, exe):
 def _add_syscalls(acc, f):
     to_ns = f.ticks_to_ns
     for b in f.blocks:
-        for nr in compress(range(len(b.calls)), b.calls):
-            c = b.calls[nr]
+        for nr, c in procfile.nonzero(b.calls).items():
             # a Windows process's numbers are its own (ferry.dll's name table)
             s = acc.setdefault(f.name_of(nr) if f.windows else nr,
                                {"nr": nr, "name": f.name_of(nr), "calls": 0, "errors": 0, "errnos": {},

@@ -36,17 +36,17 @@ def run_with_progress(argv, profile_name, out_dir, stage=True):
     with InstrumentProgress(f"instrument {argv[0]}", bar=show, lines=verbose and not show) as update:
         info, returncode = run(argv, profile, out_dir, progress=update, stage=stage)
     if profile.mode == "aggregate":
-        _say_if_engine_unused(profile, out_dir, (info.get("program") or {}).get("how") == "wine")
+        _say_if_engine_unused(profile, out_dir, info)
     return info, returncode
 
 
-def _say_if_engine_unused(profile, out_dir, windows):
+def _say_if_engine_unused(profile, out_dir, info):
     """After the program's own output: one line when an aggregating profile aggregated
     nothing (no process made a group), so that nobody reads its counts as aggregated."""
     from ..aggdata import any_group
-    from ..report.aggregation import unused_text
+    from ..report.aggregation import ran_under_wine, unused_text
     if not any_group(out_dir):
-        text = unused_text(profile.name, profile.agg_threads == "fibers", windows=windows)
+        text = unused_text(profile.name, profile.agg_threads == "fibers", windows=ran_under_wine(info))
         click.echo(f"ferry: note: {text}", err=True)
 
 

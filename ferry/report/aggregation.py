@@ -100,9 +100,13 @@ def unused_note(model):
     profile = (model.get("info") or {}).get("profile") or {}
     if profile.get("mode") != "aggregate" or of(model):
         return None
-    program = (model.get("info") or {}).get("program") or {}
     return unused_text(profile.get("name") or "aggregate", profile.get("threads") == "fibers",
-                       windows=program.get("how") == "wine")
+                       windows=ran_under_wine(model.get("info")))
+
+
+def ran_under_wine(info):
+    """Whether the program of a run (its info.json) was a Windows one, run under wine."""
+    return ((info or {}).get("program") or {}).get("how") == "wine"
 
 
 def unused_text(profile_name, threads_fibers=False, windows=False):
