@@ -323,6 +323,7 @@ def main():
         for name, cmd in loads.items():  # warm the image cache, untimed
             for mode in modes:
                 ferry_run(cmd, mode, work / "warm", env)
+        ferry_run(["/bin/true"], "trace", work / "warm", env)  # as `ferry run`'s own program
         times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
         cpu_modes = ("trace", "disk") + (("baseline",) if BASELINE else ())
         cpu = {m: [] for m in ("native",) + cpu_modes}
