@@ -238,3 +238,20 @@ def test_an_idle_carrier_sleeps_until_woken(profile, tmp_path):
     assert (proc.returncode, out) == (0, b"woke 4\n"), err.decode(errors="replace")[-2000:]
     enters = sum(1 for line in trace.read_text().splitlines() if "io_uring_enter(" in line)
     assert enters < 400, f"{enters} io_uring_enter for a second of idling"
+
+
+def test_a_descriptor_number_made_again_is_not_taken_for_the_old_one(tmp_path, test_programs):
+    """A socket the engine read from is closed with close_range and its number made
+    again by inotify_init, which the engine does not see: the read of it was tried as
+    the socket's receive, and failed ENOTSOCK where the program gets its event."""
+    results = []
+    for how in ("native", "fibers"):
+        watched = tmp_path / how
+        watched.mkdir()
+        argv = [test_programs / "fib_fd_reuse", watched]
+        if how == "fibers":
+            argv = ferry_argv("fibers", tmp_path / "run", *argv)
+        results.append(run([str(a) for a in argv], tmp_path)[:2])
+    assert results[0] == (0, b"read of the inotify descriptor: IN_CREATE made\n"), results
+    assert results[1] == results[0], results
+

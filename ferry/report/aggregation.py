@@ -76,7 +76,10 @@ def crossings_text(agg):
     crossings, calls = agg["crossings"], agg["calls"]
     text = _n(crossings, "kernel crossing")
     if not agg["aggregated"]:
-        return f"{text}, none saved (no call was aggregated)"
+        lone = agg.get("carrier_list") and all(c["peak"] <= 1 for c in agg["carrier_list"])
+        why = "; no carrier ever had two fibers, and a thread alone in its process makes its " \
+              "calls natively" if lone else ""
+        return f"{text}, none saved (no call was aggregated{why})"
     if crossings > calls:
         return f"{text}, {crossings - calls} more than the calls make natively (none saved)"
     return f"{text}, {percent(agg['crossings_saved'])} saved"

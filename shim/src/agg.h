@@ -391,6 +391,10 @@ void agg_futex_forget(void);
 /* glibc's "no thread but the first" (2.32+): pthread_create clears it */
 extern char __libc_single_threaded __attribute__((weak));
 
+/* agg_route.c: what close_range(first, last, flags) closes, the engine
+ * knows nothing of any more. */
+void agg_fds_forget(unsigned long first, unsigned long last, unsigned long flags);
+
 /* agg_threads.c */
 void agg_thread_resumed(struct agg_fiber *f);
 void agg_threads_idle(struct agg_carrier *c);

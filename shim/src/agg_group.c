@@ -163,6 +163,7 @@ int agg_fd_guard(struct ferry_regs *r)
     } else if (nr == SYS_close_range && (unsigned)r->rdi <= (unsigned)r->rsi &&
                !(r->rdx & ~(long)(CLOSE_RANGE_UNSHARE_ | CLOSE_RANGE_CLOEXEC_))) {
         r->rax = close_around((unsigned)r->rdi, (unsigned)r->rsi, (unsigned)r->rdx);
+        agg_fds_forget((unsigned)r->rdi, (unsigned)r->rsi, (unsigned)r->rdx);
         done = 1;
     }
     agg_unlock(&kept_lock);

@@ -608,6 +608,29 @@ static void forget_fd(long fd)
         __atomic_store_n(&fd_state[fd], 0, __ATOMIC_RELAXED);
 }
 
+/* close_range(first, last, flags): what it closes is forgotten, as close's
+ * is (a number closed and made again by a call the engine does not see,
+ * inotify_init or pidfd_open, kept what the engine knew of the closed one: a read of
+ * it was tried as a socket's, and failed ENOTSOCK). */
+void agg_fds_forget(unsigned long first, unsigned long last, unsigned long flags)
+{
+    if (flags & (1UL << 2) /* CLOSE_RANGE_CLOEXEC: closes nothing now */)
+        return;
+    for (unsigned long fd = first; fd <= last && fd < FD_MAX; fd++)
+        __atomic_store_n(&fd_state[fd], 0, __ATOMIC_RELAXED);
+}
+
+/* A program's only thread, with no other fiber in the process: no fiber
+ * could run while its call waits, nor join it in a batch, so the ring
+ * would only add a crossing and two switches to each call (postgres's
+ * backends, single-threaded, ran a third fewer transactions).  Its calls
+ * run natively until it makes a thread or a fiber. */
+static int alone(const struct agg_fiber *f, struct agg_carrier *c)
+{
+    return f->thread && __atomic_load_n(&agg_threads_alive, __ATOMIC_ACQUIRE) == 1 &&
+           __atomic_load_n(&c->alive, __ATOMIC_ACQUIRE) == 1;
+}
+
 /* A descriptor a fiber's call just made: what the call itself says of it,
  * so that learning it later (nonblocking()) asks the kernel less, or
  * nothing: a socket's kind and blocking mode are its flags'. */
@@ -1070,7 +1093,12 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     }
     if (fd_call(g, r))
         return 1;
-    if (t == FERRY_ROUTE_NATIVE) {
+    if (nr == SYS_close_range)
+        agg_fds_forget((unsigned)r->rdi, (unsigned)r->rsi, (unsigned)r->rdx);
+    if (t == FERRY_ROUTE_NATIVE || alone(f, c)) {
+        /* a descriptor closed here may come back as another kind of file */
+        if (nr == SYS_close)
+            forget_fd(r->rdi);
         agg_stat(g, AGG_ST(native), 1);
         agg_stat(g, AGG_ST(crossings), 1);
         return 0;

@@ -1,6 +1,7 @@
 /* Calls the engine runs, some failing, then an end that leaves the carrier
- * no time to tidy up.  Usage: agg_engine_calls native|fiber N END
+ * no time to tidy up.  Usage: agg_engine_calls native|thread|fiber N END
  *   native: on the main thread (under -p fibers, the main thread is a fiber)
+ *   thread: the same, with a second thread alive (agg_common.h)
  *   fiber:  in a fiber of a group made through the API (-p aggregate)
  *   N:      rounds of: read on a closed descriptor (EBADF), open with
  *           O_CREAT in a missing directory (ENOENT: an open that writes
@@ -55,7 +56,7 @@ static void work(void *arg)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s native|fiber N exit|signal|return\n", argv[0]);
+        fprintf(stderr, "usage: %s native|thread|fiber N exit|signal|return\n", argv[0]);
         return 2;
     }
     rounds = atol(argv[2]);
