@@ -7,35 +7,21 @@
  * the calls of a program's only thread do not go to the engine. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <pthread.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int done;
-
-static void *company(void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&lock);
-    while (!done)
-        pthread_cond_wait(&cond, &lock);
-    pthread_mutex_unlock(&lock);
-    return 0;
-}
+#include "company.h"
 
 int main(int argc, char **argv)
 {
     if (argc != 2)
         return 2;
-    pthread_t t;
-    if (pthread_create(&t, 0, company, 0))
+    if (company_start())
         return 2;
     int sv[2];
     char c;
@@ -61,10 +47,6 @@ int main(int argc, char **argv)
         printf("read of the inotify descriptor: %s %s\n", (e->mask & IN_CREATE) ? "IN_CREATE" : "?", e->name);
     else
         printf("read of the inotify descriptor: %ld %s\n", r, strerrorname_np(errno));
-    pthread_mutex_lock(&lock);
-    done = 1;
-    pthread_cond_signal(&cond);
-    pthread_mutex_unlock(&lock);
-    pthread_join(t, 0);
+    company_end();
     return 0;
 }
