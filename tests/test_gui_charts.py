@@ -14,7 +14,9 @@ from ferry.report import aggregation  # noqa: E402
 from ferry.rundata import load_run  # noqa: E402
 
 pytestmark = pytest.mark.gui
-THREADS = ROOT / "tests" / "programs" / "py_threads.py"
+# threads that do I/O: a program's only thread, and threads that only take
+# locks, leave nothing on the rings
+THREADS = ROOT / "tests" / "programs" / "py_fibers.py"
 
 
 def shown(qtbot, run_dir):
@@ -33,7 +35,7 @@ def drawn(charts, key):
 
 def test_an_aggregated_run_shows_its_batches_and_carriers(qtbot, tmp_path):
     run_dir = tmp_path / "run"
-    ferry("run", "-p", "fibers", "-o", run_dir, "--", "/usr/bin/python3", THREADS, check=True)
+    ferry("run", "-p", "fibers", "-o", run_dir, "--", "/usr/bin/python3", THREADS, "io", check=True)
     agg = load_run(run_dir)["aggregation"]
     assert agg and agg["aggregated"] > 0 and aggregation.carriers(agg)
     view = shown(qtbot, run_dir)
