@@ -370,6 +370,11 @@ int agg_translatable(const struct ferry_group *g, long nr, const long *a, int wi
 long agg_fixup(long nr, const long *a, struct agg_req *req, long res);
 int ferry_agg_route(struct ferry_regs *r);
 void agg_route_watch(void);
+/* What close_range(first, last, flags) closes, the engine knows nothing of
+ * any more. */
+#define CLOSE_RANGE_UNSHARE_ (1U << 1)
+#define CLOSE_RANGE_CLOEXEC_ (1U << 2)
+void agg_fds_forget(unsigned long first, unsigned long last, unsigned long flags);
 
 /* agg_worker.c */
 int agg_workers_start(struct ferry_group *g);
@@ -390,10 +395,6 @@ void agg_futex_forget(void);
 
 /* glibc's "no thread but the first" (2.32+): pthread_create clears it */
 extern char __libc_single_threaded __attribute__((weak));
-
-/* agg_route.c: what close_range(first, last, flags) closes, the engine
- * knows nothing of any more. */
-void agg_fds_forget(unsigned long first, unsigned long last, unsigned long flags);
 
 /* agg_threads.c */
 void agg_thread_resumed(struct agg_fiber *f);

@@ -105,9 +105,6 @@ static void ring_move(struct io_uring *ring)
         ring->ring_fd = ring->enter_ring_fd = (int)n;
 }
 
-#define CLOSE_RANGE_UNSHARE_ (1U << 1)
-#define CLOSE_RANGE_CLOEXEC_ (1U << 2)
-
 /* close_range over [first, last] except the kept rings' descriptors. */
 static long close_around(unsigned first, unsigned last, unsigned flags)
 {

@@ -610,11 +610,11 @@ static void forget_fd(long fd)
 
 /* close_range(first, last, flags): what it closes is forgotten, as close's
  * is (a number closed and made again by a call the engine does not see,
- * inotify_init or pidfd_open, kept what the engine knew of the closed one: a read of
- * it was tried as a socket's, and failed ENOTSOCK). */
+ * inotify_init or pidfd_open, kept what the engine knew of the closed one:
+ * a read of it was tried as a socket's, and failed ENOTSOCK). */
 void agg_fds_forget(unsigned long first, unsigned long last, unsigned long flags)
 {
-    if (flags & (1UL << 2) /* CLOSE_RANGE_CLOEXEC: closes nothing now */)
+    if (flags & CLOSE_RANGE_CLOEXEC_)  /* closes nothing now */
         return;
     for (unsigned long fd = first; fd <= last && fd < FD_MAX; fd++)
         __atomic_store_n(&fd_state[fd], 0, __ATOMIC_RELAXED);
@@ -624,7 +624,9 @@ void agg_fds_forget(unsigned long first, unsigned long last, unsigned long flags
  * could run while its call waits, nor join it in a batch, so the ring
  * would only add a crossing and two switches to each call (postgres's
  * backends, single-threaded, ran a third fewer transactions).  Its calls
- * run natively until it makes a thread or a fiber. */
+ * run natively until it makes a thread or a fiber.  Its carrier's count
+ * is enough for fibers of the API: in the fiber world they are made only
+ * by ferry_fiber_spawn, on the spawning fiber's carrier, and never move. */
 static int alone(const struct agg_fiber *f, struct agg_carrier *c)
 {
     return f->thread && __atomic_load_n(&agg_threads_alive, __ATOMIC_ACQUIRE) == 1 &&

@@ -600,6 +600,7 @@ CASES = {
     "lsfd": lsfd,
 }
 
+
 def keep_company():
     """A second thread for the whole run, natively too, which waits with every
     signal blocked (from its start: blocked once it ran, it could take a
