@@ -25,7 +25,7 @@ CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "
          "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
          "change_user", "spin", "hipri", "rtmax", "rtmax_default", "poll_restart", "poll_timeout", "siginfo",
          "epoll", "bad_descriptors", "fifo_opens", "file_opens", "exit_releases",
-         "spawn_failures"]
+         "spawn_failures", "files_without_read", "terminal_reads", "background_read"]
 PROFILES = ["fibers", "two-carriers", "aggregate"]
 
 

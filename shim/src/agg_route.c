@@ -27,6 +27,8 @@
 #define RWF_HIPRI_ 1
 #define ERESTARTSYS_ 512             /* the kernel's own, never a call's result */
 #define ERESTART_RESTARTBLOCK_ 516
+#define TCGETS_ 0x5401
+#define TIOCGPGRP_ 0x540f
 
 /* What the engine knows of a descriptor: a socket given a receive (1) or
  * send (2) timeout by a fiber (io_uring ignores SO_RCVTIMEO/SO_SNDTIMEO),
@@ -42,11 +44,15 @@
 #define FD_REGULAR 32     /* known with FD_KNOWN */
 #define FD_PROC 64        /* known with FD_KNOWN: a file of /proc */
 #define FD_FLAGS 128      /* FD_NONBLOCK is known (from the call that made the descriptor) */
+#define FD_READ_WORKER 256   /* known with FD_KNOWN: reads run on a worker (see odd_file) */
+#define FD_WRITE_WORKER 512  /* known with FD_KNOWN: writes run on a worker */
+#define FD_TTY 1024          /* known with FD_KNOWN: a terminal */
 /* a struct stat's st_dev holds the kernel's new_encode_dev(): major in bits 8..19 */
 #define DEV_MAJOR(dev) ((unsigned)((dev) >> 8 & 0xfff))
 #define PROC_SUPER_MAGIC 0x9fa0
 #define FD_MAX 65536
-static unsigned char fd_state[FD_MAX];
+typedef uint16_t fd_bits;
+static fd_bits fd_state[FD_MAX];
 
 /* SQEs are written and copied a word at a time */
 typedef uint64_t __attribute__((may_alias)) sqe_word;
@@ -86,25 +92,64 @@ static int timeo(long fd, int dir)
 
 /* The engine's own question about a fiber's descriptor: a system call its
  * carrier makes, so a crossing like any other. */
-static long ask(long nr, long fd, void *buf)
+static long ask(long nr, long fd, void *buf, long n)
 {
     struct agg_fiber *f = agg_self;
     if (f && f->carrier)
         agg_stat(f->carrier->g, AGG_ST(crossings), 1);
-    return ferry_pass6(nr, fd, (long)buf, 0, 0, 0, 0);
+    return ferry_pass6(nr, fd, (long)buf, n, 0, 0, 0);
+}
+
+/* io_uring reads a file that cannot say EAGAIN (no FMODE_NOWAIT) once it
+ * polls readable.  That is the call's own meaning only where the read
+ * waits for exactly that.  It is not so for a file without read at all (an
+ * epoll or pid descriptor: read says EINVAL at once) nor for a terminal in
+ * raw mode with VMIN 0 (read returns 0 at once, or when VTIME ends): the
+ * call waited for a readiness that may never come, and hung.  Such calls
+ * run on a worker, as the program's thread would run them.  So do those of
+ * every anonymous inode whose calls have not been checked to wait as the
+ * ring waits (a perf counter, an io_uring, a driver's), and every write but
+ * an eventfd's.  Which anonymous inode a descriptor is, is the name its
+ * /proc link gives; without /proc, it is one not checked. */
+static fd_bits odd_file(long fd, unsigned mode)
+{
+    if (S_ISCHR(mode)) {
+        char tio[60];  /* struct termios */
+        return ask(SYS_ioctl, fd, (void *)TCGETS_, (long)tio) == 0 ? FD_TTY | FD_READ_WORKER : 0;
+    }
+    if (mode & S_IFMT)
+        return 0;
+    static const char *const waits_to_read[] = {"[eventfd]", "[timerfd]", "[signalfd]", "inotify",
+                                                "[fanotify]", "[userfaultfd]"};
+    char path[32] = "/proc/self/fd/", name[64];
+    struct ferry_buf b = {path, 14, sizeof(path) - 1, 0};
+    ferry_buf_u64(&b, (uint64_t)fd);
+    path[b.len] = 0;
+    long n = ask(SYS_readlink, (long)path, name, sizeof(name));
+    fd_bits st = FD_READ_WORKER | FD_WRITE_WORKER;
+    if (n <= 11 || !ferry_memeq(name, "anon_inode:", 11))
+        return st;
+    const char *kind = name + 11;
+    size_t len = (size_t)(n - 11);
+    for (unsigned i = 0; i < sizeof(waits_to_read) / sizeof(waits_to_read[0]); i++)
+        if (len == ferry_strlen(waits_to_read[i]) && ferry_memeq(kind, waits_to_read[i], len))
+            st = FD_WRITE_WORKER;
+    if (len == 9 && ferry_memeq(kind, "[eventfd]", 9))
+        st = 0;  /* a write waits for room, as its poll says */
+    return st;
 }
 
 static int nonblocking(long fd)
 {
     if (fd < 0 || fd >= FD_MAX)
         return 0;
-    unsigned char st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
+    fd_bits st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
     if (!(st & FD_KNOWN)) {
         long fl = (st & FD_NONBLOCK) ? O_NONBLOCK : 0;
-        if (!(st & FD_FLAGS) && (fl = ask(SYS_fcntl, fd, (void *)F_GETFL)) < 0)
+        if (!(st & FD_FLAGS) && (fl = ask(SYS_fcntl, fd, (void *)F_GETFL, 0)) < 0)
             return 0;  /* EBADF and the like: the operation says it too */
         struct stat sb;
-        int known = ask(SYS_fstat, fd, &sb) == 0;
+        int known = ask(SYS_fstat, fd, &sb, 0) == 0;
         int sock = known && S_ISSOCK(sb.st_mode);
         int reg = known && S_ISREG(sb.st_mode);
         /* /proc describes the thread that reads it: read on an io_uring
@@ -113,10 +158,11 @@ static int nonblocking(long fd)
          * device (major 0), as tmpfs and overlayfs: only those are asked. */
         long sfs[15];  /* struct statfs: f_type first */
         int proc = reg && DEV_MAJOR(sb.st_dev) == 0 &&
-                   ask(SYS_fstatfs, fd, sfs) == 0 &&
+                   ask(SYS_fstatfs, fd, sfs, 0) == 0 &&
                    sfs[0] == PROC_SUPER_MAGIC;
         st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
-             (reg ? FD_REGULAR : 0) | (proc ? FD_PROC : 0);
+             (reg ? FD_REGULAR : 0) | (proc ? FD_PROC : 0) |
+             (known ? odd_file(fd, sb.st_mode) : 0);
         __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
     }
     return !!(st & FD_NONBLOCK);
@@ -134,6 +180,18 @@ static int blocking_socket(long fd)
            !timeo(fd, FD_TIMEO_W);
 }
 
+/* A terminal of which the process is in the background: reading it stops
+ * the process (SIGTTIN), as may writing (SIGTTOU, with TOSTOP).  The kernel
+ * sends these only to a thread that has them unblocked, and io_uring's
+ * threads and the engine's workers block every signal: there the call
+ * would fail EIO, or write, where natively the process stops. */
+static int background_tty(long fd)
+{
+    int pgrp;
+    return ask(SYS_ioctl, fd, (void *)TIOCGPGRP_, (long)&pgrp) == 0 &&
+           pgrp != ask(SYS_getpgrp, 0, 0, 0);
+}
+
 /* The call may wait on fd: io_uring must wait as the call would. */
 static enum agg_tr blocking_io(long fd, int dir)
 {
@@ -141,6 +199,11 @@ static enum agg_tr blocking_io(long fd, int dir)
         return AGG_TR_WORKER;
     if (nonblocking(fd) || proc_file(fd))
         return AGG_TR_NATIVE;
+    fd_bits st = fd >= 0 && fd < FD_MAX ? __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) : 0;
+    if ((st & FD_TTY) && background_tty(fd))
+        return AGG_TR_NATIVE;
+    if (st & (dir == FD_TIMEO_R ? FD_READ_WORKER : FD_WRITE_WORKER))
+        return AGG_TR_WORKER;
     return AGG_TR_RING;
 }
 
@@ -640,7 +703,7 @@ static void new_fd(long nr, const long *a, long fd)
 {
     if (fd < 0 || fd >= FD_MAX)
         return;
-    unsigned char st;
+    fd_bits st;
     switch (nr) {
     case SYS_socket:
         st = FD_KNOWN | FD_FLAGS | FD_SOCKET | ((a[1] & SOCK_NONBLOCK) ? FD_NONBLOCK : 0);
@@ -665,16 +728,18 @@ static void new_fd(long nr, const long *a, long fd)
 }
 
 /* A fiber's own fstat of a descriptor whose kind is not known yet says it:
- * a file with a device is no /proc file; one without is left to learn. */
+ * a file with a device is no /proc file; one without, an anonymous inode's
+ * (which may have no read or write) and a device (a terminal?) are left to
+ * learn. */
 static void learn_from_stat(long fd, unsigned mode, unsigned dev_major)
 {
     if (fd < 0 || fd >= FD_MAX)
         return;
-    unsigned char st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
+    fd_bits st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
     if ((st & FD_KNOWN) || !(st & FD_FLAGS))
         return;
     int reg = S_ISREG(mode), sock = S_ISSOCK(mode);
-    if (reg && dev_major == 0)
+    if ((reg && dev_major == 0) || !(mode & S_IFMT) || S_ISCHR(mode))
         return;
     __atomic_or_fetch(&fd_state[fd], FD_KNOWN | (reg ? FD_REGULAR : 0) | (sock ? FD_SOCKET : 0),
                       __ATOMIC_RELAXED);
@@ -1009,7 +1074,7 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
      * as 0xffffffff, and bits above it are not the kernel's) */
     long nr = r->rax, fd = (int)r->rdi;
     int ours = fd >= 0 && fd < FD_MAX;   /* else the routed call says EBADF */
-    unsigned char st = ours ? __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) : 0;
+    fd_bits st = ours ? __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) : 0;
     switch (nr) {
     case SYS_open:
     case SYS_openat:

@@ -572,6 +572,113 @@ def spawn_failures():
     print("not found", missing, "worker steps", len(steps), "last exit", last)
 
 
+def outcome(call):
+    try:
+        return repr(call())
+    except OSError as e:
+        return errno.errorcode.get(e.errno)
+
+
+def perf_counter():
+    """A software counter of this thread (perf_event_open), or None where
+    the kernel refuses (perf_event_paranoid)."""
+    attr = ctypes.create_string_buffer(128)
+    ctypes.c_uint32.from_buffer(attr, 0).value = 1     # PERF_TYPE_SOFTWARE
+    ctypes.c_uint32.from_buffer(attr, 4).value = 128   # its size
+    ctypes.c_uint64.from_buffer(attr, 8).value = 0     # PERF_COUNT_SW_CPU_CLOCK
+    fd = libc.syscall(298, attr, 0, -1, -1, ctypes.c_ulong(8))   # PERF_FLAG_FD_CLOEXEC
+    return fd if fd >= 0 else None
+
+
+def files_without_read():
+    """Files whose read does not wait for them to poll ready, as io_uring
+    does: the kernel says EINVAL at once to a file that has no read at all,
+    where the ring waited for an epoll descriptor with nothing ready, or a
+    live process's pidfd, to poll readable: it hung.  Also a perf counter,
+    read at once, and a timerfd's write, which it has not got, run as the
+    engine sends every anonymous file it has not checked."""
+    child = subprocess.Popen(["sleep", "30"])
+    ep = select.epoll()
+    counter = perf_counter()
+    if counter is None:
+        print("perf counter unavailable")
+    else:
+        print("perf counter read", len(os.read(counter, 8)))
+    timer = libc.timerfd_create(1, 0)    # CLOCK_MONOTONIC, never set: its read would wait
+    print("timerfd write", outcome(lambda: os.write(timer, b"x" * 8)))
+    for name, fd in (("pidfd", os.pidfd_open(child.pid)), ("epoll", ep.fileno())):
+        buf = bytearray(8)
+        print(name, "read", outcome(lambda: os.read(fd, 8)),
+              "readv", outcome(lambda: os.readv(fd, [buf])),
+              "pread", outcome(lambda: os.pread(fd, 8, 0)),
+              "write", outcome(lambda: os.write(fd, b"x")),
+              "writev", outcome(lambda: os.writev(fd, [b"x"])))
+    child.kill()
+    child.wait()
+
+
+def raw_terminal(fd, vtime):
+    import termios
+    attrs = termios.tcgetattr(fd)
+    attrs[3] &= ~(termios.ICANON | termios.ECHO)
+    attrs[6][termios.VMIN] = 0
+    attrs[6][termios.VTIME] = vtime
+    termios.tcsetattr(fd, termios.TCSANOW, attrs)
+
+
+def terminal_reads():
+    """A terminal in raw mode with VMIN 0: read returns 0 at once (VTIME 0)
+    or when VTIME ends, where io_uring waited for input: it hung."""
+    master, slave = os.openpty()
+    for vtime in (0, 2):
+        raw_terminal(slave, vtime)
+        print("VTIME", vtime, "read", outcome(lambda: os.read(slave, 10)))
+    os.write(master, b"typed")
+    print("then", outcome(lambda: os.read(slave, 10)))
+
+
+def background_read():
+    """A process in the background of its terminal that reads it is stopped
+    by SIGTTIN, as natively: a thread that blocks every signal (io_uring's,
+    the engine's workers) would be told EIO instead.  So is one that writes
+    it with TOSTOP set, by SIGTTOU."""
+    import termios
+    master, slave = os.openpty()
+    attrs = termios.tcgetattr(slave)
+    attrs[3] |= termios.TOSTOP
+    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    name = os.ttyname(slave)
+    for how in ("read", "write"):
+        background_job(name, how)
+
+
+def background_job(name, how):
+    leader = os.fork()
+    if leader == 0:
+        os.setsid()
+        tty = os.open(name, os.O_RDWR)          # the session's terminal now
+        reader = os.fork()
+        if reader == 0:
+            os.setpgid(0, 0)                    # a background job of the session
+            keep_company()
+            call = (lambda: os.read(tty, 10)) if how == "read" else (lambda: os.write(tty, b"x"))
+            print(how, outcome(call), flush=True)
+            os._exit(0)
+        # bounded: this session is out of reach of the test's timeout
+        for _ in range(200):
+            pid, status = os.waitpid(reader, os.WUNTRACED | os.WNOHANG)
+            if pid:
+                break
+            time.sleep(0.1)
+        print(how, "still running after 20 s" if not pid else
+              "stopped by " + signal.Signals(os.WSTOPSIG(status)).name
+              if os.WIFSTOPPED(status) else f"status {status}", flush=True)
+        os.kill(reader, signal.SIGKILL)
+        os.waitpid(reader, 0)
+        os._exit(0)
+    os.waitpid(leader, 0)
+
+
 CASES = {
     "spawn_failures": spawn_failures,
     "exit_releases": exit_releases,
@@ -598,6 +705,9 @@ CASES = {
     "epoll": epoll_cases,
     "rtmax_default": rtmax_default,
     "lsfd": lsfd,
+    "files_without_read": files_without_read,
+    "terminal_reads": terminal_reads,
+    "background_read": background_read,
 }
 
 
