@@ -131,6 +131,8 @@ struct agg_fiber {
                                      more connections wait; 0: none */
     int read_miss;                /* 1 + the socket whose last quiet read found nothing */
     unsigned read_skips;          /* ... its reads that go to the ring without a try */
+    int wait_miss;                /* 1 + the epoll descriptor whose last quiet look found nothing */
+    unsigned wait_skips;          /* ... its waits that go to the ring without a look */
 };
 
 /* What another carrier (or a thread outside) asks of a fiber's own carrier:

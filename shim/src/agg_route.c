@@ -47,6 +47,10 @@
 #define FD_READ_WORKER 256   /* known with FD_KNOWN: reads run on a worker (see odd_file) */
 #define FD_WRITE_WORKER 512  /* known with FD_KNOWN: writes run on a worker */
 #define FD_TTY 1024          /* known with FD_KNOWN: a terminal */
+#define FD_DISK 2048         /* known with FD_KNOWN: a regular file of a block device's filesystem */
+#define FD_SYNC 4096         /* O_DIRECT, O_SYNC or O_DSYNC (known with FD_FLAGS or FD_KNOWN):
+                                its writes wait for the device */
+#define SYNC_FLAGS (O_DIRECT | O_SYNC | O_DSYNC)
 /* a struct stat's st_dev holds the kernel's new_encode_dev(): major in bits 8..19 */
 #define DEV_MAJOR(dev) ((unsigned)((dev) >> 8 & 0xfff))
 #define PROC_SUPER_MAGIC 0x9fa0
@@ -162,6 +166,7 @@ static int nonblocking(long fd)
                    sfs[0] == PROC_SUPER_MAGIC;
         st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
              (reg ? FD_REGULAR : 0) | (proc ? FD_PROC : 0) |
+             (reg && DEV_MAJOR(sb.st_dev) != 0 ? FD_DISK : 0) | ((fl & SYNC_FLAGS) ? FD_SYNC : 0) |
              (known ? odd_file(fd, sb.st_mode) : 0);
         __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
     }
@@ -715,10 +720,10 @@ static void new_fd(long nr, const long *a, long fd)
         st = FD_KNOWN | FD_FLAGS | FD_SOCKET;
         break;
     case SYS_open:
-        st = FD_FLAGS | ((a[1] & O_NONBLOCK) ? FD_NONBLOCK : 0);
+        st = FD_FLAGS | ((a[1] & O_NONBLOCK) ? FD_NONBLOCK : 0) | ((a[1] & SYNC_FLAGS) ? FD_SYNC : 0);
         break;
     case SYS_openat:
-        st = FD_FLAGS | ((a[2] & O_NONBLOCK) ? FD_NONBLOCK : 0);
+        st = FD_FLAGS | ((a[2] & O_NONBLOCK) ? FD_NONBLOCK : 0) | ((a[2] & SYNC_FLAGS) ? FD_SYNC : 0);
         break;
     default:            /* creat: O_WRONLY, blocking */
         st = FD_FLAGS;
@@ -741,7 +746,7 @@ static void learn_from_stat(long fd, unsigned mode, unsigned dev_major)
     int reg = S_ISREG(mode), sock = S_ISSOCK(mode);
     if ((reg && dev_major == 0) || !(mode & S_IFMT) || S_ISCHR(mode))
         return;
-    __atomic_or_fetch(&fd_state[fd], FD_KNOWN | (reg ? FD_REGULAR : 0) | (sock ? FD_SOCKET : 0),
+    __atomic_or_fetch(&fd_state[fd], FD_KNOWN | (reg ? FD_REGULAR | FD_DISK : 0) | (sock ? FD_SOCKET : 0),
                       __ATOMIC_RELAXED);
 }
 
@@ -1053,6 +1058,42 @@ static int recv_now(struct ferry_group *g, struct ferry_regs *r, long fd)
     return 1;
 }
 
+/* An epoll_wait alone on its carrier, with a timeout (or none): a look
+ * first (timeout 0, which gives what the wait would give at once: the
+ * events ready, or the wait's own error).  An event loop under load finds
+ * events ready when it comes back to wait (redis, between two clients'
+ * commands), and its wait then costs one call instead of a ring round
+ * trip.  After a look that found nothing, the next waits on that
+ * descriptor go to the ring at once (8, then a look again), as reads do.
+ * 1 when the look answered; 0 to route the wait. */
+static int epoll_now(struct ferry_group *g, struct ferry_regs *r, long fd)
+{
+    long nr = r->rax;
+    if (nr != SYS_epoll_wait && r->r8)
+        return 0;   /* a signal mask to wait with: a worker's */
+    if (nr == SYS_epoll_pwait2) {
+        struct __kernel_timespec ts;
+        if (r->r10 && (read_ts(&ts, r->r10) || (!ts.tv_sec && !ts.tv_nsec)))
+            return 0;   /* a bad timeout, or a look already: made natively */
+    } else if ((int)r->r10 == 0) {
+        return 0;
+    }
+    struct agg_fiber *f = agg_self;
+    if (f->wait_miss == fd + 1 && f->wait_skips) {
+        f->wait_skips--;
+        return 0;
+    }
+    long n = direct(g, SYS_epoll_wait, fd, r->rsi, r->rdx, 0, 0, 0);
+    if (n == 0) {
+        f->wait_miss = (int)fd + 1;
+        f->wait_skips = READ_SKIPS;
+        return 0;
+    }
+    f->wait_miss = 0;
+    r->rax = n;
+    return 1;
+}
+
 /* The quiet path holds while the carrier's ring entries carry fewer than
  * two calls on average: at one connection there is nothing to batch with,
  * while under load a run queue that empties for a moment does not mean the
@@ -1108,6 +1149,22 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
         if (nr == SYS_read && (st & FD_REGULAR) && !(st & FD_PROC))
             return read_file_now(g, r);
         return 0;
+    case SYS_write:
+    case SYS_pwrite64:
+        /* a file of a local disk (ext4 has no RWF_NOWAIT for a buffered
+         * write): on the ring, io_uring hands such a write to an io-wq
+         * thread, and two thread wakes cost more than the write */
+        if (!ours || nonblocking(fd))
+            return 0;
+        st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
+        if ((st & (FD_DISK | FD_SYNC)) != FD_DISK)
+            return 0;
+        r->rax = native(g, r);
+        return 1;
+    case SYS_epoll_wait:
+    case SYS_epoll_pwait:
+    case SYS_epoll_pwait2:
+        return ours && epoll_now(g, r, fd);
     case SYS_writev:
         if (r->rdx <= 0 || r->rdx > 1024 || !blocking_socket(fd)) {
             return 0;
