@@ -83,6 +83,13 @@ struct agg_req {
 
 enum agg_fiber_state { AGG_READY = 1, AGG_RUNNING, AGG_PARKED, AGG_DONE };
 
+/* A call the quiet path tries without waiting, on one descriptor: after a
+ * try that found nothing, the next calls on it skip the try. */
+struct agg_try {
+    int miss;                     /* 1 + the descriptor whose last try found nothing */
+    unsigned skips;               /* ... its calls that go to the ring without a try */
+};
+
 struct agg_fiber {
     struct agg_ctx ctx;
     struct agg_carrier *carrier;
@@ -129,10 +136,8 @@ struct agg_fiber {
     uint32_t rq_at;               /* a fiber that stays: the ring position it comes after */
     int accept_more;              /* 1 + the listening socket whose last accept said that
                                      more connections wait; 0: none */
-    int read_miss;                /* 1 + the socket whose last quiet read found nothing */
-    unsigned read_skips;          /* ... its reads that go to the ring without a try */
-    int wait_miss;                /* 1 + the epoll descriptor whose last quiet look found nothing */
-    unsigned wait_skips;          /* ... its waits that go to the ring without a look */
+    struct agg_try read_try;      /* the quiet path's reads of a socket (agg_route.c) */
+    struct agg_try wait_try;      /* ... and its looks before an epoll_wait */
 };
 
 /* What another carrier (or a thread outside) asks of a fiber's own carrier:

@@ -733,9 +733,9 @@ static void new_fd(long nr, const long *a, long fd)
 }
 
 /* A fiber's own fstat of a descriptor whose kind is not known yet says it:
- * a file with a device is no /proc file; one without, an anonymous inode's
- * (which may have no read or write) and a device (a terminal?) are left to
- * learn. */
+ * a regular file with a device is no /proc file, and one of a block
+ * device's filesystem; one without, an anonymous inode's (which may have no
+ * read or write) and a device (a terminal?) are left to learn. */
 static void learn_from_stat(long fd, unsigned mode, unsigned dev_major)
 {
     if (fd < 0 || fd >= FD_MAX)
@@ -1032,28 +1032,42 @@ static int open_now(struct ferry_group *g, struct ferry_regs *r)
     return 1;
 }
 
+/* After a try that found nothing, the next calls on that descriptor skip
+ * the try: 8, then a try again. */
+#define TRY_SKIPS 8
+
+/* Whether a call on fd skips its try; else the try is made, and
+ * tried() says what it found. */
+static int skip_try(struct agg_try *t, long fd)
+{
+    if (t->miss == fd + 1 && t->skips) {
+        t->skips--;
+        return 1;
+    }
+    return 0;
+}
+
+static void tried(struct agg_try *t, long fd, int found)
+{
+    t->miss = found ? 0 : (int)fd + 1;
+    t->skips = found ? 0 : TRY_SKIPS;
+}
+
 /* A read of a blocking socket, tried without waiting.  A request-response
  * peer has sent nothing yet when its server reads right after answering:
  * after a try that found nothing, the next reads of that socket go to the
  * ring at once (8, then the try again), so that such a connection costs one
  * failed try in 9 reads and not one in each. */
-#define READ_SKIPS 8
-
 static int recv_now(struct ferry_group *g, struct ferry_regs *r, long fd)
 {
     struct agg_fiber *f = agg_self;
-    if (f->read_miss == fd + 1 && f->read_skips) {
-        f->read_skips--;
+    if (skip_try(&f->read_try, fd))
         return 0;
-    }
     long n = direct(g, SYS_recvfrom, fd, r->rsi, r->rdx,
                     (r->rax == SYS_recvfrom ? r->r10 : 0) | MSG_DONTWAIT, 0, 0);
-    if (n == -EAGAIN) {
-        f->read_miss = (int)fd + 1;
-        f->read_skips = READ_SKIPS;
+    tried(&f->read_try, fd, n != -EAGAIN);
+    if (n == -EAGAIN)
         return 0;
-    }
-    f->read_miss = 0;
     r->rax = n;
     return 1;
 }
@@ -1079,17 +1093,12 @@ static int epoll_now(struct ferry_group *g, struct ferry_regs *r, long fd)
         return 0;
     }
     struct agg_fiber *f = agg_self;
-    if (f->wait_miss == fd + 1 && f->wait_skips) {
-        f->wait_skips--;
+    if (skip_try(&f->wait_try, fd))
         return 0;
-    }
     long n = direct(g, SYS_epoll_wait, fd, r->rsi, r->rdx, 0, 0, 0);
-    if (n == 0) {
-        f->wait_miss = (int)fd + 1;
-        f->wait_skips = READ_SKIPS;
+    tried(&f->wait_try, fd, n != 0);
+    if (n == 0)
         return 0;
-    }
-    f->wait_miss = 0;
     r->rax = n;
     return 1;
 }
