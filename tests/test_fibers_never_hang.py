@@ -219,6 +219,8 @@ def test_a_call_alone_on_its_carrier_makes_no_ring_round_trip(what, tmp_path):
       - append: a write to a file of a local disk, which io_uring too
         hands to an io-wq thread (ext4 cannot write a page-cache page
         without perhaps waiting); the file must hold what it holds natively."""
+    if what == "append" and os.major(tmp_path.stat().st_dev) == 0:
+        pytest.skip(f"{tmp_path} is on no block device (tmpfs, overlayfs): its writes go to the ring")
     target = tmp_path / "page.html"
     target.write_text("<p>hello</p>\n")
     argv = [PROGRAMS / "quiet_calls", what, target, 300]

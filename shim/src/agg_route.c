@@ -212,6 +212,26 @@ static enum agg_tr blocking_io(long fd, int dir)
     return AGG_TR_RING;
 }
 
+/* A small buffered write to a file of a block device's filesystem (ext4,
+ * xfs; after blocking_io, which learns the file): io_uring cannot write
+ * such a file without perhaps waiting (ext4 has no RWF_NOWAIT for a
+ * buffered write), so it hands the write to an io-wq thread, and queues the
+ * writes of one file behind each other there.  Two thread wakes cost more
+ * than copying a few KiB into the page cache: nginx's access log under
+ * -p fibers took 126 us a line.  Made natively, on the carrier.  Not so
+ * O_DIRECT, O_SYNC or O_DSYNC (they wait for the device), a file of tmpfs,
+ * NFS or FUSE (no device number: their writes may wait on another party),
+ * or a large write (the kernel may pause a writer that dirties much, and
+ * the carrier's other fibers would wait with it). */
+#define LOCAL_WRITE_MAX (64 * 1024)
+
+static int local_write(long fd, long len)
+{
+    if (fd < 0 || fd >= FD_MAX || (unsigned long)len > LOCAL_WRITE_MAX)
+        return 0;
+    return (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & (FD_DISK | FD_SYNC)) == FD_DISK;
+}
+
 #define CHECK_IO(fd, dir)                         \
     do {                                          \
         enum agg_tr t_ = blocking_io((fd), (dir)); \
@@ -293,6 +313,8 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         break;
     case SYS_write:
         CHECK_IO(a[0], FD_TIMEO_W);
+        if (local_write(a[0], a[2]))
+            return AGG_TR_NATIVE;
         rw(s, IORING_OP_WRITE, a[0], (void *)a[1], clamp_len(a[2]), (uint64_t)-1);
         prio = 1;
         break;
@@ -301,6 +323,8 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         if (a[3] < 0)
             return AGG_TR_NATIVE;  /* EINVAL; -1 would mean "file position" to io_uring */
         CHECK_IO(a[0], nr == SYS_pread64 ? FD_TIMEO_R : FD_TIMEO_W);
+        if (nr == SYS_pwrite64 && local_write(a[0], a[2]))
+            return AGG_TR_NATIVE;
         rw(s, nr == SYS_pread64 ? IORING_OP_READ : IORING_OP_WRITE, a[0], (void *)a[1],
            clamp_len(a[2]), (uint64_t)a[3]);
         prio = 1;
@@ -1158,18 +1182,6 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
         if (nr == SYS_read && (st & FD_REGULAR) && !(st & FD_PROC))
             return read_file_now(g, r);
         return 0;
-    case SYS_write:
-    case SYS_pwrite64:
-        /* a file of a local disk (ext4 has no RWF_NOWAIT for a buffered
-         * write): on the ring, io_uring hands such a write to an io-wq
-         * thread, and two thread wakes cost more than the write */
-        if (!ours || nonblocking(fd))
-            return 0;
-        st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
-        if ((st & (FD_DISK | FD_SYNC)) != FD_DISK)
-            return 0;
-        r->rax = native(g, r);
-        return 1;
     case SYS_epoll_wait:
     case SYS_epoll_pwait:
     case SYS_epoll_pwait2:
