@@ -126,4 +126,3 @@ def test_a_programs_only_thread_makes_its_calls_natively(traced, tmp_path):
         assert (got[name]["calls"], got[name]["errors"]) == \
             (traced[name]["calls"], traced[name]["errors"]), name
     assert "a thread alone in its process makes its calls natively" in " ".join(report(out).split())
-

@@ -275,4 +275,3 @@ def test_a_descriptor_number_made_again_is_not_taken_for_the_old_one(tmp_path, t
         results.append(run([str(a) for a in argv], tmp_path)[:2])
     assert results[0] == (0, b"read of the inotify descriptor: IN_CREATE made\n"), results
     assert results[1] == results[0], results
-

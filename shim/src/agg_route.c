@@ -123,24 +123,31 @@ static fd_bits odd_file(long fd, unsigned mode)
     }
     if (mode & S_IFMT)
         return 0;
-    static const char *const waits_to_read[] = {"[eventfd]", "[timerfd]", "[signalfd]", "inotify",
-                                                "[fanotify]", "[userfaultfd]"};
-    char path[32] = "/proc/self/fd/", name[64];
-    struct ferry_buf b = {path, 14, sizeof(path) - 1, 0};
+    /* the kinds checked, and what of theirs still goes to a worker: an
+     * eventfd's write waits for room as its poll says; the others' writes,
+     * where they have one, were not checked */
+    static const struct {
+        const char *name;
+        fd_bits st;
+    } checked[] = {
+        {"anon_inode:[eventfd]", 0},
+        {"anon_inode:[timerfd]", FD_WRITE_WORKER},
+        {"anon_inode:[signalfd]", FD_WRITE_WORKER},
+        {"anon_inode:inotify", FD_WRITE_WORKER},
+        {"anon_inode:[fanotify]", FD_WRITE_WORKER},
+        {"anon_inode:[userfaultfd]", FD_WRITE_WORKER},
+    };
+    char path[32], name[64];
+    struct ferry_buf b = {path, 0, sizeof(path) - 1, 0};
+    ferry_buf_str(&b, "/proc/self/fd/");
     ferry_buf_u64(&b, (uint64_t)fd);
     path[b.len] = 0;
-    long n = ask(SYS_readlink, (long)path, name, sizeof(name));
-    fd_bits st = FD_READ_WORKER | FD_WRITE_WORKER;
-    if (n <= 11 || !ferry_memeq(name, "anon_inode:", 11))
-        return st;
-    const char *kind = name + 11;
-    size_t len = (size_t)(n - 11);
-    for (unsigned i = 0; i < sizeof(waits_to_read) / sizeof(waits_to_read[0]); i++)
-        if (len == ferry_strlen(waits_to_read[i]) && ferry_memeq(kind, waits_to_read[i], len))
-            st = FD_WRITE_WORKER;
-    if (len == 9 && ferry_memeq(kind, "[eventfd]", 9))
-        st = 0;  /* a write waits for room, as its poll says */
-    return st;
+    long n = ask(SYS_readlink, (long)path, name, sizeof(name));  /* a path in fd's place */
+    for (unsigned i = 0; i < sizeof(checked) / sizeof(checked[0]); i++)
+        if (n > 0 && (size_t)n == ferry_strlen(checked[i].name) &&
+            ferry_memeq(name, checked[i].name, (size_t)n))
+            return checked[i].st;
+    return FD_READ_WORKER | FD_WRITE_WORKER;
 }
 
 static int nonblocking(long fd)
@@ -294,6 +301,27 @@ static void open_sqe(struct io_uring_sqe *s, long dirfd, long path, long mode, l
     s->open_flags = (uint32_t)flags;
     if (!(flags & (O_NONBLOCK | O_PATH | O_DIRECTORY)))
         s->flags = IOSQE_ASYNC;
+}
+
+/* An epoll_wait's, epoll_pwait's or epoll_pwait2's timeout (a[3]). */
+enum epoll_timeout { EPOLL_BAD, EPOLL_LOOK, EPOLL_TIMED, EPOLL_FOREVER };
+
+static enum epoll_timeout epoll_timeout(long nr, const long *a, struct __kernel_timespec *ts)
+{
+    ts->tv_sec = ts->tv_nsec = 0;
+    if (nr == SYS_epoll_pwait2) {
+        if (!a[3])
+            return EPOLL_FOREVER;
+        if (read_ts(ts, a[3]))
+            return EPOLL_BAD;
+    } else {
+        int ms = (int)a[3];
+        if (ms < 0)
+            return EPOLL_FOREVER;
+        ts->tv_sec = ms / 1000;
+        ts->tv_nsec = (long long)(ms % 1000) * 1000000LL;
+    }
+    return ts->tv_sec || ts->tv_nsec ? EPOLL_TIMED : EPOLL_LOOK;
 }
 
 /* Decide (sqe NULL) or fill (sqe given).  `req` NULL: a raw batch, which has
@@ -560,20 +588,11 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
          * signal mask to wait with, or an older kernel: a worker's */
         if (!ok[AGG_OP_EPOLL_WAIT] || (nr != SYS_epoll_wait && a[4]))
             return AGG_TR_WORKER;
-        struct __kernel_timespec ts = {0, 0};
-        int forever;
-        if (nr == SYS_epoll_pwait2) {
-            forever = !a[3];
-            if (!forever && read_ts(&ts, a[3]))
-                return AGG_TR_NATIVE;  /* EFAULT or EINVAL, at once */
-        } else {
-            int ms = (int)a[3];
-            forever = ms < 0;
-            ts.tv_sec = ms / 1000;
-            ts.tv_nsec = (long long)(ms % 1000) * 1000000LL;
-        }
-        if (!forever && !ts.tv_sec && !ts.tv_nsec)
-            return AGG_TR_NATIVE;  /* a look, not a wait */
+        struct __kernel_timespec ts;
+        enum epoll_timeout how = epoll_timeout(nr, a, &ts);
+        int forever = how == EPOLL_FOREVER;
+        if (how == EPOLL_BAD || how == EPOLL_LOOK)
+            return AGG_TR_NATIVE;  /* EFAULT or EINVAL at once; a look, not a wait */
         if (!forever && !req)
             return AGG_TR_WORKER;  /* a raw batch has no room for the timeout */
         if (req) {
@@ -1106,16 +1125,13 @@ static int recv_now(struct ferry_group *g, struct ferry_regs *r, long fd)
  * 1 when the look answered; 0 to route the wait. */
 static int epoll_now(struct ferry_group *g, struct ferry_regs *r, long fd)
 {
-    long nr = r->rax;
+    long nr = r->rax, a[4] = {r->rdi, r->rsi, r->rdx, r->r10};
     if (nr != SYS_epoll_wait && r->r8)
         return 0;   /* a signal mask to wait with: a worker's */
-    if (nr == SYS_epoll_pwait2) {
-        struct __kernel_timespec ts;
-        if (r->r10 && (read_ts(&ts, r->r10) || (!ts.tv_sec && !ts.tv_nsec)))
-            return 0;   /* a bad timeout, or a look already: made natively */
-    } else if ((int)r->r10 == 0) {
-        return 0;
-    }
+    struct __kernel_timespec ts;
+    enum epoll_timeout how = epoll_timeout(nr, a, &ts);
+    if (how == EPOLL_BAD || how == EPOLL_LOOK)
+        return 0;   /* made natively anyway */
     struct agg_fiber *f = agg_self;
     if (skip_try(&f->wait_try, fd))
         return 0;

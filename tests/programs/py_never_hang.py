@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import termios
 import threading
 import time
 
@@ -618,7 +619,6 @@ def files_without_read():
 
 
 def raw_terminal(fd, vtime):
-    import termios
     attrs = termios.tcgetattr(fd)
     attrs[3] &= ~(termios.ICANON | termios.ECHO)
     attrs[6][termios.VMIN] = 0
@@ -642,7 +642,6 @@ def background_read():
     by SIGTTIN, as natively: a thread that blocks every signal (io_uring's,
     the engine's workers) would be told EIO instead.  So is one that writes
     it with TOSTOP set, by SIGTTOU."""
-    import termios
     master, slave = os.openpty()
     attrs = termios.tcgetattr(slave)
     attrs[3] |= termios.TOSTOP
