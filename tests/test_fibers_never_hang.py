@@ -25,7 +25,8 @@ CASES = ["sigsuspend_thread", "sigsuspend_process", "alarm_read", "interrupt", "
          "select_signal", "term_from_outside", "big_writes", "big_stdout", "fork_close_exec",
          "change_user", "spin", "hipri", "rtmax", "rtmax_default", "poll_restart", "poll_timeout", "siginfo",
          "epoll", "bad_descriptors", "fifo_opens", "file_opens", "exit_releases",
-         "spawn_failures", "files_without_read", "terminal_reads", "background_read"]
+         "spawn_failures", "files_without_read", "terminal_reads", "background_read",
+         "eventfd_writes", "sendfile"]
 PROFILES = ["fibers", "two-carriers", "aggregate"]
 
 
@@ -200,6 +201,8 @@ QUIET = {
     "open": b"opened 300\n",
     "epoll": b"waited 300, ready 300\n",
     "append": b"appended 2590 bytes\n",
+    "notify": b"notified 300\n",
+    "send": b"sent 300, same 300\n",
 }
 
 
@@ -218,7 +221,13 @@ def test_a_call_alone_on_its_carrier_makes_no_ring_round_trip(what, tmp_path):
         0), as an event loop under load finds them (redis).
       - append: a write to a file of a local disk, which io_uring too
         hands to an io-wq thread (ext4 cannot write a page-cache page
-        without perhaps waiting); the file must hold what it holds natively."""
+        without perhaps waiting); the file must hold what it holds natively.
+      - notify: a write of 1 to a blocking eventfd, a thread pool's "job
+        done". io_uring has no write of an eventfd that cannot wait: it
+        polled, failed again and went to io-wq, 100 us a write (nginx's
+        `aio threads` at a third of its native rate).
+      - send: a sendfile of a cached page to a nonblocking socket, which a
+        worker thread made (nginx's thread pool sends each file so)."""
     if what == "append" and os.major(tmp_path.stat().st_dev) == 0:
         pytest.skip(f"{tmp_path} is on no block device (tmpfs, overlayfs): its writes go to the ring")
     target = tmp_path / "page.html"

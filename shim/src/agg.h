@@ -62,6 +62,8 @@ struct agg_req {
                                      fiber runs first once it completes */
     int cancel;                   /* a signal for the fiber: a worker's call ends with EINTR */
     int worker_tid;               /* the worker running it (0: queued, -1: finished) */
+    const struct ferry_regs *regs;  /* a fiber's call, whose arguments ferry_read_arg reads
+                                       (0: the API's) */
     /* room for translations that need a kernel structure */
     struct {
         void *name;
@@ -247,6 +249,9 @@ struct agg_carrier {
     /* calls per ring entry lately (a moving average, 1/16ths): the quiet
      * path is taken while batches stay near one call (agg_route.c) */
     unsigned batch_avg16;
+    /* where the page-cache check of a sendfile reads to (agg_route.c): the
+     * program's stack, where the call is made, may be a small one */
+    char probe[4096];
 };
 
 struct agg_counters {

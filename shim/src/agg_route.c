@@ -19,6 +19,7 @@
 #include "util.h"
 
 #define MAX_RW 0x7ffff000L          /* the kernel's MAX_RW_COUNT */
+#define POLLOUT_ 0x004
 #define POLLERR 0x008
 #define POLLHUP 0x010
 #define POLLNVAL 0x020
@@ -50,6 +51,7 @@
 #define FD_DISK 2048         /* known with FD_KNOWN: a regular file of a block device's filesystem */
 #define FD_SYNC 4096         /* O_DIRECT, O_SYNC or O_DSYNC (known with FD_FLAGS or FD_KNOWN):
                                 its writes wait for the device */
+#define FD_EVENTFD 8192      /* known with FD_KNOWN: an eventfd (see eventfd_room) */
 #define SYNC_FLAGS (O_DIRECT | O_SYNC | O_DSYNC)
 /* a struct stat's st_dev holds the kernel's new_encode_dev(): major in bits 8..19 */
 #define DEV_MAJOR(dev) ((unsigned)((dev) >> 8 & 0xfff))
@@ -57,6 +59,20 @@
 #define FD_MAX 65536
 typedef uint16_t fd_bits;
 static fd_bits fd_state[FD_MAX];
+
+struct kiovec {
+    const char *base;
+    size_t len;
+};
+struct kmsghdr {
+    void *name;
+    uint32_t namelen;
+    struct kiovec *iov;
+    size_t iovlen;
+    void *control;
+    size_t controllen;
+    int flags;
+};
 
 /* SQEs are written and copied a word at a time */
 typedef uint64_t __attribute__((may_alias)) sqe_word;
@@ -96,13 +112,15 @@ static int timeo(long fd, int dir)
 
 /* The engine's own question about a fiber's descriptor: a system call its
  * carrier makes, so a crossing like any other. */
-static long ask(long nr, long fd, void *buf, long n)
+static long ask6(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
 {
     struct agg_fiber *f = agg_self;
     if (f && f->carrier)
         agg_stat(f->carrier->g, AGG_ST(crossings), 1);
-    return ferry_pass6(nr, fd, (long)buf, n, 0, 0, 0);
+    return ferry_pass6(nr, a0, a1, a2, a3, a4, a5);
 }
+
+static long ask(long nr, long fd, void *buf, long n) { return ask6(nr, fd, (long)buf, n, 0, 0, 0); }
 
 /* io_uring reads a file that cannot say EAGAIN (no FMODE_NOWAIT) once it
  * polls readable.  That is the call's own meaning only where the read
@@ -124,13 +142,13 @@ static fd_bits odd_file(long fd, unsigned mode)
     if (mode & S_IFMT)
         return 0;
     /* the kinds checked, and what of theirs still goes to a worker: an
-     * eventfd's write waits for room as its poll says; the others' writes,
+     * eventfd's write that may wait (eventfd_room); the others' writes,
      * where they have one, were not checked */
     static const struct {
         const char *name;
         fd_bits st;
     } checked[] = {
-        {"anon_inode:[eventfd]", 0},
+        {"anon_inode:[eventfd]", FD_EVENTFD | FD_WRITE_WORKER},
         {"anon_inode:[timerfd]", FD_WRITE_WORKER},
         {"anon_inode:[signalfd]", FD_WRITE_WORKER},
         {"anon_inode:inotify", FD_WRITE_WORKER},
@@ -239,28 +257,114 @@ static int local_write(long fd, long len)
     return (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & (FD_DISK | FD_SYNC)) == FD_DISK;
 }
 
+/* Whether n bytes at p lie in the calling fiber's live stack (between the
+ * request, a local of the call's own frame, and the top of the stack that
+ * frame is on): memory the engine can read, and write after the call,
+ * without a fault.  Memory elsewhere (the heap, another thread's), or a
+ * frame on a stack the engine does not know (the program's own makecontext
+ * stacks, a thread made by clone(2), which gives no size), is not. */
+static int on_live_stack(const struct agg_req *req, const void *p, size_t n)
+{
+    const struct agg_fiber *f = req->fiber;
+    const char *b = p, *here = (const char *)req;
+    if (!f || !f->stack_lo || here < f->stack_lo || here >= f->stack_top)
+        return 0;
+    return b >= here && b + n <= f->stack_top && b + n > b;
+}
+
+/* A call's argument in memory: read with a load where it lies on the live
+ * stack, else by the kernel (which says so of a bad pointer: ~1.5 us). */
+static long read_arg(const struct agg_req *req, void *dst, long src, size_t n)
+{
+    if (req && on_live_stack(req, (const void *)src, n)) {
+        ferry_memcpy(dst, (const void *)src, n);
+        return (long)n;
+    }
+    if (req && req->regs)
+        return ferry_read_arg(req->regs, dst, (const void *)src, n);
+    return ferry_safe_read(dst, (const void *)src, n);
+}
+
+/* A sendfile that cannot wait long: made natively, on the carrier, and not
+ * handed to a worker and back (two thread wakes, 20 us, where sending a
+ * page-cache page costs 1-2).  nginx with `aio threads` sends each file
+ * from its thread pool so, and spent half its time under -p fibers in the
+ * hand-over.  A sendfile waits only for room in its output and for its
+ * input's pages.  Here the output is nonblocking (it says EAGAIN when
+ * full), the input a regular file, and the range at most 64 KiB, every
+ * page of which the page cache holds: a read of the range with RWF_NOWAIT
+ * (into one page of the carrier's, again and again) goes through whole.  The
+ * read is the check cachestat(2) would be, but cachestat wants write
+ * access to the file, which a server's worker seldom has (EPERM), and says
+ * "cached" of a page still being read in, which RWF_NOWAIT does not.
+ * Anything else, a file that cannot read so (FUSE), or a short read, goes
+ * to a worker as before.  The read is an access of the file as the send is
+ * (atime, inotify's IN_ACCESS, which inotify merges with the send's). */
+#define SENDFILE_NOW_MAX (64 * 1024)
+#define PROBE sizeof(((struct agg_carrier *)0)->probe)
+
+static int sendfile_cached(const struct agg_req *req)
+{
+    long out = (int)req->args[0], in = (int)req->args[1], count = req->args[3];
+    if (count <= 0 || count > SENDFILE_NOW_MAX || !nonblocking(out) || in < 0 || in >= FD_MAX)
+        return 0;
+    nonblocking(in);    /* learns its kind; O_NONBLOCK means nothing to a regular file's read */
+    if ((__atomic_load_n(&fd_state[in], __ATOMIC_RELAXED) & (FD_REGULAR | FD_PROC)) != FD_REGULAR)
+        return 0;
+    int64_t off;
+    if (req->args[2]) {
+        if (read_arg(req, &off, req->args[2], sizeof(off)) != sizeof(off))
+            return 1;   /* EFAULT, at once */
+    } else {
+        off = ask(SYS_lseek, in, 0, SEEK_CUR);
+    }
+    if (off < 0)
+        return 0;       /* EINVAL, where the call says it */
+    struct kiovec v[SENDFILE_NOW_MAX / PROBE];
+    long n = 0, left = count;
+    for (; left > 0; n++, left -= (long)PROBE)
+        v[n] = (struct kiovec){req->carrier->probe, left < (long)PROBE ? (size_t)left : PROBE};
+    return ask6(SYS_preadv2, in, (long)v, n, off, 0, RWF_NOWAIT) == count;
+}
+
+/* An eventfd's write that cannot wait: made natively, on the carrier.
+ * io_uring cannot write an eventfd without perhaps waiting (it has no
+ * FMODE_NOWAIT write): its write polls writable, fails to write without
+ * waiting again, and ends on an io-wq thread, 100 us a write on Linux 6.18
+ * against 0.2 natively.  A thread pool that tells its event loop of each
+ * finished job so (nginx's `aio threads`, libuv's) paid that once per job.
+ * The write of v waits only while the count would pass 2^64 - 2; poll says
+ * writable while the count is below 2^64 - 2, so a write of 0 or 1 then
+ * goes through at once.  A larger value, or a count at its top, goes to a
+ * worker, where the write may wait as a thread's.  (Between the poll and
+ * the write another thread may fill the count to its top; the write then
+ * waits on the carrier until a read.  That needs a program that writes
+ * within one of 2^64 at the same moment.) */
+static int eventfd_room(const struct agg_req *req, long fd, long buf, long len)
+{
+    if (fd < 0 || fd >= FD_MAX || len < 8 || nonblocking(fd) ||
+        !(__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & FD_EVENTFD))
+        return 0;
+    uint64_t v;
+    if (read_arg(req, &v, buf, 8) != 8)
+        return 1;   /* EFAULT, at once */
+    if (v == ~0ULL)
+        return 1;   /* EINVAL, at once */
+    if (v > 1)
+        return 0;
+    struct {
+        int fd;
+        short events, revents;
+    } p = {(int)fd, POLLOUT_, 0};
+    return ask(SYS_poll, (long)&p, (void *)1, 0) == 1 && (p.revents & POLLOUT_);
+}
+
 #define CHECK_IO(fd, dir)                         \
     do {                                          \
         enum agg_tr t_ = blocking_io((fd), (dir)); \
         if (t_ != AGG_TR_RING)                    \
             return t_;                            \
     } while (0)
-
-/* Whether a struct stat at `buf` lies in the calling fiber's live stack
- * (between the request, a local of the call's own frame, and the top of
- * the stack that frame is on): memory the copy after the call can write
- * without a fault.  A buffer elsewhere (the heap, another thread's), or a
- * frame on a stack the engine does not know (the program's own
- * makecontext stacks, a thread made by clone(2), which gives no size),
- * makes the call native. */
-static int stat_buf_safe(const struct agg_req *req, const void *buf)
-{
-    const struct agg_fiber *f = req->fiber;
-    const char *b = buf, *here = (const char *)req;
-    if (!f || !f->stack_lo || here < f->stack_lo || here >= f->stack_top)
-        return 0;
-    return b >= here && b + sizeof(struct stat) <= f->stack_top && b + sizeof(struct stat) > b;
-}
 
 /* The struct stat fstat would have written, from a statx of the same file
  * (the kernel's cp_new_stat: devices in new_encode_dev's 32-bit form). */
@@ -340,6 +444,8 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         prio = 1;
         break;
     case SYS_write:
+        if (eventfd_room(req, a[0], a[1], a[2]))
+            return AGG_TR_NATIVE;
         CHECK_IO(a[0], FD_TIMEO_W);
         if (local_write(a[0], a[2]))
             return AGG_TR_NATIVE;
@@ -408,7 +514,7 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         long at = a[0], flags = nr == SYS_fstat ? AT_EMPTY_PATH : a[3];
         const char *path = nr == SYS_fstat ? "" : (const char *)a[1];
         void *buf = (void *)(nr == SYS_fstat ? a[1] : a[2]);
-        if (!req || !stat_buf_safe(req, buf) ||
+        if (!req || !on_live_stack(req, buf, sizeof(struct stat)) ||
             (flags & ~(long)(AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_EMPTY_PATH)))
             return AGG_TR_NATIVE;
         rw(s, IORING_OP_STATX, at, path, STATX_BASIC_STATS, (uint64_t)(uintptr_t)&req->stx);
@@ -872,20 +978,6 @@ static int blocking_stream(long fd)
     return !(__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & FD_REGULAR);
 }
 
-struct kiovec {
-    const char *base;
-    size_t len;
-};
-struct kmsghdr {
-    void *name;
-    uint32_t namelen;
-    struct kiovec *iov;
-    size_t iovlen;
-    void *control;
-    size_t controllen;
-    int flags;
-};
-
 /* The vector a write-like call writes from (NULL: one buffer). */
 static int call_vector(const struct ferry_regs *r, const struct kiovec **iov, long *n,
                        const struct kmsghdr **msg)
@@ -1290,10 +1382,13 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     req.timed = 0;
     req.cancel = 0;
     req.worker_tid = 0;
+    req.regs = r;
     enum agg_tr tr = AGG_TR_WORKER;
     struct io_uring_sqe local;
     if (t != FERRY_ROUTE_WORKER)
         tr = agg_translate(g, t, nr, req.args, &req, &local);
+    else if (nr == SYS_sendfile && sendfile_cached(&req))
+        tr = AGG_TR_NATIVE;
     if (tr == AGG_TR_NATIVE) {
         f->busy = 0;
         agg_stat(g, AGG_ST(native), 1);

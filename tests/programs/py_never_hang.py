@@ -678,6 +678,77 @@ def background_job(name, how):
     os.waitpid(leader, 0)
 
 
+def eventfd_writes():
+    """Writes of an eventfd run on the spot where they cannot wait (a value
+    of 0 or 1 while the count is below its top) and on a worker where they
+    may: each write below that must wait for the read that makes room, as
+    natively, and not hang the carrier the reader runs on."""
+    top = 2**64 - 2                       # the highest count an eventfd holds
+    fd = os.eventfd(0)
+    for v in (1, 0, 1, 5):
+        os.eventfd_write(fd, v)
+    print("count", os.eventfd_read(fd))
+    for start, v in ((top, 1), (top - 1, 2), (top, 0)):
+        os.eventfd_write(fd, start)
+        got = []
+        reader = threading.Thread(target=lambda: (time.sleep(0.2), got.append(os.eventfd_read(fd))))
+        reader.start()
+        os.eventfd_write(fd, v)         # waits for the read when it would pass the top
+        reader.join()
+        print("wrote", v, "at", start, "read", got, "then", os.eventfd_read(fd) if v else 0)
+    print("2**64-1", outcome(lambda: os.eventfd_write(fd, 2**64 - 1)))
+    print("4 bytes", outcome(lambda: os.write(fd, b"\1\0\0\0")))
+    print("bad pointer", libc.write(fd, ctypes.c_void_p(8), 8), errno.errorcode[ctypes.get_errno()])
+    nb = os.eventfd(0, os.EFD_NONBLOCK)
+    os.eventfd_write(nb, top)
+    print("full, nonblocking", outcome(lambda: os.eventfd_write(nb, 1)))
+
+
+def sendfile_cases():
+    """sendfile runs on the spot where its output is nonblocking and its
+    input's pages are all cached, else on a worker: what it sends, what it
+    says and where it leaves the offset or the file position must be what
+    they are natively, in either place."""
+    data = hashlib.sha256(b"ferry").digest() * 1000       # 32000 bytes, 8 pages
+    with open("sendfile.data", "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())            # clean pages, which POSIX_FADV_DONTNEED drops
+    fd = os.open("sendfile.data", os.O_RDONLY)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+
+    def take(n):
+        got = b""
+        while len(got) < n:
+            got += b.recv(n - len(got))
+        return got
+    print("offset", os.sendfile(a.fileno(), fd, 100, 5000), take(5000) == data[100:5100],
+          "position", os.lseek(fd, 0, os.SEEK_CUR))
+    for _ in range(2):
+        print("from the position", os.sendfile(a.fileno(), fd, None, 3000), "now",
+              os.lseek(fd, 0, os.SEEK_CUR))
+    print(take(6000) == data[:6000])
+    print("past the end", os.sendfile(a.fileno(), fd, 40000, 100),
+          "over the end", os.sendfile(a.fileno(), fd, 31000, 4000), take(1000) == data[31000:])
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)    # not cached: a worker's
+    print("evicted", os.sendfile(a.fileno(), fd, 0, 9000), take(9000) == data[:9000])
+    off = ctypes.c_int64(50)
+    print("by pointer", libc.sendfile(a.fileno(), fd, ctypes.byref(off), 700), off.value, take(700) == data[50:750])
+    print("bad pointer", libc.sendfile(a.fileno(), fd, ctypes.c_void_p(8), 10), errno.errorcode[ctypes.get_errno()])
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    sent = 0
+    while True:                           # a nonblocking pipe, filled: EAGAIN
+        try:
+            sent += os.sendfile(w, fd, sent % 30000, 2000)
+        except BlockingIOError:
+            break
+    print("pipe took", sent)
+    print("into a blocking socket", os.sendfile(b.fileno(), fd, 0, 20), a.recv(20) == data[:20])
+    os.unlink("sendfile.data")
+
+
 CASES = {
     "spawn_failures": spawn_failures,
     "exit_releases": exit_releases,
@@ -707,6 +778,8 @@ CASES = {
     "files_without_read": files_without_read,
     "terminal_reads": terminal_reads,
     "background_read": background_read,
+    "eventfd_writes": eventfd_writes,
+    "sendfile": sendfile_cases,
 }
 
 

@@ -6,13 +6,23 @@
  *   quiet_calls epoll FILE N    waits (no timeout) on an epoll descriptor
  *                               whose pipe always has a byte to read
  *   quiet_calls append FILE N   appends a line to FILE (made afresh)
+ *   quiet_calls notify FILE N   writes 1 to a blocking eventfd (a thread
+ *                               pool's "job done", nginx's and libuv's)
+ *   quiet_calls send FILE N     sends FILE (in the page cache) with
+ *                               sendfile to a nonblocking socket, and
+ *                               reads it at the socket's other end
  *
  * Prints "pid P", then what it did. */
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "company.h"
@@ -61,10 +71,49 @@ static int appends(const char *path, int n)
     return 0;
 }
 
+/* nginx's way: the value written lives in static memory, not on the stack */
+static const uint64_t one = 1;
+
+static int notifies(int n)
+{
+    int fd = eventfd(0, 0);
+    if (fd < 0)
+        return perror("eventfd"), 1;
+    for (int i = 0; i < n; i++)
+        if (write(fd, &one, sizeof(one)) != sizeof(one))
+            return perror("write"), 1;
+    uint64_t count = 0;
+    if (read(fd, &count, sizeof(count)) != sizeof(count))
+        return perror("read"), 1;
+    close(fd);
+    printf("notified %llu\n", (unsigned long long)count);
+    return 0;
+}
+
+static int sends(const char *path, int n)
+{
+    int sv[2], fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv))
+        return perror(path), 1;
+    char want[4096], got[4096];
+    if (sb.st_size > (off_t)sizeof(want) || pread(fd, want, (size_t)sb.st_size, 0) != sb.st_size)
+        return fprintf(stderr, "%s: want a small file\n", path), 1;
+    long same = 0;
+    for (int i = 0; i < n; i++) {
+        off_t off = 0;
+        if (sendfile(sv[0], fd, &off, (size_t)sb.st_size) != sb.st_size || off != sb.st_size)
+            return perror("sendfile"), 1;
+        same += recv(sv[1], got, sizeof(got), 0) == sb.st_size && !memcmp(got, want, (size_t)sb.st_size);
+    }
+    printf("sent %d, same %ld\n", n, same);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: quiet_calls open|epoll|append FILE N\n");
+        fprintf(stderr, "usage: quiet_calls open|epoll|append|notify|send FILE N\n");
         return 2;
     }
     if (company_start())
@@ -78,6 +127,10 @@ int main(int argc, char **argv)
         rc = waits(n);
     else if (!strcmp(argv[1], "append"))
         rc = appends(argv[2], n);
+    else if (!strcmp(argv[1], "notify"))
+        rc = notifies(n);
+    else if (!strcmp(argv[1], "send"))
+        rc = sends(argv[2], n);
     company_end();
     return rc;
 }
