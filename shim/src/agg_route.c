@@ -52,10 +52,14 @@
 #define FD_SYNC 4096         /* O_DIRECT, O_SYNC or O_DSYNC (known with FD_FLAGS or FD_KNOWN):
                                 its writes wait for the device */
 #define FD_EVENTFD 8192      /* known with FD_KNOWN: an eventfd (see eventfd_room) */
+#define FD_MEMORY 16384      /* known with FD_KNOWN: a regular file in memory (tmpfs, ramfs, memfd) */
 #define SYNC_FLAGS (O_DIRECT | O_SYNC | O_DSYNC)
 /* a struct stat's st_dev holds the kernel's new_encode_dev(): major in bits 8..19 */
 #define DEV_MAJOR(dev) ((unsigned)((dev) >> 8 & 0xfff))
 #define PROC_SUPER_MAGIC 0x9fa0
+#define TMPFS_MAGIC 0x01021994
+#define RAMFS_MAGIC 0x858458f6
+#define OVERLAYFS_SUPER_MAGIC 0x794c7630
 #define FD_MAX 65536
 typedef uint16_t fd_bits;
 static fd_bits fd_state[FD_MAX];
@@ -184,15 +188,17 @@ static int nonblocking(long fd)
         /* /proc describes the thread that reads it: read on an io_uring
          * worker, or while the carrier waits with every signal blocked, it
          * would tell of them, not of the fiber's thread.  procfs has no
-         * device (major 0), as tmpfs and overlayfs: only those are asked. */
+         * device (major 0), as tmpfs and overlayfs: only those are asked.
+         * overlayfs keeps what is written on its upper layer, a local
+         * disk's filesystem; NFS and FUSE (major 0 too) may wait on
+         * another party. */
         long sfs[15];  /* struct statfs: f_type first */
-        int proc = reg && DEV_MAJOR(sb.st_dev) == 0 &&
-                   ask(SYS_fstatfs, fd, sfs, 0) == 0 &&
-                   sfs[0] == PROC_SUPER_MAGIC;
+        long fs = reg && DEV_MAJOR(sb.st_dev) == 0 && ask(SYS_fstatfs, fd, sfs, 0) == 0 ? sfs[0] : 0;
+        int disk = reg && (DEV_MAJOR(sb.st_dev) != 0 || fs == OVERLAYFS_SUPER_MAGIC);
         st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
-             (reg ? FD_REGULAR : 0) | (proc ? FD_PROC : 0) |
-             (reg && DEV_MAJOR(sb.st_dev) != 0 ? FD_DISK : 0) | ((fl & SYNC_FLAGS) ? FD_SYNC : 0) |
-             (known ? odd_file(fd, sb.st_mode) : 0);
+             (reg ? FD_REGULAR : 0) | (fs == PROC_SUPER_MAGIC ? FD_PROC : 0) |
+             (disk ? FD_DISK : 0) | (fs == TMPFS_MAGIC || fs == RAMFS_MAGIC ? FD_MEMORY : 0) |
+             ((fl & SYNC_FLAGS) ? FD_SYNC : 0) | (known ? odd_file(fd, sb.st_mode) : 0);
         __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
     }
     return !!(st & FD_NONBLOCK);
@@ -237,24 +243,30 @@ static enum agg_tr blocking_io(long fd, int dir)
     return AGG_TR_RING;
 }
 
-/* A small buffered write to a file of a block device's filesystem (ext4,
- * xfs; after blocking_io, which learns the file): io_uring cannot write
- * such a file without perhaps waiting (ext4 has no RWF_NOWAIT for a
- * buffered write), so it hands the write to an io-wq thread, and queues the
- * writes of one file behind each other there.  Two thread wakes cost more
- * than copying a few KiB into the page cache: nginx's access log under
- * -p fibers took 126 us a line.  Made natively, on the carrier.  Not so
- * O_DIRECT, O_SYNC or O_DSYNC (they wait for the device), a file of tmpfs,
- * NFS or FUSE (no device number: their writes may wait on another party),
- * or a large write (the kernel may pause a writer that dirties much, and
- * the carrier's other fibers would wait with it). */
-#define LOCAL_WRITE_MAX (64 * 1024)
+/* A small buffered write to a local file, or a small read of a file in
+ * memory (after blocking_io, which learns the file): made natively, on the
+ * carrier.  io_uring cannot make these without perhaps waiting (ext4 has
+ * no RWF_NOWAIT for a buffered write; tmpfs and overlayfs none at all on
+ * Linux 6.18), so it hands each to an io-wq thread, and queues one file's
+ * writes behind each other there: 20-50 us a call, where copying a few KiB
+ * to or from the page cache costs well under one.  nginx's access log
+ * under -p fibers took 126 us a line.
+ *   - A write of a regular file of a block device's filesystem (ext4, xfs),
+ *     of overlayfs (whose upper layer is such a one) or of tmpfs, ramfs or
+ *     a memfd, not O_DIRECT, O_SYNC or O_DSYNC (they wait for the device).
+ *     Not NFS or FUSE, whose writes may wait on another party.
+ *   - A read of a file in memory.  A local disk's file stays on the ring,
+ *     which reads what is cached at once and waits for the rest.
+ *   - At most 64 KiB: the kernel may pause a writer that dirties much, and
+ *     the carrier's other fibers would wait with it. */
+#define LOCAL_IO_MAX (64 * 1024)
 
-static int local_write(long fd, long len)
+static int local_io(long fd, long len, int write)
 {
-    if (fd < 0 || fd >= FD_MAX || (unsigned long)len > LOCAL_WRITE_MAX)
+    if (fd < 0 || fd >= FD_MAX || (unsigned long)len > LOCAL_IO_MAX)
         return 0;
-    return (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & (FD_DISK | FD_SYNC)) == FD_DISK;
+    fd_bits st = __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED);
+    return !(st & FD_SYNC) && (st & (write ? FD_DISK | FD_MEMORY : FD_MEMORY));
 }
 
 /* Whether n bytes at p lie in the calling fiber's live stack (between the
@@ -285,6 +297,22 @@ static long read_arg(const struct agg_req *req, void *dst, long src, size_t n)
     return ferry_safe_read(dst, (const void *)src, n);
 }
 
+/* The bytes a vector of n entries at iov names, -1 where that is not
+ * known cheaply (more than 16 entries, or a bad pointer: the ring says so). */
+static long vector_len(const struct agg_req *req, long iov, long n)
+{
+    struct kiovec v[16];
+    if (n < 0 || n > 16 || read_arg(req, v, iov, (size_t)n * sizeof(v[0])) != n * (long)sizeof(v[0]))
+        return -1;
+    long len = 0;
+    for (long i = 0; i < n; i++) {
+        if (v[i].len > LOCAL_IO_MAX)
+            return -1;
+        len += (long)v[i].len;
+    }
+    return len;
+}
+
 /* A sendfile that cannot wait long: made natively, on the carrier, and not
  * handed to a worker and back (two thread wakes, 20 us, where sending a
  * page-cache page costs 1-2).  nginx with `aio threads` sends each file
@@ -297,8 +325,9 @@ static long read_arg(const struct agg_req *req, void *dst, long src, size_t n)
  * read is the check cachestat(2) would be, but cachestat wants write
  * access to the file, which a server's worker seldom has (EPERM), and says
  * "cached" of a page still being read in, which RWF_NOWAIT does not.
- * Anything else, a file that cannot read so (FUSE), or a short read, goes
- * to a worker as before.  The read is an access of the file as the send is
+ * A file in memory (tmpfs, which has no RWF_NOWAIT) needs no check.
+ * Anything else, a file that cannot read so (FUSE, overlayfs), or a short
+ * read, goes to a worker as before.  The read is an access of the file as the send is
  * (atime, inotify's IN_ACCESS, which inotify merges with the send's). */
 #define SENDFILE_NOW_MAX (64 * 1024)
 #define PROBE sizeof(((struct agg_carrier *)0)->probe)
@@ -309,8 +338,11 @@ static int sendfile_cached(const struct agg_req *req)
     if (count <= 0 || count > SENDFILE_NOW_MAX || !nonblocking(out) || in < 0 || in >= FD_MAX)
         return 0;
     nonblocking(in);    /* learns its kind; O_NONBLOCK means nothing to a regular file's read */
-    if ((__atomic_load_n(&fd_state[in], __ATOMIC_RELAXED) & (FD_REGULAR | FD_PROC)) != FD_REGULAR)
+    fd_bits st = __atomic_load_n(&fd_state[in], __ATOMIC_RELAXED);
+    if ((st & (FD_REGULAR | FD_PROC)) != FD_REGULAR)
         return 0;
+    if (st & FD_MEMORY)
+        return 1;       /* a file in memory: nothing to wait for (nor a RWF_NOWAIT read) */
     int64_t off;
     if (req->args[2]) {
         if (read_arg(req, &off, req->args[2], sizeof(off)) != sizeof(off))
@@ -440,6 +472,8 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
     switch (nr) {
     case SYS_read:
         CHECK_IO(a[0], FD_TIMEO_R);
+        if (local_io(a[0], a[2], 0))
+            return AGG_TR_NATIVE;
         rw(s, IORING_OP_READ, a[0], (void *)a[1], clamp_len(a[2]), (uint64_t)-1);
         prio = 1;
         break;
@@ -447,7 +481,7 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         if (eventfd_room(req, a[0], a[1], a[2]))
             return AGG_TR_NATIVE;
         CHECK_IO(a[0], FD_TIMEO_W);
-        if (local_write(a[0], a[2]))
+        if (local_io(a[0], a[2], 1))
             return AGG_TR_NATIVE;
         rw(s, IORING_OP_WRITE, a[0], (void *)a[1], clamp_len(a[2]), (uint64_t)-1);
         prio = 1;
@@ -457,7 +491,7 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         if (a[3] < 0)
             return AGG_TR_NATIVE;  /* EINVAL; -1 would mean "file position" to io_uring */
         CHECK_IO(a[0], nr == SYS_pread64 ? FD_TIMEO_R : FD_TIMEO_W);
-        if (nr == SYS_pwrite64 && local_write(a[0], a[2]))
+        if (local_io(a[0], a[2], nr == SYS_pwrite64))
             return AGG_TR_NATIVE;
         rw(s, nr == SYS_pread64 ? IORING_OP_READ : IORING_OP_WRITE, a[0], (void *)a[1],
            clamp_len(a[2]), (uint64_t)a[3]);
@@ -468,6 +502,8 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         if (a[2] < 0 || a[2] > 1024)
             return AGG_TR_NATIVE;
         CHECK_IO(a[0], nr == SYS_readv ? FD_TIMEO_R : FD_TIMEO_W);
+        if (local_io(a[0], vector_len(req, a[1], a[2]), nr == SYS_writev))
+            return AGG_TR_NATIVE;
         rw(s, nr == SYS_readv ? IORING_OP_READV : IORING_OP_WRITEV, a[0], (void *)a[1],
            (unsigned)a[2], (uint64_t)-1);
         prio = 1;
@@ -481,6 +517,10 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
             return AGG_TR_NATIVE;
         int rd = nr == SYS_preadv || nr == SYS_preadv2;
         CHECK_IO(a[0], rd ? FD_TIMEO_R : FD_TIMEO_W);
+        /* RWF_DSYNC and RWF_SYNC wait for the device, as O_DSYNC does */
+        if (!(v2 && (a[5] & (RWF_DSYNC | RWF_SYNC))) &&
+            local_io(a[0], vector_len(req, a[1], a[2]), !rd))
+            return AGG_TR_NATIVE;
         rw(s, rd ? IORING_OP_READV : IORING_OP_WRITEV, a[0], (void *)a[1], (unsigned)a[2],
            (uint64_t)a[3]);
         /* RWF_HIPRI asks for polled completion, which a ring not made with

@@ -11,14 +11,20 @@
  *   quiet_calls send FILE N     sends FILE (in the page cache) with
  *                               sendfile to a nonblocking socket, and
  *                               reads it at the socket's other end
+ *   quiet_calls memory FILE N   writes a line to a memfd (a tmpfs file),
+ *                               with write, pwrite and writev in turn, and
+ *                               reads it back with read, pread and readv
  *
  * Prints "pid P", then what it did. */
+#define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
 #include <sys/eventfd.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -110,10 +116,35 @@ static int sends(const char *path, int n)
     return 0;
 }
 
+static int memory(int n)
+{
+    int fd = memfd_create("quiet", 0);
+    if (fd < 0)
+        return perror("memfd_create"), 1;
+    long same = 0;
+    for (int i = 0; i < n; i++) {
+        char line[32], got[32];
+        int len = snprintf(line, sizeof(line), "line %d\n", i);
+        off_t at = lseek(fd, 0, SEEK_CUR);
+        struct iovec w = {line, (size_t)len}, r = {got, (size_t)len};
+        long k = i % 3 == 0 ? write(fd, line, (size_t)len)
+                 : i % 3 == 1 ? pwrite(fd, line, (size_t)len, at) : writev(fd, &w, 1);
+        if (k != len)
+            return perror("write"), 1;
+        if (i % 3 == 1)
+            lseek(fd, len, SEEK_CUR);
+        k = i % 3 == 0 ? (lseek(fd, at, SEEK_SET), read(fd, got, (size_t)len))
+            : i % 3 == 1 ? pread(fd, got, (size_t)len, at) : (lseek(fd, at, SEEK_SET), readv(fd, &r, 1));
+        same += k == len && !memcmp(got, line, (size_t)len);
+    }
+    printf("memory %d, same %ld, size %ld\n", n, same, (long)lseek(fd, 0, SEEK_END));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: quiet_calls open|epoll|append|notify|send FILE N\n");
+        fprintf(stderr, "usage: quiet_calls open|epoll|append|notify|send|memory FILE N\n");
         return 2;
     }
     if (company_start())
@@ -131,6 +162,8 @@ int main(int argc, char **argv)
         rc = notifies(n);
     else if (!strcmp(argv[1], "send"))
         rc = sends(argv[2], n);
+    else if (!strcmp(argv[1], "memory"))
+        rc = memory(n);
     company_end();
     return rc;
 }
