@@ -297,20 +297,21 @@ static long read_arg(const struct agg_req *req, void *dst, long src, size_t n)
     return ferry_safe_read(dst, (const void *)src, n);
 }
 
-/* The bytes a vector of n entries at iov names, -1 where that is not
- * known cheaply (more than 16 entries, or a bad pointer: the ring says so). */
-static long vector_len(const struct agg_req *req, long iov, long n)
+/* local_io of a vector of n entries at iov: summed from a copy, only for a
+ * local file, and only up to 16 entries (a bad pointer: the ring says so). */
+static int local_io_vector(const struct agg_req *req, long fd, long iov, long n, int write)
 {
     struct kiovec v[16];
-    if (n < 0 || n > 16 || read_arg(req, v, iov, (size_t)n * sizeof(v[0])) != n * (long)sizeof(v[0]))
-        return -1;
+    if (!local_io(fd, 0, write) || n < 0 || n > 16 ||
+        read_arg(req, v, iov, (size_t)n * sizeof(v[0])) != n * (long)sizeof(v[0]))
+        return 0;
     long len = 0;
     for (long i = 0; i < n; i++) {
         if (v[i].len > LOCAL_IO_MAX)
-            return -1;
+            return 0;
         len += (long)v[i].len;
     }
-    return len;
+    return local_io(fd, len, write);
 }
 
 /* A sendfile that cannot wait long: made natively, on the carrier, and not
@@ -327,8 +328,8 @@ static long vector_len(const struct agg_req *req, long iov, long n)
  * "cached" of a page still being read in, which RWF_NOWAIT does not.
  * A file in memory (tmpfs, which has no RWF_NOWAIT) needs no check.
  * Anything else, a file that cannot read so (FUSE, overlayfs), or a short
- * read, goes to a worker as before.  The read is an access of the file as the send is
- * (atime, inotify's IN_ACCESS, which inotify merges with the send's). */
+ * read, goes to a worker as before.  The read is an access of the file as
+ * the send is (atime; inotify's IN_ACCESS, merged with the send's). */
 #define SENDFILE_NOW_MAX (64 * 1024)
 #define PROBE sizeof(((struct agg_carrier *)0)->probe)
 
@@ -502,7 +503,7 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         if (a[2] < 0 || a[2] > 1024)
             return AGG_TR_NATIVE;
         CHECK_IO(a[0], nr == SYS_readv ? FD_TIMEO_R : FD_TIMEO_W);
-        if (local_io(a[0], vector_len(req, a[1], a[2]), nr == SYS_writev))
+        if (local_io_vector(req, a[0], a[1], a[2], nr == SYS_writev))
             return AGG_TR_NATIVE;
         rw(s, nr == SYS_readv ? IORING_OP_READV : IORING_OP_WRITEV, a[0], (void *)a[1],
            (unsigned)a[2], (uint64_t)-1);
@@ -519,7 +520,7 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
         CHECK_IO(a[0], rd ? FD_TIMEO_R : FD_TIMEO_W);
         /* RWF_DSYNC and RWF_SYNC wait for the device, as O_DSYNC does */
         if (!(v2 && (a[5] & (RWF_DSYNC | RWF_SYNC))) &&
-            local_io(a[0], vector_len(req, a[1], a[2]), !rd))
+            local_io_vector(req, a[0], a[1], a[2], !rd))
             return AGG_TR_NATIVE;
         rw(s, rd ? IORING_OP_READV : IORING_OP_WRITEV, a[0], (void *)a[1], (unsigned)a[2],
            (uint64_t)a[3]);
