@@ -292,3 +292,38 @@ def test_a_descriptor_number_made_again_is_not_taken_for_the_old_one(tmp_path, t
         results.append(run([str(a) for a in argv], tmp_path)[:2])
     assert results[0] == (0, b"read of the inotify descriptor: IN_CREATE made\n"), results
     assert results[1] == results[0], results
+
+
+@pytest.mark.parametrize("profile", ["fibers", "two-carriers"])
+def test_a_program_with_a_large_tls_runs_its_calls_on_workers(profile, tmp_path):
+    """The engine's worker threads have thread blocks of their own, on which
+    the shim's code reads its TLS: that block lies below the program's TLS
+    (tests/programs/big_tls.c: 64 KiB; haproxy's is 42 KiB). A worker's block
+    of a fixed page did not reach it: haproxy died of SIGSEGV as its first
+    worker started, before serving anything. (Under the aggregate profile a
+    program that makes no group of its own has no workers.)"""
+    work = tmp_path / "work"
+    work.mkdir()
+    code, out, err = run([PROGRAMS / "big_tls", work], tmp_path)
+    assert (code, out) == (0, b"thread 1, main 1, flock 1, entries 3\n"), err
+    profile = two_carriers(profile, tmp_path)
+    got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "big_tls", work), tmp_path)
+    assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]
+    assert load_run(tmp_path / "run")["aggregation"]["worker"] >= 2
+
+
+@pytest.mark.parametrize("profile", ["fibers", "two-carriers"])
+@pytest.mark.parametrize("mode", ["nested", "park"])
+def test_a_handler_of_a_signal_a_thread_raised_may_make_calls(mode, profile, tmp_path):
+    """A signal a thread sends itself (raise, pthread_kill of itself) is
+    raised on its carrier, and the kernel runs the handler as that call
+    returns (tests/programs/raise_in_handler.c). It was sent with the fiber
+    world's lock held: a handler that raised again spun for ever on the
+    lock (nested), and so did a second thread's raise while the handler's
+    nanosleep had parked the first (park). haproxy's watchdog does both (its
+    SIGALRM handler raises SIGURG to dump a thread): it hung under fibers."""
+    code, out, err = run([PROGRAMS / "raise_in_handler", mode], tmp_path)
+    assert code == 0, err
+    profile = two_carriers(profile, tmp_path)
+    got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "raise_in_handler", mode), tmp_path)
+    assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]

@@ -1012,9 +1012,16 @@ int ferry_agg_thread_call(struct ferry_regs *r)
             return 0;
         agg_lock(&world_lock);
         struct agg_fiber *t = lookup(tid);
-        if (t)
+        if (t && t != f)
             r->rax = signal_fiber(f, t, sig);
         agg_unlock(&world_lock);
+        /* To itself: the kernel runs the handler as the call returns, and
+         * it must not run with world_lock held.  A handler that raised
+         * again, or whose call parked the fiber while another one raised,
+         * spun for ever on the lock (haproxy's thread dump, SIGURG from
+         * its watchdog's handler, hung it under -p fibers). */
+        if (t == f)
+            r->rax = signal_fiber(f, t, sig);
         if (!t)
             return tid >= VTID_BASE ? (r->rax = -ESRCH_, 1) : 0;
         return 1;

@@ -17,13 +17,14 @@
 #include "agg.h"
 #include "raw.h"
 #include "store.h"
+#include "thread.h"
 #include "util.h"
 
 #define FUTEX_WAIT_PRIVATE 128
 #define FUTEX_WAKE_PRIVATE 129
 #define FUTEX_WAIT 0
 #define STACK_SIZE (128 * 1024)
-#define TLS_SIZE 4096
+#define PAGE 4096UL
 
 long ferry_agg_clone(unsigned long flags, void *stack_top, int *ptid, int *ctid, unsigned long tls,
                      void (*fn)(void *), void *arg);
@@ -34,8 +35,9 @@ struct agg_worker_set {
     struct agg_req *head, *tail;
     uint32_t seq;
     int stop;
+    unsigned long tls_below;  /* bytes of each thread's block below its pointer (tls_below) */
     struct {
-        char *mem;      /* TLS page, then the stack */
+        char *mem;      /* its thread block (TLS, then the TCB's page), then the stack */
         int tid;        /* cleared by the kernel when the thread is gone */
     } t[256];
 };
@@ -85,6 +87,20 @@ static void worker_main(void *arg)
     }
 }
 
+/* The bytes a worker's thread block needs below its thread pointer: down
+ * to the shim's own TLS block, which the shim's code reads (FERRY_THR), at
+ * the same offset from the thread pointer in every thread.  It lies below
+ * the program's TLS blocks and those of the libraries loaded before the
+ * shim: 4 KiB was taken for granted, and haproxy's TLS alone is larger, so
+ * its workers read and tallied into memory below their mapping (SIGSEGV
+ * as the first worker started).  Zeroed by mmap: the worker's FERRY_THR
+ * holds nothing, and it tallies into the process's count. */
+static unsigned long tls_below(void)
+{
+    unsigned long below = ferry_tp() - (unsigned long)&ferry_thr;
+    return (below + 64 + PAGE - 1) & ~(PAGE - 1);
+}
+
 int agg_workers_start(struct ferry_group *g)
 {
     struct agg_worker_set *w = agg_calloc(1, sizeof(*w));
@@ -94,8 +110,10 @@ int agg_workers_start(struct ferry_group *g)
     uint64_t all = ~0ULL, old;
     ferry_raw4(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, &all, &old, 8);
     int r = 0;
+    w->tls_below = tls_below();
+    size_t size = w->tls_below + PAGE + STACK_SIZE;   /* the TCB's page above the pointer */
     for (unsigned i = 0; i < g->cfg.workers; i++) {
-        long p = ferry_raw6(SYS_mmap, 0, TLS_SIZE + STACK_SIZE, PROT_READ | PROT_WRITE,
+        long p = ferry_raw6(SYS_mmap, 0, size, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
         if ((unsigned long)p > -4096UL) {
             r = (int)p;
@@ -103,7 +121,7 @@ int agg_workers_start(struct ferry_group *g)
         }
         char *mem = (char *)p;
         /* a thread pointer whose header points at itself, as the ABI wants */
-        unsigned long tp = (unsigned long)mem + TLS_SIZE / 2;
+        unsigned long tp = (unsigned long)mem + w->tls_below;
         ((unsigned long *)tp)[0] = tp;
         ((unsigned long *)tp)[2] = tp;
         ((unsigned long *)tp)[AGG_WORKER_MAGIC_AT] = AGG_WORKER_MAGIC;
@@ -111,10 +129,9 @@ int agg_workers_start(struct ferry_group *g)
         long tid = ferry_agg_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
                                        CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID |
                                        CLONE_CHILD_CLEARTID,
-                                   mem + TLS_SIZE + STACK_SIZE, &w->t[i].tid, &w->t[i].tid, tp,
-                                   worker_main, w);
+                                   mem + size, &w->t[i].tid, &w->t[i].tid, tp, worker_main, w);
         if (tid < 0) {
-            ferry_raw2(SYS_munmap, mem, TLS_SIZE + STACK_SIZE);
+            ferry_raw2(SYS_munmap, mem, size);
             w->t[i].mem = 0;
             r = (int)tid;
             break;
@@ -142,7 +159,7 @@ void agg_workers_stop(struct ferry_group *g)
         int tid;
         while ((tid = __atomic_load_n(&w->t[i].tid, __ATOMIC_ACQUIRE)) != 0)
             ferry_raw6(SYS_futex, (long)&w->t[i].tid, FUTEX_WAIT, tid, 0, 0, 0);
-        ferry_raw2(SYS_munmap, w->t[i].mem, TLS_SIZE + STACK_SIZE);
+        ferry_raw2(SYS_munmap, w->t[i].mem, w->tls_below + PAGE + STACK_SIZE);
     }
     agg_free(w);
     g->workers = 0;
