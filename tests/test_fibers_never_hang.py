@@ -327,3 +327,19 @@ def test_a_handler_of_a_signal_a_thread_raised_may_make_calls(mode, profile, tmp
     profile = two_carriers(profile, tmp_path)
     got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "raise_in_handler", mode), tmp_path)
     assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]
+
+
+@pytest.mark.parametrize("profile", ["fibers", "two-carriers"])
+@pytest.mark.parametrize("mode", ["shared", "single"])
+def test_a_thread_that_waits_on_its_own_ring_leaves_the_carrier_free(mode, profile, tmp_path):
+    """A program's own io_uring (tests/programs/own_ring.c, liburing): a
+    thread that waits for its completions (io_uring_wait_cqe) made the wait
+    natively and blocked its carrier, so the thread that was to submit never
+    ran (shared): MariaDB's InnoDB waits so, and mariadb-install-db hung
+    under fibers. The wait goes to a worker; a SINGLE_ISSUER ring, which
+    only its creator may enter, still waits on the carrier (single)."""
+    code, out, err = run([PROGRAMS / "own_ring", mode], tmp_path)
+    assert code == 0, err
+    profile = two_carriers(profile, tmp_path)
+    got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "own_ring", mode), tmp_path)
+    assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]

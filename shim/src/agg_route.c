@@ -990,10 +990,28 @@ static int fd_call(struct ferry_group *g, struct ferry_regs *r)
 
 static int route(struct ferry_regs *r, int complete, uint64_t *done_at);
 
+/* The program's own io_uring_enter that only waits for completions of its
+ * ring (liburing's io_uring_wait_cqe: nothing to submit, GETEVENTS, one or
+ * more to wait for).  Made natively it blocked the carrier and every fiber
+ * on it: MariaDB's InnoDB waits so for its disk reads and writes on a
+ * thread of its own, and mariadb-install-db hung at once under -p fibers.
+ * It goes to a worker, as a blocking call.  Not a ring registered with its
+ * thread (IORING_ENTER_REGISTERED_RING: the index means nothing on
+ * another), nor one that submits: its requests would belong to the worker
+ * (their task work, their io-wq), and natively they are the thread's.  A
+ * ring that only its creator may enter (SINGLE_ISSUER) refuses the worker
+ * with EEXIST before doing anything; that wait is then made natively, as
+ * before. */
+static int ring_wait(const struct ferry_regs *r)
+{
+    return r->rsi == 0 && r->rdx > 0 &&
+           (r->r10 & (IORING_ENTER_GETEVENTS | IORING_ENTER_REGISTERED_RING)) == IORING_ENTER_GETEVENTS;
+}
+
 static const unsigned short fd_calls[] = {
     SYS_fcntl, SYS_ioctl, SYS_dup, SYS_dup2, SYS_dup3, SYS_pipe, SYS_pipe2, SYS_socketpair,
     SYS_eventfd, SYS_eventfd2, SYS_timerfd_create, SYS_signalfd4, SYS_memfd_create,
-    SYS_epoll_create1, SYS_inotify_init1, SYS_setsockopt,
+    SYS_epoll_create1, SYS_inotify_init1, SYS_setsockopt, SYS_io_uring_enter,
 };
 
 /* At group creation: these reach ferry_slow so the engine sees fibers' calls. */
@@ -1377,7 +1395,8 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     long nr = r->rax;
     if ((unsigned long)nr >= FERRY_NR_MAX)
         return 0;
-    unsigned t = g->cfg.route[nr];
+    unsigned t = nr == SYS_io_uring_enter ? (ring_wait(r) ? FERRY_ROUTE_WORKER : FERRY_ROUTE_NATIVE)
+                                          : g->cfg.route[nr];
     if (nr == SYS_setsockopt) {
         long res = native(g, r);
         long a[4] = {r->rdi, r->rsi, r->rdx, r->r10};
@@ -1486,6 +1505,10 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         res = -EINTR;  /* a signal for the thread cut the call short */
     else if (req.timed && res == -ECANCELED)
         res = 0;       /* its timeout: no event */
+    if (nr == SYS_io_uring_enter && res == -EEXIST) {
+        res = native(g, r);   /* SINGLE_ISSUER: see ring_wait */
+        *done_at = 0;
+    }
     /* io_uring refuses to close an io_uring descriptor; close(2) does not */
     if (nr == SYS_close && res == -EBADF && tr == AGG_TR_RING) {
         res = native(g, r);
