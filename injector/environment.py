@@ -16,7 +16,7 @@ RUN, PRELOAD, LIBDIR = "run", "preload", "libdir"
 SETTINGS = ("FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS",
             "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID",
             "FERRY_TSC", "FERRY_WIN_LAUNCH", "FERRY_WIN_DLL", "FERRY_WIN_DETOURS", "FERRY_WIN_RUN_DIR",
-            "FERRY_EXE")
+            "FERRY_EXE", "FERRY_PAD")
 WAS_PREFIX = "FERRY_WAS_"
 
 
@@ -42,6 +42,19 @@ def enabled_env(base, settings, how, shim=None, libdir=None):
     elif how == LIBDIR:
         _prepend(env, "LD_PRELOAD", f"{libdir}/libferry.so")
         _prepend(env, "LD_LIBRARY_PATH", str(libdir))
+    # The shim takes out every setting and marker, and each variable a "0"
+    # marker says was not set.  Go's runtime finds the auxiliary vector
+    # right after the environment's NULL; the slots left are filled with
+    # ignored pairs, which takes an even count of them (shim/src/environ.c).
+    # The pad goes before the markers: a marker's string is rewritten shorter,
+    # and the shim moves the strings down in /proc only while they lie back to
+    # back.
+    gone = sum(1 for k in env if is_setting(k))
+    gone += sum(1 for k, v in env.items() if k.startswith(WAS_PREFIX) and v == "0")
+    if gone % 2:
+        markers = {k: env.pop(k) for k in list(env) if k.startswith(WAS_PREFIX)}
+        env["FERRY_PAD"] = ""
+        env.update(markers)
     return env
 
 

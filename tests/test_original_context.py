@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import ALL_PROFILES, FERRY, ROOT, ferry
+from conftest import ALL_PROFILES, FERRY, PROGRAMS, ROOT, ferry
 from ferry.injector.environment import SETTINGS, is_setting
 from ferry.rundata import load_run
 
@@ -42,6 +42,24 @@ def test_environment_exe_and_argv_are_the_programs_own(tmp_path, profile):
     assert under.returncode == native.returncode == 0, under.stderr
     assert under.stdout == native.stdout
     assert load_run(tmp_path / "run")["processes"][0]["enabled"]
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+@pytest.mark.parametrize("preset", [{}, {"LD_LIBRARY_PATH": "/opt/none"}, {"LD_PRELOAD": ""}],
+                         ids=["plain", "library-path", "empty-preload"])
+def test_the_auxiliary_vector_follows_the_environment(tmp_path, profile, preset):
+    """Go's runtime, musl and static programs find the auxiliary vector as the
+    words after the environment's NULL, walking from argv
+    (tests/programs/auxv_walk.c: the page size, AT_RANDOM; then in a child of
+    the exec hook). The shim takes Ferry's entries out of the array, and the
+    vector was then read one word out of step whenever an odd number went:
+    a Go program with cgo died at start ("failed to get system page size"),
+    under some profiles and environments and not others."""
+    env = dict(os.environ, **preset)
+    native, under = native_and_ferry(tmp_path, [PROGRAMS / "auxv_walk", "again"], profile, env=env)
+    assert native.stdout == (b"again: page 4096, random yes, ended yes\n"
+                             b"child: page 4096, random yes, ended yes\n")
+    assert (under.returncode, under.stdout) == (0, native.stdout), under.stderr
 
 
 @pytest.mark.parametrize("extra", [{f"V{i}": "x" for i in range(1500)}, {"BIG": "y" * 20000}],

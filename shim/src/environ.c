@@ -128,6 +128,18 @@ void ferry_environ_restore(char **envp)
             *out++ = entry;
     }
     *out = 0;
+    /* Go's runtime, musl and static programs find the auxiliary vector as
+     * the words after the environment's NULL, walking from argv; glibc
+     * keeps where it was.  The slots the entries taken out leave before
+     * the old NULL become AT_IGNORE pairs, which every reader skips: an
+     * odd number of them put the vector out of step by one word, and a Go
+     * program with cgo died ("failed to get system page size").  Starters
+     * make the count even (FERRY_PAD, settings.h). */
+    if (whole && ((envp + norig) - out) % 2 == 0)
+        for (char **slot = out + 1; slot < envp + norig; slot += 2) {
+            slot[0] = (char *)1;   /* AT_IGNORE */
+            slot[1] = 0;
+        }
     if (whole)
         compact_strings(orig, norig, envp, (char *)(orig + norig), room);
 }

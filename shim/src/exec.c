@@ -512,6 +512,20 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             out[n++] = saved[i];
     if (x->exe[0] && kind != ENV_WINE)
         out[n++] = x->exe;
+    /* What the new program's shim takes out (environ.c): every setting, and
+     * below a marker for each variable prepended to, with the variable too
+     * where the marker says it was not set.  The pad goes before the
+     * markers: a marker's string is rewritten shorter, and environ.c moves
+     * the strings down in /proc only while they lie back to back. */
+    size_t gone = 0;
+    for (size_t i = 0; i < n; i++)
+        gone += ferry_is_setting(out[i]);
+    if (kind != ENV_RUN && kind != ENV_WINE)
+        gone += 1 + !have_preload;
+    if (kind == ENV_LIBDIR)
+        gone += 1 + !have_libpath;
+    if (gone & 1)
+        out[n++] = (char *)FERRY_PAD_ENTRY;
     if (kind != ENV_RUN && kind != ENV_WINE) {
         /* Ours first; whatever the program preloads comes after. */
         char shim[1100];

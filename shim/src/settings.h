@@ -11,7 +11,7 @@
     "FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS",                    \
         "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID", \
         "FERRY_TSC", "FERRY_WIN_LAUNCH", "FERRY_WIN_DLL", "FERRY_WIN_DETOURS", "FERRY_WIN_RUN_DIR", \
-        "FERRY_EXE"
+        "FERRY_EXE", "FERRY_PAD"
 
 /* Markers that give a variable Ferry changed its old value back. */
 #define FERRY_WAS_PREFIX "FERRY_WAS_"
@@ -31,5 +31,10 @@ static inline int ferry_is_setting(const char *entry)
             return 1;
     return 0;
 }
+
+/* The pad a starter adds when the entries the shim will take out (its
+ * settings and markers, and each variable a "0" marker drops) are an odd
+ * count (see environ.c): FERRY_PAD= makes it even. */
+#define FERRY_PAD_ENTRY "FERRY_PAD="
 
 #endif
