@@ -37,24 +37,22 @@ def enabled_env(base, settings, how, shim=None, libdir=None):
     LIBDIR (the program's own file, its rewritten libraries from `libdir`)."""
     env = {k: v for k, v in base.items() if not is_setting(k)}
     env.update(settings)
+    prepended = {PRELOAD: ["LD_PRELOAD"], LIBDIR: ["LD_PRELOAD", "LD_LIBRARY_PATH"]}.get(how, [])
+    # What the shim takes out: every setting, a marker for each variable
+    # prepended to, and the variable too where it was not set.  Go's runtime
+    # finds the auxiliary vector right after the environment's NULL, and the
+    # shim fills the slots left with ignored pairs: an even count of them
+    # (shim/src/environ.c).  The pad goes before the markers, as the exec hook
+    # puts it (build_env): a marker's string is rewritten shorter, and the
+    # shim moves the strings down in /proc only while they lie back to back.
+    gone = sum(1 for k in env if is_setting(k)) + sum(1 + (name not in env) for name in prepended)
+    if gone % 2:
+        env["FERRY_PAD"] = ""
     if how == PRELOAD:
         _prepend(env, "LD_PRELOAD", str(shim))
     elif how == LIBDIR:
         _prepend(env, "LD_PRELOAD", f"{libdir}/libferry.so")
         _prepend(env, "LD_LIBRARY_PATH", str(libdir))
-    # The shim takes out every setting and marker, and each variable a "0"
-    # marker says was not set.  Go's runtime finds the auxiliary vector
-    # right after the environment's NULL; the slots left are filled with
-    # ignored pairs, which takes an even count of them (shim/src/environ.c).
-    # The pad goes before the markers: a marker's string is rewritten shorter,
-    # and the shim moves the strings down in /proc only while they lie back to
-    # back.
-    gone = sum(1 for k in env if is_setting(k))
-    gone += sum(1 for k, v in env.items() if k.startswith(WAS_PREFIX) and v == "0")
-    if gone % 2:
-        markers = {k: env.pop(k) for k in list(env) if k.startswith(WAS_PREFIX)}
-        env["FERRY_PAD"] = ""
-        env.update(markers)
     return env
 
 

@@ -172,7 +172,10 @@ static fd_bits odd_file(long fd, unsigned mode)
     return FD_READ_WORKER | FD_WRITE_WORKER;
 }
 
-static int nonblocking(long fd)
+/* What the engine knows of fd, asked of the kernel the first time: its
+ * blocking mode, kind and filesystem (0: out of range, or a descriptor the
+ * kernel does not know). */
+static fd_bits known(long fd)
 {
     if (fd < 0 || fd >= FD_MAX)
         return 0;
@@ -182,9 +185,9 @@ static int nonblocking(long fd)
         if (!(st & FD_FLAGS) && (fl = ask(SYS_fcntl, fd, (void *)F_GETFL, 0)) < 0)
             return 0;  /* EBADF and the like: the operation says it too */
         struct stat sb;
-        int known = ask(SYS_fstat, fd, &sb, 0) == 0;
-        int sock = known && S_ISSOCK(sb.st_mode);
-        int reg = known && S_ISREG(sb.st_mode);
+        int stat_ok = ask(SYS_fstat, fd, &sb, 0) == 0;
+        int sock = stat_ok && S_ISSOCK(sb.st_mode);
+        int reg = stat_ok && S_ISREG(sb.st_mode);
         /* /proc describes the thread that reads it: read on an io_uring
          * worker, or while the carrier waits with every signal blocked, it
          * would tell of them, not of the fiber's thread.  procfs has no
@@ -198,22 +201,17 @@ static int nonblocking(long fd)
         st = FD_KNOWN | ((fl & O_NONBLOCK) ? FD_NONBLOCK : 0) | (sock ? FD_SOCKET : 0) |
              (reg ? FD_REGULAR : 0) | (fs == PROC_SUPER_MAGIC ? FD_PROC : 0) |
              (disk ? FD_DISK : 0) | (fs == TMPFS_MAGIC || fs == RAMFS_MAGIC ? FD_MEMORY : 0) |
-             ((fl & SYNC_FLAGS) ? FD_SYNC : 0) | (known ? odd_file(fd, sb.st_mode) : 0);
-        __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
+             ((fl & SYNC_FLAGS) ? FD_SYNC : 0) | (stat_ok ? odd_file(fd, sb.st_mode) : 0);
+        st = __atomic_or_fetch(&fd_state[fd], st, __ATOMIC_RELAXED);
     }
-    return !!(st & FD_NONBLOCK);
+    return st;
 }
 
-/* After nonblocking(fd), which learns it. */
-static int proc_file(long fd)
-{
-    return fd >= 0 && fd < FD_MAX && (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & FD_PROC);
-}
+static int nonblocking(long fd) { return !!(known(fd) & FD_NONBLOCK); }
 
 static int blocking_socket(long fd)
 {
-    return fd >= 0 && fd < FD_MAX && !nonblocking(fd) && (__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & FD_SOCKET) &&
-           !timeo(fd, FD_TIMEO_W);
+    return (known(fd) & (FD_SOCKET | FD_NONBLOCK)) == FD_SOCKET && !timeo(fd, FD_TIMEO_W);
 }
 
 /* A terminal of which the process is in the background: reading it stops
@@ -233,9 +231,9 @@ static enum agg_tr blocking_io(long fd, int dir)
 {
     if (timeo(fd, dir))
         return AGG_TR_WORKER;
-    if (nonblocking(fd) || proc_file(fd))
+    fd_bits st = known(fd);
+    if (st & (FD_NONBLOCK | FD_PROC))
         return AGG_TR_NATIVE;
-    fd_bits st = fd >= 0 && fd < FD_MAX ? __atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) : 0;
     if ((st & FD_TTY) && background_tty(fd))
         return AGG_TR_NATIVE;
     if (st & (dir == FD_TIMEO_R ? FD_READ_WORKER : FD_WRITE_WORKER))
@@ -336,10 +334,9 @@ static int local_io_vector(const struct agg_req *req, long fd, long iov, long n,
 static int sendfile_cached(const struct agg_req *req)
 {
     long out = (int)req->args[0], in = (int)req->args[1], count = req->args[3];
-    if (count <= 0 || count > SENDFILE_NOW_MAX || !nonblocking(out) || in < 0 || in >= FD_MAX)
+    if (count <= 0 || count > SENDFILE_NOW_MAX || !nonblocking(out))
         return 0;
-    nonblocking(in);    /* learns its kind; O_NONBLOCK means nothing to a regular file's read */
-    fd_bits st = __atomic_load_n(&fd_state[in], __ATOMIC_RELAXED);
+    fd_bits st = known(in);   /* O_NONBLOCK means nothing to a regular file's read */
     if ((st & (FD_REGULAR | FD_PROC)) != FD_REGULAR)
         return 0;
     if (st & FD_MEMORY)
@@ -375,8 +372,7 @@ static int sendfile_cached(const struct agg_req *req)
  * within one of 2^64 at the same moment.) */
 static int eventfd_room(const struct agg_req *req, long fd, long buf, long len)
 {
-    if (fd < 0 || fd >= FD_MAX || len < 8 || nonblocking(fd) ||
-        !(__atomic_load_n(&fd_state[fd], __ATOMIC_RELAXED) & FD_EVENTFD))
+    if (len < 8 || (known(fd) & (FD_EVENTFD | FD_NONBLOCK)) != FD_EVENTFD)
         return 0;
     uint64_t v;
     if (read_arg(req, &v, buf, 8) != 8)
@@ -1008,7 +1004,10 @@ static int ring_wait(const struct ferry_regs *r)
            (r->r10 & (IORING_ENTER_GETEVENTS | IORING_ENTER_REGISTERED_RING)) == IORING_ENTER_GETEVENTS;
 }
 
-static const unsigned short fd_calls[] = {
+/* Calls that reach the router even where no route takes them: those that
+ * make or change descriptors (fd_call), setsockopt (a socket's timeouts)
+ * and io_uring_enter (ring_wait). */
+static const unsigned short watched[] = {
     SYS_fcntl, SYS_ioctl, SYS_dup, SYS_dup2, SYS_dup3, SYS_pipe, SYS_pipe2, SYS_socketpair,
     SYS_eventfd, SYS_eventfd2, SYS_timerfd_create, SYS_signalfd4, SYS_memfd_create,
     SYS_epoll_create1, SYS_inotify_init1, SYS_setsockopt, SYS_io_uring_enter,
@@ -1017,8 +1016,8 @@ static const unsigned short fd_calls[] = {
 /* At group creation: these reach ferry_slow so the engine sees fibers' calls. */
 void agg_route_watch(void)
 {
-    for (unsigned i = 0; i < sizeof(fd_calls) / sizeof(fd_calls[0]); i++)
-        __atomic_store_n(&ferry_action[fd_calls[i]], 1, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < sizeof(watched) / sizeof(watched[0]); i++)
+        __atomic_store_n(&ferry_action[watched[i]], 1, __ATOMIC_RELAXED);
 }
 
 /* A write(2) or sendto(2) that would wait for room on a stream socket. */
@@ -1346,7 +1345,8 @@ static int quiet_now(struct ferry_group *g, struct ferry_regs *r, int all, uint6
             return 0;   /* nonblocking: routed natively anyway */
         if (st & FD_SOCKET)
             return recv_now(g, r, fd);
-        if (nr == SYS_read && (st & FD_REGULAR) && !(st & FD_PROC))
+        /* a file in memory has no RWF_NOWAIT: routed, it is read natively (local_io) */
+        if (nr == SYS_read && (st & (FD_REGULAR | FD_PROC | FD_MEMORY)) == FD_REGULAR)
             return read_file_now(g, r);
         return 0;
     case SYS_epoll_wait:
