@@ -185,7 +185,8 @@ def test_programs():
 STATIC_SRC = ROOT / "tests" / "programs" / "static"
 # static test program -> the target of tests/programs/static/Makefile that builds it
 STATIC_TARGETS = {"go_http": "go", "go_runtime": "go", "static_c-musl": "musl",
-                  "static_c-glibc": "glibc", "static_c-glibc-pie": "glibc"}
+                  "static_c-glibc": "glibc", "static_c-glibc-pie": "glibc",
+                  "go_http-cgo": "cgo", "go_runtime-cgo": "cgo"}
 
 
 def go_command():
@@ -198,7 +199,7 @@ def go_command():
 
 def _missing_toolchain(target):
     """Why `target` cannot be built here (what CI installs: tools/sysdeps.sh), or None."""
-    if target == "go":
+    if target in ("go", "cgo"):
         return None if go_command() else "no Go toolchain (apt-get install golang-go)"
     if target == "musl":
         return None if shutil.which("musl-gcc") else "no musl-gcc (apt-get install musl-tools)"

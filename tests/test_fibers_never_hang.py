@@ -343,3 +343,20 @@ def test_a_thread_that_waits_on_its_own_ring_leaves_the_carrier_free(mode, profi
     profile = two_carriers(profile, tmp_path)
     got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "own_ring", mode), tmp_path)
     assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]
+
+
+@pytest.mark.parametrize("profile", ["fibers", "two-carriers"])
+def test_each_thread_has_its_own_alternate_signal_stack(profile, tmp_path):
+    """sigaltstack(2) is per thread, and fibers share their carrier's kernel
+    thread (tests/programs/altstacks.c: four threads, each with its own,
+    whose SA_ONSTACK handlers sleep while the others' run). Each fiber's
+    stack is now the kernel's while it runs; before, every thread's handler
+    ran on the last one set, over the others' frames, as Go's do on each
+    thread's. A fiber parked in a handler also went on with that handler's
+    mask when it came back (the kernel sets it out of the engine's sight),
+    and the fiber that ran next with it: its own raise stayed blocked."""
+    code, out, err = run([PROGRAMS / "altstacks"], tmp_path)
+    assert (code, out.splitlines()[-1]) == (0, b"ok"), err
+    profile = two_carriers(profile, tmp_path)
+    got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "altstacks"), tmp_path)
+    assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]

@@ -92,6 +92,13 @@ struct agg_try {
     unsigned skips;               /* ... its calls that go to the ring without a try */
 };
 
+/* A thread's alternate signal stack, laid out as sigaltstack(2)'s stack_t. */
+struct agg_altstack {
+    void *sp;
+    int flags;
+    unsigned long size;
+};
+
 struct agg_fiber {
     struct agg_ctx ctx;
     struct agg_carrier *carrier;
@@ -121,6 +128,7 @@ struct agg_fiber {
     int suspended;                /* parked in rt_sigsuspend */
     uint64_t waitset;             /* the signals it waits for in rt_sigtimedwait */
     uint64_t sigmask;             /* its signal mask (the carrier's while it runs) */
+    struct agg_altstack alt;      /* its alternate signal stack (the carrier's while it runs) */
     uint64_t sigpending;          /* signals sent to it while it was not running */
     char *siginfo;                /* 64 siginfos of 128 bytes, once one is kept (world_lock) */
     uint64_t siginfo_set;         /* ... which of them hold a sender's siginfo */
@@ -190,6 +198,7 @@ struct agg_carrier {
     unsigned long tp;             /* the carrier thread's own thread pointer */
     int tid;                      /* the carrier thread's real tid */
     uint64_t kmask;               /* the signal mask the kernel has for it now */
+    struct agg_altstack kalt;     /* ... and the alternate signal stack */
     struct agg_fiber *current;
     struct agg_fiber *finished;   /* switched to the scheduler for the last time */
     const struct agg_sched_ops *ops;
@@ -410,6 +419,7 @@ extern char __libc_single_threaded __attribute__((weak));
 
 /* agg_threads.c */
 void agg_thread_resumed(struct agg_fiber *f);
+void agg_thread_leaving(struct agg_fiber *f);
 void agg_threads_idle(struct agg_carrier *c);
 uint64_t agg_threads_wait_limit(const struct agg_carrier *c);
 int agg_outside_wakers(const struct agg_carrier *c);
@@ -432,6 +442,7 @@ void agg_exit_stop(struct agg_carrier *c) __attribute__((noreturn));
 /* agg_signal.c: the engine's own signal (SIGRTMAX), hidden from the program */
 #define AGG_SIGNAL 64
 extern int agg_signal_owned;
+extern int agg_program_handlers;   /* the program set a handler of its own */
 int agg_signal_start(void);
 int agg_signal_action(int sig, struct ferry_ksigaction *act);
 void agg_tick_create(struct agg_carrier *c);

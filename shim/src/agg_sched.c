@@ -85,6 +85,8 @@ void agg_park(struct agg_fiber *f)
             return;
         }
     }
+    if (f->thread)
+        agg_thread_leaving(f);
     /* an urgent call goes through the scheduler, which submits and reaps it */
     f->computes = 0;
     if (c->round_left && !c->urgent && (n = c->ops->pick(c))) {
@@ -124,6 +126,8 @@ void agg_yield(struct agg_fiber *f)
         agg_park(f);
         return;
     }
+    if (f->thread)
+        agg_thread_leaving(f);
     requeue_me(f);
 }
 

@@ -75,8 +75,16 @@ int agg_signal_action(int sig, struct ferry_ksigaction *act)
 /* rt_sigaction(SIGRTMAX): answered from the program's record.  A vfork
  * child has a table of its own (its changes must not reach the parent's
  * record), so its calls go to the kernel. */
+int agg_program_handlers;
+
 int agg_signal_call(struct ferry_regs *r)
 {
+    if (r->rax == SYS_rt_sigaction && r->rsi && !agg_program_handlers) {
+        void *handler = 0;
+        if (ferry_read_arg(r, &handler, (void *)r->rsi, sizeof(handler)) == sizeof(handler) &&
+            handler != SIG_DFL && handler != SIG_IGN)
+            __atomic_store_n(&agg_program_handlers, 1, __ATOMIC_RELAXED);
+    }
     if (!agg_signal_owned || r->rax != SYS_rt_sigaction || r->rdi != AGG_SIGNAL || r->r10 != KSIGSET ||
         agg_in_vfork_child())
         return 0;
@@ -109,11 +117,25 @@ void agg_signal_before_exec(void)
 
 static void on_signal(int sig, siginfo_t *si, void *ucv);
 
+static int small_stacks;
+
 static int install(void)
 {
-    struct ferry_ksigaction act = {(void *)on_signal, SA_SIGINFO | SA_RESTART | SA_RESTORER,
-                                   (void *)ferry_sigreturn, 0};
+    unsigned long flags = SA_SIGINFO | SA_RESTART | SA_RESTORER;
+    if (__atomic_load_n(&small_stacks, __ATOMIC_ACQUIRE))
+        flags |= SA_ONSTACK;
+    struct ferry_ksigaction act = {(void *)on_signal, flags, (void *)ferry_sigreturn, 0};
     return (int)ferry_raw4(SYS_rt_sigaction, AGG_SIGNAL, &act, 0, KSIGSET);
+}
+
+/* Elsewhere the handler's frame stays on the thread's stack: a program's
+ * alternate stack is sized for its own handlers, not for the engine's. */
+void agg_signal_small_stacks(void)
+{
+    if (__atomic_exchange_n(&small_stacks, 1, __ATOMIC_ACQ_REL))
+        return;
+    if (__atomic_load_n(&agg_signal_owned, __ATOMIC_ACQUIRE))
+        install();
 }
 
 void agg_signal_exec_failed(void)

@@ -77,6 +77,8 @@ void ferry_agg_thread_resume(struct agg_thread_start *s) __attribute__((noreturn
 
 static long real_tid(struct agg_carrier *c) { return c->tid; }
 
+int agg_thread_fiber(void) { return agg_self && agg_self->thread; }
+
 /* With world_lock held. */
 static struct agg_fiber *lookup(long tid)
 {
@@ -105,9 +107,75 @@ static void carrier_mask(struct agg_carrier *c, uint64_t m)
     }
 }
 
-/* The carrier's mask becomes the fiber's when it runs again. */
+/* ---- alternate signal stacks ------------------------------------------------ */
+
+/* sigaltstack(2) is per kernel thread: each fiber has its own, which the
+ * kernel holds for its carrier while the fiber runs.  Go gives every thread
+ * one (its handlers run there, never on a goroutine's small stack), Rust
+ * one per thread for its stack-overflow report: fibers that shared their
+ * carrier's would have their handlers' frames written over each other's. */
+
+#define SS_ONSTACK_ 1
+#define SS_DISABLE_ 2
+
+static const struct agg_altstack no_altstack = {0, SS_DISABLE_, 0};
+
+static struct agg_altstack kernel_altstack(void)
+{
+    struct agg_altstack a = no_altstack;
+    if (ferry_raw2(SYS_sigaltstack, 0, &a) != 0)
+        return no_altstack;
+    a.flags &= ~SS_ONSTACK_;  /* where the caller's stack pointer is, not a setting */
+    return a;
+}
+
+/* The carrier thread's alternate stack in the kernel, changed only when it
+ * differs.  The call runs from the resumed fiber's C path: the kernel
+ * refuses (EPERM) only while that stack pointer is on the stack being
+ * replaced, another fiber's, which it is not. */
+static void carrier_altstack(struct agg_carrier *c, const struct agg_altstack *want)
+{
+    struct agg_altstack *k = &c->kalt;
+    if (k->sp == want->sp && k->size == want->size && k->flags == want->flags)
+        return;
+    if (ferry_raw2(SYS_sigaltstack, (want->flags & SS_DISABLE_) ? &no_altstack : want, 0) == 0)
+        *k = *want;
+}
+
+/* sigaltstack from a fiber ran natively at the program's own stack pointer
+ * (what SS_ONSTACK and EPERM depend on), in the trampoline (shim.c): what
+ * the kernel now has is the fiber's. */
+void agg_altstack_changed(long result)
+{
+    struct agg_fiber *f = agg_self;
+    if (result != 0 || !f || !f->thread)
+        return;
+    f->alt = kernel_altstack();
+    f->carrier->kalt = f->alt;
+}
+
+int agg_altstack_native(void) { return agg_self && agg_self->thread; }
+
+/* A fiber that leaves its carrier from inside a handler of the program's
+ * has that handler's mask in the kernel, which the kernel set as it ran the
+ * handler, out of the engine's sight (and rt_sigreturn takes it off the
+ * same way): so the mask a fiber gets back is read as it leaves, once the
+ * program has a handler at all.  Not in rt_sigsuspend, whose mask is the
+ * engine's alone.  A fiber that went on with another's handler mask kept
+ * signals sent to it blocked, and one resumed in its handler could be
+ * interrupted by the signal that handler blocks. */
+void agg_thread_leaving(struct agg_fiber *f)
+{
+    if (__atomic_load_n(&agg_program_handlers, __ATOMIC_RELAXED) && !f->suspended)
+        f->sigmask = f->carrier->kmask = kernel_mask();
+}
+
+/* The carrier's alternate stack and mask become the fiber's when it runs
+ * again: in that order, as a signal the mask lets through is delivered at
+ * once, on whatever alternate stack the kernel has then. */
 void agg_thread_resumed(struct agg_fiber *f)
 {
+    carrier_altstack(f->carrier, &f->alt);
     carrier_mask(f->carrier, f->sigmask);
 }
 
@@ -453,6 +521,7 @@ static int become_fiber0(struct ferry_group *g)
     f->joined = -1;
     f->sigmask = kernel_mask();
     c->kmask = f->sigmask;
+    f->alt = c->kalt = kernel_altstack();
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->threads = 1;
     c->placed = 1;  /* fiber 0 is one of its threads */
@@ -492,7 +561,8 @@ static void carrier_main(void *arg)
     if (r == 0) {
         c->raw = 1;
         c->threads = 1;
-        c->kmask = ~0ULL;   /* as it was cloned: every signal blocked */
+        c->kmask = ~0ULL;   /* as it was cloned: every signal blocked, */
+        c->kalt = no_altstack;  /* no alternate stack (CLONE_VM) */
         agg_tick_create(c);
         agg_carrier = c;
         agg_self = 0;
@@ -717,7 +787,8 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     f->stack_top = (char *)stack_top;
     f->ctx.fsbase = tls;
     f->joined = -1;
-    f->sigmask = self->sigmask;  /* a new thread inherits its creator's mask */
+    f->sigmask = self->sigmask;  /* a new thread inherits its creator's mask, */
+    f->alt = no_altstack;        /* but not its alternate stack (CLONE_VM) */
     if (flags & CLONE_CHILD_CLEARTID)
         f->clear_tid = ctid;
     /* the thread's own copy of the shim's per-thread state */
@@ -787,6 +858,7 @@ static int clone_thread(struct agg_fiber *self, struct ferry_regs *r)
  * glibc may reuse that stack as soon as the tid word reads 0. */
 void agg_thread_free(struct agg_fiber *f)
 {
+    ferry_thread_stack_release(FERRY_TLS_IN((unsigned long)f->tcb, ferry_thr));
     agg_free(f->siginfo);
     agg_free(f->start);
     agg_free(f);
@@ -1127,7 +1199,7 @@ void agg_threads_watch(void)
                                            SYS_tgkill, SYS_rt_sigprocmask, SYS_sched_yield,
                                            SYS_rseq, SYS_set_robust_list, SYS_sched_getaffinity,
                                            SYS_sched_setaffinity, SYS_futex, SYS_rt_sigsuspend, SYS_kill,
-                                           SYS_rt_sigtimedwait, SYS_rt_sigaction};
+                                           SYS_rt_sigtimedwait, SYS_rt_sigaction, SYS_sigaltstack};
     for (unsigned i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
         __atomic_store_n(&ferry_action[calls[i]], 1, __ATOMIC_RELAXED);
 }

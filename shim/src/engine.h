@@ -37,6 +37,15 @@ int agg_threads_will_restart(long nr, long result);
 #else
 extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
 #endif
+/* sigaltstack from a fiber runs in the trampoline, at the program's own
+ * stack pointer (agg_altstack_native: 1), then the engine learns what the
+ * kernel has (agg_altstack_changed, from ferry_post). */
+int agg_altstack_native(void);
+void agg_altstack_changed(long result);
+/* Whether the calling thread is a fiber the engine ends (a program's
+ * thread under `threads = "fibers"`): what it holds is given back by the
+ * engine once it has left its stacks. */
+int agg_thread_fiber(void);
 /* A fiber's call: 1 if the engine ran it (result in r->rax; *done: when it
  * saw the call complete, 0: it ran at once), 0 to let the core run it. */
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);
@@ -47,6 +56,10 @@ int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);
 int agg_signal_call(struct ferry_regs *r);
 void agg_signal_before_exec(void);
 void agg_signal_exec_failed(void);
+/* A module whose code runs on small stacks is enabled: the engine's
+ * signal then runs on the thread's alternate stack, as the program's own
+ * handlers must (Go's goroutine stacks have no room for a signal frame). */
+void agg_signal_small_stacks(void);
 
 /* The program's close, dup2, dup3 or close_range on the engine's kept
  * descriptors: 1 when done here (result in r->rax). */

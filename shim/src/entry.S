@@ -54,7 +54,7 @@
     add qword ptr [rcx + FERRY_BLK_CALLS + \slot], 1
 .endm
 
-.macro FAST_ENTRY name, count
+.macro FAST_ENTRY name, count, slow
     .globl \name
     .hidden \name
     .type \name, @function
@@ -81,7 +81,7 @@
     je 3f
     RESTORE_FLAGS
     mov r11, qword ptr [rsp - 8]
-    jmp ferry_slow_entry
+    jmp \slow
     /* rt_sigreturn reads its frame at the program's rsp and never returns:
      * it runs from here, inside the shim's text (which the catch-all lets
      * through), with the trampoline's red zone and return address undone. */
@@ -96,32 +96,68 @@
     .size \name, . - \name
 .endm
 
-    FAST_ENTRY ferry_entry, 1
-    FAST_ENTRY ferry_entry_nocount, 0
+    FAST_ENTRY ferry_entry, 1, ferry_slow_entry
+    FAST_ENTRY ferry_entry_nocount, 0, ferry_slow_entry
+    FAST_ENTRY ferry_entry_own_stack, 1, ferry_slow_entry_own_stack
+    FAST_ENTRY ferry_entry_own_stack_nocount, 0, ferry_slow_entry_own_stack
 
-    .type ferry_slow_entry, @function
+/* The thread's own fields (struct ferry_thread): through %gs in the static
+ * build; in the dynamic one at fs:[rcx] once THREAD_BASE put the TLS offset
+ * in rcx (free on every path here: `syscall` clobbers it). */
+#ifdef FERRY_STATIC
+#define THREAD(field) gs:[field]
+.macro THREAD_BASE
+.endm
+#else
+#define THREAD(field) fs:[rcx + field]
+.macro THREAD_BASE
+    mov rcx, qword ptr [rip + ferry_thr@GOTTPOFF]
+.endm
+#endif
+
+/* The C path, on the program's stack or on the thread's own shim stack.
+ * The shim's stack is for code whose stacks are small and unguarded: a
+ * goroutine's has a few hundred bytes to spare below a `syscall`, and a
+ * parked fiber's C path, or the exec hook's (~40 KiB), would write over
+ * the stack below it.  Every thread of a static program takes it; in a
+ * dynamic program, the sites of modules whose code runs on such stacks
+ * (shim.c).  The program's own stack stays the C path's elsewhere: a
+ * signal that arrives while the shim waits finds the thread's stack
+ * pointer within the thread's stack, as natively (a garbage collector's
+ * stop handler scans from there).
+ *
+ * Counted first, switched after, so that a signal between the two finds the
+ * count up; a call from a handler that interrupted the C path stays on the
+ * stack it is on.  A thread without a stack yet makes one first (that call
+ * runs where it is: ~200 bytes). */
+.macro SLOW_ENTRY name, own_stack
+    .type \name, @function
     .p2align 4
-ferry_slow_entry:
+\name:
     .cfi_startproc
     pushfq
     .cfi_adjust_cfa_offset 8
-.Lslow:
     push rbx
     .cfi_adjust_cfa_offset 8
     .cfi_rel_offset rbx, 0
     mov rbx, rsp
     .cfi_def_cfa_register rbx
-#ifdef FERRY_STATIC
-    /* The C path runs on the thread's shim stack: a goroutine's has a few
-     * hundred bytes to spare.  Counted first, switched after, so that a
-     * signal between the two finds the count up; a call from a handler
-     * that interrupted the C path stays on the stack it is on. */
-    add qword ptr gs:[FERRY_THREAD_DEPTH], 1
-    cmp qword ptr gs:[FERRY_THREAD_DEPTH], 1
+.if \own_stack
+    THREAD_BASE
+    add qword ptr THREAD(FERRY_THREAD_DEPTH), 1
+    cmp qword ptr THREAD(FERRY_THREAD_DEPTH), 1
     jne 1f
-    mov rsp, qword ptr gs:[FERRY_THREAD_STACK_TOP]
+    mov rcx, qword ptr THREAD(FERRY_THREAD_STACK_TOP)
+    test rcx, rcx
+    jnz 2f
+    call ferry_thread_stack_entry
+    THREAD_BASE
+    mov rcx, qword ptr THREAD(FERRY_THREAD_STACK_TOP)
+    test rcx, rcx
+    jz 1f
+2:  mov rsp, rcx
 1:
-#endif
+.endif
     and rsp, -16
     sub rsp, FERRY_REGS_SIZE
     mov qword ptr [rsp + FERRY_REGS_RAX], rax
@@ -151,21 +187,30 @@ ferry_slow_entry:
     mov rax, qword ptr [rsp + FERRY_REGS_RAX]
     mov rsp, rbx
     .cfi_def_cfa_register rsp
-#ifdef FERRY_STATIC
-    sub qword ptr gs:[FERRY_THREAD_DEPTH], 1  /* off the shim stack first */
-#endif
+.if \own_stack
+    THREAD_BASE
+    sub qword ptr THREAD(FERRY_THREAD_DEPTH), 1  /* off the shim stack first */
+.endif
     pop rbx
     .cfi_adjust_cfa_offset -8
     .cfi_restore rbx
     test r11d, r11d
-    jz .Ldone
+    jz 3f
     add qword ptr [rsp + 8], FERRY_TRAMP_RAW_DELTA
-.Ldone:
+3:
     popfq
     .cfi_adjust_cfa_offset -8
     ret
     .cfi_endproc
-    .size ferry_slow_entry, . - ferry_slow_entry
+    .size \name, . - \name
+.endm
+
+#ifdef FERRY_STATIC
+    SLOW_ENTRY ferry_slow_entry, 1
+#else
+    SLOW_ENTRY ferry_slow_entry, 0
+#endif
+    SLOW_ENTRY ferry_slow_entry_own_stack, 1
 
 /* Call a C function with every register and the flags preserved, on an
  * aligned stack, DF clear: for hooks that run where the program did not
@@ -231,6 +276,10 @@ ferry_slow_entry:
 #else
     PRESERVING_CALL ferry_post_entry, ferry_post, 1
 #endif
+
+/* The slow entry of a thread that has no shim stack yet (entry.S's
+ * SLOW_ENTRY): it gets one, or stays on its own stack. */
+    PRESERVING_CALL ferry_thread_stack_entry, ferry_thread_stack_make, 0
 
 /* ld.so's _dl_debug_state (the debugger's breakpoint, called whenever the
  * list of modules changes) jumps here: rescan, then return to its caller. */

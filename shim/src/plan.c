@@ -156,6 +156,30 @@ int ferry_module_has_ctl(const struct dl_phdr_info *info)
     return 0;
 }
 
+/* Go's linker marks what it builds with a note of owner "Go" (its build
+ * id), in a PT_NOTE segment of the first page: executables, and Go code
+ * built into a shared library (-buildmode=c-shared) alike. */
+int ferry_module_small_stacks(const void *phdrs, int phnum, uint64_t base)
+{
+    const ElfW(Phdr) *phdr = phdrs;
+    for (int i = 0; i < phnum; i++) {
+        if (phdr[i].p_type != PT_NOTE)
+            continue;
+        const unsigned char *p = (const unsigned char *)(base + phdr[i].p_vaddr);
+        const unsigned char *end = p + phdr[i].p_filesz;
+        while (end - p >= 12) {
+            const uint32_t *h = (const uint32_t *)p;
+            uint64_t name = (h[0] + 3UL) & ~3UL, desc = (h[1] + 3UL) & ~3UL;
+            if ((uint64_t)(end - p - 12) < name + desc)
+                break;
+            if ((h[0] == 3 || h[0] == 4) && ferry_memeq(p + 12, "Go", 3))  /* Go pads it */
+                return 1;
+            p += 12 + name + desc;
+        }
+    }
+    return 0;
+}
+
 extern char __ehdr_start[] __attribute__((visibility("hidden")));
 
 /* Code address of a module ferry_plans_apply leaves for later (0: none). */
@@ -396,7 +420,7 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, const struct tar
     return (struct ferry_ctl *)(at + dist);
 }
 
-int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t))
+int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t, int))
 {
     if (!dl_iterate_phdr || !cache_root || !cache_root[0])
         return 0;
@@ -432,7 +456,8 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
         if (nplanned < MAX_TARGETS)
             planned[nplanned++] = targets[i].base;  /* tried once, patched or not */
         if (ctl && ferry_memeq(ctl->magic, FERRY_CTL_MAGIC, FERRY_CTL_MAGIC_LEN)) {
-            enable(ctl, targets[i].path, targets[i].base);
+            enable(ctl, targets[i].path, targets[i].base,
+                   ferry_module_small_stacks(targets[i].phdr, targets[i].phnum, targets[i].base));
             applied++;
         }
     }

@@ -35,7 +35,7 @@ struct ferry_plan_window {
 /* Comma-separated hex addresses whose windows must not be patched. */
 void ferry_plans_avoid(const char *list);
 
-int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t));
+int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t, int));
 
 /* The module whose code holds `addr` is passed over by ferry_plans_apply
  * (neither patched nor marked as tried) until this is called again with 0. */
@@ -46,6 +46,9 @@ void ferry_plans_defer(uint64_t addr);
 struct dl_phdr_info;
 int ferry_module_has_ctl(const struct dl_phdr_info *info);
 int ferry_module_holds_code(const struct dl_phdr_info *info, uint64_t addr);
+/* Whether a module's code runs on small, unguarded stacks (Go's goroutines):
+ * its calls' C path then runs on the shim's own stack (entry.S). */
+int ferry_module_small_stacks(const void *phdrs, int phnum, uint64_t base);
 
 /* The file of the module whose text at `addr` is mapped from its plan's
  * patched copy; "" where `addr` is in trampolines mapped from the cache

@@ -41,7 +41,12 @@ static const struct ferry_vector vector_count = {.entry = (void *)ferry_entry,
                                                  .post = (void *)ferry_post_entry};
 static const struct ferry_vector vector_off = {.entry = (void *)ferry_entry_nocount,
                                                .post = (void *)ferry_post_entry};
+static const struct ferry_vector vector_count_own_stack = {.entry = (void *)ferry_entry_own_stack,
+                                                           .post = (void *)ferry_post_entry};
+static const struct ferry_vector vector_off_own_stack = {.entry = (void *)ferry_entry_own_stack_nocount,
+                                                         .post = (void *)ferry_post_entry};
 static const struct ferry_vector *vector = &vector_count;
+static const struct ferry_vector *vector_own_stack = &vector_count_own_stack;
 
 
 static struct ferry_ctl *modules[MAX_MODULES];
@@ -67,6 +72,7 @@ struct found {
     struct ferry_ctl *ctl;
     const char *name;
     uint64_t base;
+    int own_stack;
 };
 
 static int module_known(const struct ferry_ctl *c)
@@ -93,7 +99,9 @@ static int collect_module(struct dl_phdr_info *info, size_t size, void *data)
             if (found[k].ctl == c)
                 break;
             if (!found[k].ctl) {
-                found[k] = (struct found){c, info->dlpi_name, info->dlpi_addr};
+                found[k] = (struct found){c, info->dlpi_name, info->dlpi_addr,
+                                          ferry_module_small_stacks(info->dlpi_phdr, info->dlpi_phnum,
+                                                                    info->dlpi_addr)};
                 break;
             }
         }
@@ -132,20 +140,22 @@ static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base
 
 /* Start intercepting the sites of module `c`: the last step, once the
  * process file knows the module. */
-static int enable_module(struct ferry_ctl *c, const char *name, uint64_t base)
+static int enable_module(struct ferry_ctl *c, const char *name, uint64_t base, int own_stack)
 {
     if (nmodules >= MAX_MODULES)
         return 0;
     describe_module(c, name, base);
     modules[nmodules++] = c;
-    __atomic_store_n(&c->vector, vector, __ATOMIC_RELEASE);
+    if (own_stack)
+        agg_signal_small_stacks();
+    __atomic_store_n(&c->vector, own_stack ? vector_own_stack : vector, __ATOMIC_RELEASE);
     return 1;
 }
 
 /* A module patched in memory from its plan: enabled like a rewritten one. */
-static void enable_planned(struct ferry_ctl *c, const char *name, uint64_t base)
+static void enable_planned(struct ferry_ctl *c, const char *name, uint64_t base, int own_stack)
 {
-    if (enable_module(c, name, base) && ferry_hdr)
+    if (enable_module(c, name, base, own_stack) && ferry_hdr)
         ferry_hdr->load_patched++;
 }
 
@@ -160,7 +170,7 @@ int ferry_modules_enable(void)
     dl_iterate_phdr(collect_module, found);
     int added = 0;
     for (int k = 0; k < MAX_MODULES && found[k].ctl; k++)
-        added += enable_module(found[k].ctl, found[k].name, found[k].base);
+        added += enable_module(found[k].ctl, found[k].name, found[k].base, found[k].own_stack);
     return added;
 }
 
@@ -203,6 +213,7 @@ static void configure(char **envp)
         for (int i = 0; i < FERRY_NR_MAX; i++)
             ferry_action[i] |= traced[i];
     vector = mode == FERRY_MODE_OFF ? &vector_off : &vector_count;
+    vector_own_stack = mode == FERRY_MODE_OFF ? &vector_off_own_stack : &vector_count_own_stack;
 }
 
 /* Modules loaded later (dlopen) are enabled as they appear: ld.so calls
@@ -501,6 +512,12 @@ void ferry_post(long result)
 {
     long nr = FERRY_THR->pending_nr;
     unsigned long flags = FERRY_THR->pending_flags;
+    if (nr == SYS_sigaltstack) {
+        ferry_catchall_block();
+        FERRY_THR->pending_nr = 0;
+        agg_altstack_changed(result);
+        return;
+    }
     if (!nr) {
         /* a new thread, with TLS of its own */
         if (result == 0)
@@ -522,6 +539,9 @@ void ferry_post(long result)
     }
     ferry_catchall_block();
     if (flags & CLONE_VFORK) {
+        /* the vfork child ran on this thread's shim stack and exec'd or
+         * exited from within the C path, which it never left */
+        FERRY_THR->depth = 0;
         ferry_blk_leave_vfork_child();
         agg_vfork_parent();
     }
@@ -628,6 +648,10 @@ static long slow_call(struct ferry_regs *r)
         if (r->rax == 0)
             after_fork();
         return FERRY_DONE;
+    case SYS_sigaltstack:
+        if (r->frame && agg_altstack_native())
+            return hand_to_trampoline(nr, 0);
+        break;
     case SYS_exit:
         ferry_blk_retire();
         break;

@@ -38,6 +38,8 @@ long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size
 void ferry_post(long result);
 void ferry_entry(void);
 void ferry_entry_nocount(void);
+void ferry_entry_own_stack(void);
+void ferry_entry_own_stack_nocount(void);
 void ferry_post_entry(void);
 void ferry_dl_hook(void);
 void ferry_on_dl_change(void);

@@ -80,6 +80,9 @@ static int install(int pid, int tid)
     return (int)ferry_raw2(SYS_arch_prctl, ARCH_SET_GS, t ? t : &orphan);
 }
 
+/* Every thread's block has its stack from the start. */
+void ferry_thread_stack_make(void) {}
+
 int ferry_static_thread_main(void)
 {
     return install((int)ferry_raw0(SYS_getpid), (int)ferry_raw0(SYS_gettid));
@@ -108,10 +111,6 @@ void ferry_static_post(long result)
             t->pid = pid;  /* a fork child: its copy is its own */
             t->tid = tid;
         }
-    } else if (t->pending_flags & CLONE_VFORK) {
-        /* the vfork child ran on this block's stack and exec'd or exited
-         * from within the C path, which it never left */
-        t->depth = 0;
     }
     ferry_post(result);
 }

@@ -21,8 +21,10 @@ struct ferry_blk;
 struct ferry_thread {
     struct ferry_blk *blk;          /* first: entry.S's COUNT_CALL */
     struct ferry_thread *self;      /* the block's address (gs-relative reads give offsets) */
-    /* static build: the shim's own stack for this thread, and how many
-     * calls of the thread are in the shim's C path (static_thread.c) */
+    /* the shim's own stack for this thread, and how many calls of the
+     * thread are in the shim's C path (entry.S): every thread's in the
+     * static build (static_thread.c), made at a dynamic program's first
+     * call from code on small stacks (thread_stack.c) */
     char *stack_top;
     unsigned long depth;
     /* store.c: the vfork child's counters and record */
@@ -71,5 +73,10 @@ static inline struct ferry_thread *ferry_thread(void)
 #endif
 
 #define FERRY_THR (ferry_thread())
+
+/* The calling thread's shim stack, if it has none (entry.S, on its way
+ * there); a thread's stack given back once it has left it for good. */
+void ferry_thread_stack_make(void);
+void ferry_thread_stack_release(struct ferry_thread *t);
 
 #endif
