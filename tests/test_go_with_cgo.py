@@ -9,25 +9,15 @@ too; and every thread's sigaltstack, where Go runs its handlers, was one
 per carrier, so one thread's handler frames were written over another's.
 The C path of a Go module's calls now runs on a stack of the shim's, the
 engine's signal on the alternate stack, which is each fiber's own."""
-import http.client
-import os
-import re
-import signal
 import subprocess
 
 import pytest
 
+import go_http
 import httpload
 from conftest import ALL_PROFILES, FERRY
 
 TIMEOUT = 120
-
-
-def _masked(stderr):
-    """A Go panic's stderr without its addresses and goroutine ids, nor
-    ferry's own notes (the aggregate profile says that nothing aggregated)."""
-    stderr = b"".join(line for line in stderr.splitlines(keepends=True) if not line.startswith(b"ferry: note:"))
-    return re.sub(rb"0x[0-9a-f]+|goroutine \d+", b"N", stderr)
 
 
 def _ferry(profile, run_dir, *argv):
@@ -43,50 +33,8 @@ def test_go_runtime_with_cgo_behaves_as_natively(tmp_path, static_program, profi
     native = subprocess.run([str(path), *args], capture_output=True, timeout=TIMEOUT)
     under = subprocess.run(_ferry(profile, tmp_path / "run", path, *args), capture_output=True,
                            timeout=TIMEOUT)
-    assert (under.stdout, _masked(under.stderr), under.returncode) == \
-        (native.stdout, _masked(native.stderr), native.returncode), under.stderr.decode(errors="replace")[-3000:]
-
-
-REQUESTS = ["/", "/size/0", "/size/100000", "/size/x", "/other/path?q=1", "/size/3000000"]
-PAGE = b"<html><body>ferry static go server</body></html>\n"
-
-
-def _answers(port):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    out = []
-    for target in REQUESTS:
-        conn.request("GET", target)
-        resp = conn.getresponse()
-        out.append((resp.status, resp.read()))
-    conn.close()
-    return out
-
-
-def _serve(argv, load):
-    """Starts go_http-cgo on a free port (argv ends where the port goes), makes
-    REQUESTS and, when `load`, keep-alive load from 32 connections; stops it
-    with SIGTERM.  (answers, good responses, problems, stdout, exit status)."""
-    port = httpload.free_port()
-    proc = subprocess.Popen([*argv, str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        got, line = httpload.read_listening_line(proc, TIMEOUT)
-        assert got == port, (line, proc.stderr.read(4000) if proc.poll() is not None else b"")
-        assert httpload.wait_http(port, proc, PAGE, timeout=TIMEOUT) == ""
-        answers = _answers(port)
-        good, problems = (httpload.keepalive_load(port, PAGE, connections=32, requests=150)
-                          if load else (0, []))
-        answers += _answers(port)
-        server = [p for p in httpload.tree(proc.pid)
-                  if os.path.basename(os.readlink(f"/proc/{p}/exe")) == "go_http-cgo"]
-        assert len(server) == 1, httpload.tree(proc.pid)
-        os.kill(server[0], signal.SIGTERM)
-        out, err = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    return answers, good, problems, out, err, proc.returncode
+    assert (under.stdout, go_http.masked(under.stderr), under.returncode) == \
+        (native.stdout, go_http.masked(native.stderr), native.returncode), under.stderr.decode(errors="replace")[-3000:]
 
 
 @pytest.mark.parametrize("profile", ALL_PROFILES)
@@ -95,10 +43,12 @@ def test_go_http_server_with_cgo_answers_load_as_natively(tmp_path, static_progr
     blocked in the kernel and woken at once, Go's preemption signal, its
     netpoller's epoll."""
     path = static_program("go_http-cgo")
-    native = _serve([str(path)], load=False)
-    answers, good, problems, out, err, code = _serve(_ferry(profile, tmp_path / "run", path), load=True)
-    assert problems == [], err.decode(errors="replace")[-3000:]
+    port = httpload.free_port()
+    native = go_http.serve([str(path), str(port)], port, "go_http-cgo")
+    port = httpload.free_port()
+    answers, good, out, err, code = go_http.serve(_ferry(profile, tmp_path / "run", path, port), port,
+                                                  "go_http-cgo", load=(32, 150))
     assert answers == native[0]
     assert good == 32 * 150
-    served = 2 * len(REQUESTS) + good + 1  # and wait_http's first fetch
+    served = 1 + 2 * len(go_http.REQUESTS) + good  # and wait_http's first fetch
     assert (out, code) == (f"served {served} requests\n".encode(), 0), err.decode(errors="replace")[-3000:]

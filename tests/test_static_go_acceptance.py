@@ -5,27 +5,19 @@ started (strace_counts.check).  go_runtime: goroutines, timers, os/exec of
 itself (a child that runs enabled, with its calls) and of sh, os/signal, a
 panic.  go_http: a net/http server under a few seconds of keep-alive load,
 answering byte for byte as the original does."""
-import http.client
-import os
-import re
 import shutil
-import signal
 import subprocess
 
 import pytest
 
+import go_http
 import httpload
 import strace_counts
 from conftest import FERRY
 from ferry.rundata import load_run
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
-TIMEOUT = 300
-
-
-def _masked(stderr):
-    """A Go panic's stderr without its addresses and goroutine ids."""
-    return re.sub(rb"0x[0-9a-f]+|goroutine \d+", b"N", stderr)
+TIMEOUT = go_http.TIMEOUT
 
 
 def _traced_run(tmp_path, argv):
@@ -40,8 +32,8 @@ def test_go_runtime_behaves_as_natively_and_counts_as_strace(tmp_path, static_pr
     path = static_program("go_runtime")
     native = subprocess.run([str(path), *args], capture_output=True, timeout=60)
     under, log, run_dir = _traced_run(tmp_path, [path, *args])
-    assert (under.stdout, _masked(under.stderr), under.returncode) == \
-        (native.stdout, _masked(native.stderr), native.returncode)
+    assert (under.stdout, go_http.masked(under.stderr), under.returncode) == \
+        (native.stdout, go_http.masked(native.stderr), native.returncode)
     counted = strace_counts.check(log, run_dir)
     if args:
         assert counted["exit_group"] == 1
@@ -56,63 +48,19 @@ def test_go_runtime_behaves_as_natively_and_counts_as_strace(tmp_path, static_pr
     assert counted["rt_sigreturn"] >= 2  # os/signal: SIGUSR1 and SIGHUP, handled
 
 
-def _exchange(port, requests):
-    """(status, headers but Date, body) of each request, on one keep-alive connection."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    out = []
-    for method, target in requests:
-        conn.request(method, target)
-        resp = conn.getresponse()
-        headers = sorted((k, v) for k, v in resp.getheaders() if k.lower() != "date")
-        out.append((resp.status, headers, resp.read()))
-    conn.close()
-    return out
-
-
-REQUESTS = [("GET", "/"), ("GET", "/size/0"), ("GET", "/size/100000"), ("GET", "/size/x"),
-            ("HEAD", "/"), ("GET", "/other/path?q=1"), ("GET", "/size/3000000")]
-PAGE = b"<html><body>ferry static go server</body></html>\n"
-
-
-def _serve(argv, port, load):
-    """Starts `argv` (a go_http that prints its listening line), makes the
-    REQUESTS and, when `load`, a few seconds of keep-alive load; stops it
-    with SIGTERM to the server itself (not to a tracer in front of it).
-    (answers, good load responses, the server's output, its exit status)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        got, line = httpload.read_listening_line(proc, TIMEOUT)
-        assert got == port, line
-        assert httpload.wait_http(port, proc, PAGE, timeout=TIMEOUT) == ""
-        answers = _exchange(port, REQUESTS)
-        good, problems = httpload.keepalive_load(port, PAGE, connections=6, requests=150) if load else (0, [])
-        assert problems == []
-        answers += _exchange(port, REQUESTS)
-        server = [p for p in httpload.tree(proc.pid)
-                  if os.path.basename(os.readlink(f"/proc/{p}/exe")) == "go_http"]
-        assert len(server) == 1, httpload.tree(proc.pid)
-        os.kill(server[0], signal.SIGTERM)
-        out, err = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    return answers, good, out, err, proc.returncode
-
-
 def test_go_http_under_load_answers_as_natively_and_counts_as_strace(tmp_path, static_program):
     path = static_program("go_http")
     port = httpload.free_port()
-    native = _serve([str(path), str(port)], port, load=False)
+    native = go_http.serve([str(path), str(port)], port, "go_http")
     log, run_dir = tmp_path / "strace.log", tmp_path / "run"
     port = httpload.free_port()
-    under = _serve(["strace", "-f", "-qq", "-o", str(log), *FERRY, "run", "-o", str(run_dir), "--",
-                    str(path), str(port)], port, load=True)
+    under = go_http.serve(["strace", "-f", "-qq", "-o", str(log), *FERRY, "run", "-o", str(run_dir), "--",
+                           str(path), str(port)], port, "go_http", load=(6, 150))
     answers, good, out, err, code = under
     assert answers == native[0]
     assert good == 6 * 150
     # every request reaches a handler ("/" takes any path), the first check's too
-    served = 1 + 2 * len(REQUESTS) + good
+    served = 1 + 2 * len(go_http.REQUESTS) + good
     assert (out, err, code) == (f"served {served} requests\n".encode(), b"", 0)
     counted = strace_counts.check(log, run_dir)
     assert counted["accept4"] + counted["accept"] >= 7
