@@ -72,11 +72,12 @@ int agg_signal_action(int sig, struct ferry_ksigaction *act)
     return (int)ferry_raw4(SYS_rt_sigaction, sig, 0, act, KSIGSET);
 }
 
-/* rt_sigaction(SIGRTMAX): answered from the program's record.  A vfork
- * child has a table of its own (its changes must not reach the parent's
- * record), so its calls go to the kernel. */
 int agg_program_handlers;
 
+/* rt_sigaction(SIGRTMAX): answered from the program's record.  A vfork
+ * child has a table of its own (its changes must not reach the parent's
+ * record), so its calls go to the kernel.  Every rt_sigaction comes here
+ * first: the first handler the program sets is noted (agg_program_handlers). */
 int agg_signal_call(struct ferry_regs *r)
 {
     if (r->rax == SYS_rt_sigaction && r->rsi && !agg_program_handlers) {
