@@ -154,8 +154,6 @@ void agg_altstack_changed(long result)
     f->carrier->kalt = f->alt;
 }
 
-int agg_altstack_native(void) { return agg_self && agg_self->thread; }
-
 /* A fiber that leaves its carrier from inside a handler of the program's
  * has that handler's mask in the kernel, which the kernel set as it ran the
  * handler, out of the engine's sight (and rt_sigreturn takes it off the

@@ -36,6 +36,7 @@ struct agg_worker_set {
     uint32_t seq;
     int stop;
     unsigned long tls_below;  /* bytes of each thread's block below its pointer (tls_below) */
+    size_t size;              /* each thread's mapping: that block, the TCB's page, the stack */
     struct {
         char *mem;      /* its thread block (TLS, then the TCB's page), then the stack */
         int tid;        /* cleared by the kernel when the thread is gone */
@@ -111,7 +112,7 @@ int agg_workers_start(struct ferry_group *g)
     ferry_raw4(SYS_rt_sigprocmask, 2 /* SIG_SETMASK */, &all, &old, 8);
     int r = 0;
     w->tls_below = tls_below();
-    size_t size = w->tls_below + PAGE + STACK_SIZE;   /* the TCB's page above the pointer */
+    size_t size = w->size = w->tls_below + PAGE + STACK_SIZE;
     for (unsigned i = 0; i < g->cfg.workers; i++) {
         long p = ferry_raw6(SYS_mmap, 0, size, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -159,7 +160,7 @@ void agg_workers_stop(struct ferry_group *g)
         int tid;
         while ((tid = __atomic_load_n(&w->t[i].tid, __ATOMIC_ACQUIRE)) != 0)
             ferry_raw6(SYS_futex, (long)&w->t[i].tid, FUTEX_WAIT, tid, 0, 0, 0);
-        ferry_raw2(SYS_munmap, w->t[i].mem, w->tls_below + PAGE + STACK_SIZE);
+        ferry_raw2(SYS_munmap, w->t[i].mem, w->size);
     }
     agg_free(w);
     g->workers = 0;

@@ -37,15 +37,13 @@ int agg_threads_will_restart(long nr, long result);
 #else
 extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
 #endif
-/* sigaltstack from a fiber runs in the trampoline, at the program's own
- * stack pointer (agg_altstack_native: 1), then the engine learns what the
- * kernel has (agg_altstack_changed, from ferry_post). */
-int agg_altstack_native(void);
-void agg_altstack_changed(long result);
 /* Whether the calling thread is a fiber the engine ends (a program's
  * thread under `threads = "fibers"`): what it holds is given back by the
- * engine once it has left its stacks. */
+ * engine once it has left its stacks, and its sigaltstack runs in the
+ * trampoline, at the program's own stack pointer, after which the engine
+ * learns what the kernel has (agg_altstack_changed, from ferry_post). */
 int agg_thread_fiber(void);
+void agg_altstack_changed(long result);
 /* A fiber's call: 1 if the engine ran it (result in r->rax; *done: when it
  * saw the call complete, 0: it ran at once), 0 to let the core run it. */
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);

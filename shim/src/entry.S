@@ -151,7 +151,7 @@
     test rcx, rcx
     jnz 2f
     call ferry_thread_stack_entry
-    THREAD_BASE
+    THREAD_BASE                       /* rcx held the stack's top: 0 */
     mov rcx, qword ptr THREAD(FERRY_THREAD_STACK_TOP)
     test rcx, rcx
     jz 1f
@@ -205,12 +205,12 @@
     .size \name, . - \name
 .endm
 
+    SLOW_ENTRY ferry_slow_entry_own_stack, 1
 #ifdef FERRY_STATIC
-    SLOW_ENTRY ferry_slow_entry, 1
+    .set ferry_slow_entry, ferry_slow_entry_own_stack  /* every thread has its shim stack */
 #else
     SLOW_ENTRY ferry_slow_entry, 0
 #endif
-    SLOW_ENTRY ferry_slow_entry_own_stack, 1
 
 /* Call a C function with every register and the flags preserved, on an
  * aligned stack, DF clear: for hooks that run where the program did not

@@ -37,16 +37,14 @@
 
 unsigned char ferry_action[FERRY_NR_MAX];
 
-static const struct ferry_vector vector_count = {.entry = (void *)ferry_entry,
-                                                 .post = (void *)ferry_post_entry};
-static const struct ferry_vector vector_off = {.entry = (void *)ferry_entry_nocount,
-                                               .post = (void *)ferry_post_entry};
-static const struct ferry_vector vector_count_own_stack = {.entry = (void *)ferry_entry_own_stack,
-                                                           .post = (void *)ferry_post_entry};
-static const struct ferry_vector vector_off_own_stack = {.entry = (void *)ferry_entry_own_stack_nocount,
-                                                         .post = (void *)ferry_post_entry};
-static const struct ferry_vector *vector = &vector_count;
-static const struct ferry_vector *vector_own_stack = &vector_count_own_stack;
+/* A module's entry: [mode off, which counts nothing][its code runs on
+ * small stacks, so the C path takes the shim's (entry.S)]. */
+static const struct ferry_vector vectors[2][2] = {
+    {{(void *)ferry_entry, (void *)ferry_post_entry},
+     {(void *)ferry_entry_own_stack, (void *)ferry_post_entry}},
+    {{(void *)ferry_entry_nocount, (void *)ferry_post_entry},
+     {(void *)ferry_entry_own_stack_nocount, (void *)ferry_post_entry}},
+};
 
 
 static struct ferry_ctl *modules[MAX_MODULES];
@@ -148,7 +146,7 @@ static int enable_module(struct ferry_ctl *c, const char *name, uint64_t base, i
     modules[nmodules++] = c;
     if (own_stack)
         agg_signal_small_stacks();
-    __atomic_store_n(&c->vector, own_stack ? vector_own_stack : vector, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->vector, &vectors[mode == FERRY_MODE_OFF][own_stack], __ATOMIC_RELEASE);
     return 1;
 }
 
@@ -212,8 +210,6 @@ static void configure(char **envp)
     if (mode == FERRY_MODE_TRACE)
         for (int i = 0; i < FERRY_NR_MAX; i++)
             ferry_action[i] |= traced[i];
-    vector = mode == FERRY_MODE_OFF ? &vector_off : &vector_count;
-    vector_own_stack = mode == FERRY_MODE_OFF ? &vector_off_own_stack : &vector_count_own_stack;
 }
 
 /* Modules loaded later (dlopen) are enabled as they appear: ld.so calls
@@ -649,7 +645,7 @@ static long slow_call(struct ferry_regs *r)
             after_fork();
         return FERRY_DONE;
     case SYS_sigaltstack:
-        if (r->frame && agg_altstack_native())
+        if (r->frame && agg_thread_fiber())
             return hand_to_trampoline(nr, 0);
         break;
     case SYS_exit:

@@ -31,5 +31,5 @@ int agg_signal_call(struct ferry_regs *r) { (void)r; return 0; }
 void agg_signal_before_exec(void) {}
 void agg_signal_exec_failed(void) {}
 void agg_signal_small_stacks(void) {}
-int agg_altstack_native(void) { return 0; }
+int agg_thread_fiber(void) { return 0; }
 void agg_altstack_changed(long result) { (void)result; }
