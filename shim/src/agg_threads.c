@@ -852,11 +852,9 @@ static int clone_thread(struct agg_fiber *self, struct ferry_regs *r)
     return 1;
 }
 
-/* On the scheduler, once the fiber that ran the thread is off its stack:
- * glibc may reuse that stack as soon as the tid word reads 0. */
+/* On the scheduler, once the fiber that ran the thread is off its stack. */
 void agg_thread_free(struct agg_fiber *f)
 {
-    ferry_thread_stack_release(FERRY_TLS_IN((unsigned long)f->tcb, ferry_thr));
     agg_free(f->siginfo);
     agg_free(f->start);
     agg_free(f);
@@ -864,6 +862,9 @@ void agg_thread_free(struct agg_fiber *f)
 
 void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f)
 {
+    /* the shim's stack is named in the thread's TLS, which glibc may unmap
+     * or reuse (a joiner on another carrier) as soon as the tid word reads 0 */
+    ferry_thread_stack_release(FERRY_TLS_IN((unsigned long)f->tcb, ferry_thr));
     if (f->clear_tid) {
         __atomic_store_n(f->clear_tid, 0, __ATOMIC_RELEASE);
         /* pthread_join waits on it as a shared futex, through the kernel */

@@ -23,14 +23,14 @@ static void die(const char *what, int err)
             die(#call, rc_);                                                                       \
     } while (0)
 
-static pthread_t spawn(void *(*fn)(void *), void *arg)
+static inline pthread_t spawn(void *(*fn)(void *), void *arg)
 {
     pthread_t t;
     MUST(pthread_create(&t, NULL, fn, arg));
     return t;
 }
 
-static void *join(pthread_t t)
+static inline void *join(pthread_t t)
 {
     void *v;
     MUST(pthread_join(t, &v));
