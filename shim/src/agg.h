@@ -45,6 +45,9 @@
 struct agg_ctx {
     void *rsp;
     unsigned long fsbase;  /* 0: leave fs alone */
+    /* 1 once the switch away has saved the context and left the stack, 0
+     * from the switch back: another carrier may run a fiber only at 1 */
+    int saved;
 };
 
 /* A call on its way: on the parked fiber's stack. */

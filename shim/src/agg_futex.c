@@ -132,9 +132,11 @@ static void release(struct bucket *b, struct agg_fiber *f, long res, struct kick
      * handing a connection to a worker at low load stays on one carrier,
      * with no crossing to wake another).  Only a wait with no timer in its
      * carrier's ring; under load the waker's queue is not empty and the
-     * waiter stays. */
+     * waiter stays.  Not before its own carrier has switched away from it:
+     * from the bucket's unlock to that switch the waiter still runs on its
+     * stack, and its carrier's scheduler reads the post only after. */
     if (k && !res && f->movable && !f->timer && here && here->steal_slot >= 0 && agg_rq_empty(here) &&
-        agg_steal_on()) {
+        __atomic_load_n(&f->ctx.saved, __ATOMIC_ACQUIRE) && agg_steal_on()) {
         wait_over(here, f);
         agg_adopt(here, f);
         return;

@@ -26,7 +26,11 @@ ferry_agg_switch:
     stmxcsr dword ptr [rsp]
     fnstcw word ptr [rsp + 4]
     mov qword ptr [rdi], rsp
+    /* the old stack is not touched after this: a carrier that sees it may
+     * run the fiber (x86 keeps the stores above before it) */
+    mov dword ptr [rdi + 16], 1
     mov rsp, qword ptr [rsi]
+    mov dword ptr [rsi + 16], 0
     mov rax, qword ptr [rsi + 8]
     test rax, rax
     jz 2f
