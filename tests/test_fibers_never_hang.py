@@ -360,3 +360,19 @@ def test_each_thread_has_its_own_alternate_signal_stack(profile, tmp_path):
     profile = two_carriers(profile, tmp_path)
     got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "altstacks"), tmp_path)
     assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]
+
+
+@pytest.mark.parametrize("profile", ["fibers", "two-carriers"])
+def test_a_thread_has_its_own_mask_again_once_its_handler_returns(profile, tmp_path):
+    """The kernel sets a handler's mask as it begins and puts the thread's
+    back at rt_sigreturn, both out of the engine's sight; the engine knows
+    the first from rseq and the second from the shim's rt_sigreturn
+    (tests/programs/handler_mask.c: four threads whose handlers block
+    SIGUSR2 and sleep while the others run). Without the second, a thread
+    that slept after its handler returned came back with the handler's
+    mask, and its own SIGUSR2 stayed blocked."""
+    code, out, err = run([PROGRAMS / "handler_mask"], tmp_path)
+    assert (code, out.splitlines()[-1]) == (0, b"ok"), err
+    profile = two_carriers(profile, tmp_path)
+    got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "handler_mask"), tmp_path)
+    assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]

@@ -196,6 +196,12 @@ struct agg_pool_run {              /* a carrier's view of one pool */
 #define AGG_STACK_CACHE 512
 
 struct agg_carrier {
+    /* rseq_cs of the area the kernel keeps for this thread (0: none known):
+     * the engine's probe stays there until a signal is delivered (or the
+     * thread preempted), which the kernel says by clearing it, and until a
+     * handler returns (entry.S clears it); first, for entry.S */
+    uint64_t *rseq_cs;
+    unsigned char own_rseq[64];   /* the area of a carrier thread of the engine's, aligned within */
     struct ferry_group *g;
     struct agg_ctx sched;         /* the scheduler's own context */
     unsigned long tp;             /* the carrier thread's own thread pointer */

@@ -65,6 +65,17 @@ ferry_agg_switch:
     .cfi_endproc
     .size ferry_agg_switch, . - ferry_agg_switch
 
+/* The abort address of the engine's rseq probe (agg_threads.c), which the
+ * kernel never jumps to (the probe's section has no length) but whose
+ * signature it checks: glibc's on x86, the one the kernel was given. */
+    .long 0x53053053
+    .globl ferry_agg_rseq_abort
+    .hidden ferry_agg_rseq_abort
+    .type ferry_agg_rseq_abort, @function
+ferry_agg_rseq_abort:
+    ud2
+    .size ferry_agg_rseq_abort, . - ferry_agg_rseq_abort
+
 /* A new fiber's first return lands here: r12 holds the fiber, r13 the C
  * function that runs it; the stack is 16-aligned. */
     .globl ferry_agg_fiber_entry

@@ -154,6 +154,56 @@ void agg_altstack_changed(long result)
     f->carrier->kalt = f->alt;
 }
 
+/* ---- the mask without asking: rseq ------------------------------------------- */
+
+/* Reading the kernel's mask at every park cost a system call each (5 % of
+ * apache under fibers).  The mask changes out of the engine's sight only
+ * as a handler begins (the kernel sets the handler's) and as it returns
+ * (rt_sigreturn).  rseq tells the first: the kernel clears the rseq_cs word
+ * of the thread's area when it delivers a signal (or preempts the thread)
+ * outside the critical section that word names, and the probe's section
+ * has no length.  entry.S clears the word at the second.  While the probe
+ * is there, the carrier's mask is what the engine last read or set. */
+
+#define RSEQ_SIG_ 0x53053053u   /* glibc's on x86 */
+#define RSEQ_LEN_ 32u           /* the area's size in the kernel's first ABI */
+#define EBUSY_ 16
+
+_Static_assert(offsetof(struct agg_carrier, rseq_cs) == AGG_CARRIER_RSEQ_CS, "entry.S reads it there");
+
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
+void ferry_agg_rseq_abort(void);
+
+static struct {
+    uint32_t version, flags;
+    uint64_t start_ip, post_commit_offset, abort_ip;
+} __attribute__((aligned(32))) probe;
+
+/* Carrier 0 has the area glibc registered for the first thread (found at
+ * its thread pointer, and confirmed by the kernel: EBUSY only for the same
+ * area, size and signature); a carrier thread of the engine's registers
+ * one of its own.  Without one, every leave reads the mask. */
+static void rseq_attach(struct agg_carrier *c, int own)
+{
+    c->rseq_cs = 0;
+    probe.start_ip = probe.abort_ip = (uint64_t)(uintptr_t)ferry_agg_rseq_abort;
+    char *area;
+    if (own) {
+        area = (char *)(((uintptr_t)c->own_rseq + 31) & ~(uintptr_t)31);
+        if (ferry_raw4(SYS_rseq, (long)area, RSEQ_LEN_, 0, RSEQ_SIG_) != 0)
+            return;
+    } else {
+        if (!&__rseq_size || !&__rseq_offset || !__rseq_size)
+            return;
+        area = (char *)(c->tp + __rseq_offset);
+        unsigned len = __rseq_size > RSEQ_LEN_ ? __rseq_size : RSEQ_LEN_;
+        if (ferry_raw4(SYS_rseq, (long)area, len, 0, RSEQ_SIG_) != -EBUSY_)
+            return;
+    }
+    c->rseq_cs = (uint64_t *)(area + 8);
+}
+
 /* A fiber that leaves its carrier from inside a handler of the program's
  * has that handler's mask in the kernel, which the kernel set as it ran the
  * handler, out of the engine's sight (and rt_sigreturn takes it off the
@@ -164,8 +214,20 @@ void agg_altstack_changed(long result)
  * interrupted by the signal that handler blocks. */
 void agg_thread_leaving(struct agg_fiber *f)
 {
-    if (__atomic_load_n(&agg_program_handlers, __ATOMIC_RELAXED) && !f->suspended)
-        f->sigmask = f->carrier->kmask = kernel_mask();
+    if (!__atomic_load_n(&agg_program_handlers, __ATOMIC_RELAXED) || f->suspended)
+        return;
+    struct agg_carrier *c = f->carrier;
+    /* without the catch-all, a handler could return through an
+     * rt_sigreturn the shim never sees (code it did not rewrite) */
+    uint64_t *cs = ferry_catchall_on ? c->rseq_cs : 0;
+    if (!cs || __atomic_load_n(cs, __ATOMIC_RELAXED) != (uint64_t)(uintptr_t)&probe) {
+        /* armed before the read: a handler that begins after it is seen
+         * at the next leave */
+        if (cs)
+            __atomic_store_n(cs, (uint64_t)(uintptr_t)&probe, __ATOMIC_RELAXED);
+        c->kmask = kernel_mask();
+    }
+    f->sigmask = c->kmask;
 }
 
 /* The carrier's alternate stack and mask become the fiber's when it runs
@@ -535,6 +597,7 @@ static int become_fiber0(struct ferry_group *g)
     carriers[0] = c;
     ncarriers = 1;
     world_pid = ferry_raw0(SYS_getpid);
+    rseq_attach(c, 0);
     agg_steal_join(c);
     __atomic_add_fetch(&g->carriers, 1, __ATOMIC_ACQ_REL);
     agg_stat(g, AGG_ST(fibers), 1);
@@ -561,6 +624,7 @@ static void carrier_main(void *arg)
         c->threads = 1;
         c->kmask = ~0ULL;   /* as it was cloned: every signal blocked, */
         c->kalt = no_altstack;  /* no alternate stack (CLONE_VM) */
+        rseq_attach(c, 1);
         agg_tick_create(c);
         agg_carrier = c;
         agg_self = 0;
@@ -1171,8 +1235,10 @@ int ferry_agg_thread_call(struct ferry_regs *r)
          * The others are told yes (glibc treats a refusal as fatal), and
          * their area says "no CPU known", so that sched_getcpu asks the
          * kernel instead of reading it. */
-        if (f == fiber0)
+        if (f == fiber0) {
+            c->rseq_cs = 0;  /* the program changes carrier 0's area: no more probe */
             return 0;
+        }
         if (r->rdi && !(r->rdx & 1)) {
             int32_t unknown = -1;  /* RSEQ_CPU_ID_UNINITIALIZED */
             ferry_memcpy((char *)r->rdi + 4, &unknown, 4);

@@ -296,6 +296,21 @@
 ferry_sigreturn:
     mov eax, SYS_RT_SIGRETURN
 ferry_sigreturn_syscall:
+#ifndef FERRY_STATIC
+    /* A handler ends: the kernel puts back the mask it had before, unseen
+     * by the fiber engine, which then no longer trusts what it knows of
+     * the carrier's mask (agg_thread_leaving).  The frame is at rsp: only
+     * rcx and the flags are used, which the kernel restores from it. */
+    mov rcx, qword ptr [rip + agg_carrier@GOTTPOFF]
+    mov rcx, qword ptr fs:[rcx]
+    test rcx, rcx
+    jz 1f
+    mov rcx, qword ptr [rcx + AGG_CARRIER_RSEQ_CS]
+    test rcx, rcx
+    jz 1f
+    mov qword ptr [rcx], 0
+1:
+#endif
     syscall
     ud2
     .size ferry_sigreturn, . - ferry_sigreturn

@@ -14,6 +14,10 @@
 #define FERRY_THREAD_STACK_TOP 16
 #define FERRY_THREAD_DEPTH 24
 
+/* struct agg_carrier (agg.h): where its rseq_cs word is, which entry.S's
+ * rt_sigreturn clears. */
+#define AGG_CARRIER_RSEQ_CS 0
+
 /* struct ferry_blk: the counters of one thread. */
 #define FERRY_BLK_CALLS 64
 
