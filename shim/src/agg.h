@@ -330,7 +330,6 @@ void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);
 void ferry_agg_fiber_entry(void);
 extern int ferry_agg_fsgsbase;
 void agg_fsgsbase_detect(void);
-extern __thread struct agg_carrier *agg_carrier __attribute__((tls_model("initial-exec")));
 int agg_fiber_new(struct agg_carrier *c, struct agg_fiber **out, void (*fn)(void *), void *arg);
 /* A context whose first switch runs fn(arg) on the stack below `top`. */
 void agg_ctx_start(struct agg_ctx *ctx, void *top, void (*fn)(void *), void *arg);

@@ -36,6 +36,9 @@ int agg_threads_will_restart(long nr, long result);
 #define agg_self ((struct agg_fiber *)0)
 #else
 extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exec")));
+/* The carrier this thread runs on (0: none): entry.S's rt_sigreturn clears
+ * its rseq probe (AGG_CARRIER_RSEQ_CS, layout.h). */
+extern __thread struct agg_carrier *agg_carrier __attribute__((tls_model("initial-exec")));
 #endif
 /* Whether the calling thread is a fiber the engine ends (a program's
  * thread under `threads = "fibers"`): what it holds is given back by the
