@@ -194,6 +194,7 @@ struct agg_pool_run {              /* a carrier's view of one pool */
 /* Fiber mappings a carrier keeps for reuse: a server's connections come and
  * go by the hundred, and each mapping made or unmapped is a crossing. */
 #define AGG_STACK_CACHE 512
+#define AGG_READ_PAGES 8
 
 struct agg_carrier {
     /* rseq_cs of the area the kernel keeps for this thread (0: none known):
@@ -202,6 +203,11 @@ struct agg_carrier {
      * handler returns (entry.S clears it); first, for entry.S */
     uint64_t *rseq_cs;
     unsigned char own_rseq[64];   /* the area of a carrier thread of the engine's, aligned within */
+    /* pages of the program's read through the kernel since map generation
+     * read_gen (agg_usermem.c) */
+    uintptr_t read_pages[AGG_READ_PAGES];
+    uint64_t read_gen;
+    unsigned read_next;
     struct ferry_group *g;
     struct agg_ctx sched;         /* the scheduler's own context */
     unsigned long tp;             /* the carrier thread's own thread pointer */
@@ -324,6 +330,12 @@ int agg_fd_high(int fd);
 void agg_ring_hide(struct io_uring *ring);
 void agg_ring_exit(struct io_uring *ring, int own);
 long agg_ring_register(struct io_uring *ring, unsigned op, void *arg, unsigned n);
+
+/* agg_usermem.c: the program's memory read as the kernel would (-EFAULT
+ * for a bad pointer), pages already read directly; the calls that may take
+ * a page away, seen before they run, and the engine's own such unmapping. */
+void agg_usermem_call(const struct ferry_regs *r);
+void agg_usermem_changed(void);
 
 /* agg_fiber.c + agg_switch.S */
 void ferry_agg_switch(struct agg_ctx *from, struct agg_ctx *to);

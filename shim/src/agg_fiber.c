@@ -165,6 +165,7 @@ static void stack_put(struct agg_carrier *c, char *s, size_t size)
     }
     if (c)
         agg_stat(c->g, AGG_ST(crossings), 1);
+    agg_usermem_changed();  /* the program's code ran on it */
     ferry_raw2(SYS_munmap, s, size);
 }
 
@@ -280,6 +281,7 @@ void agg_fiber_free(struct agg_carrier *c, struct agg_fiber *f)
 
 void agg_stacks_release(struct agg_carrier *c)
 {
+    agg_usermem_changed();
     while (c->nstack_cache) {
         c->nstack_cache--;
         ferry_raw2(SYS_munmap, c->stack_cache[c->nstack_cache], c->stack_cache_size[c->nstack_cache]);

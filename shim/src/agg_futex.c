@@ -190,7 +190,7 @@ static long wait(struct agg_fiber *f, struct ferry_regs *r, int cmd)
             return -EINVAL;
     }
     uint32_t cur;
-    if (ferry_safe_read(&cur, uaddr, 4) != 4)
+    if (agg_safe_read(&cur, uaddr, 4) != 4)
         return -EFAULT;
     if (cur != (uint32_t)r->rdx)
         return -EAGAIN;

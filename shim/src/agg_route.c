@@ -96,7 +96,7 @@ static unsigned clamp_len(long n) { return (unsigned long)n > MAX_RW ? (unsigned
 
 static int read_ts(struct __kernel_timespec *out, long p)
 {
-    if (ferry_safe_read(out, (const void *)p, sizeof(*out)) != sizeof(*out))
+    if (agg_safe_read(out, (const void *)p, sizeof(*out)) != sizeof(*out))
         return -1;
     return (out->tv_sec < 0 || out->tv_nsec < 0 || out->tv_nsec >= 1000000000L) ? -1 : 0;
 }
@@ -292,7 +292,7 @@ static long read_arg(const struct agg_req *req, void *dst, long src, size_t n)
     }
     if (req && req->regs)
         return ferry_read_arg(req->regs, dst, (const void *)src, n);
-    return ferry_safe_read(dst, (const void *)src, n);
+    return agg_safe_read(dst, (const void *)src, n);
 }
 
 /* local_io of a vector of n entries at iov: summed from a copy, only for a
@@ -584,7 +584,7 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
             return AGG_TR_WORKER;
         if (sqe) {
             uint32_t len;
-            if (ferry_safe_read(&len, (void *)a[5], 4) != 4)
+            if (agg_safe_read(&len, (void *)a[5], 4) != 4)
                 return AGG_TR_WORKER;
             req->iov.base = (void *)a[1];
             req->iov.len = (size_t)a[2];
@@ -709,7 +709,7 @@ enum agg_tr agg_translate(const struct ferry_group *g, unsigned pool, long nr, c
             int fd;
             short events, revents;
         } pfd;
-        if (ferry_safe_read(&pfd, (void *)a[0], sizeof(pfd)) != sizeof(pfd) || pfd.fd < 0)
+        if (agg_safe_read(&pfd, (void *)a[0], sizeof(pfd)) != sizeof(pfd) || pfd.fd < 0)
             return AGG_TR_WORKER;
         /* a timeout is linked to the poll, as for epoll_wait: a server's
          * wait for its client's next bytes (apache's) stays in the batch */
@@ -827,7 +827,7 @@ static void note_setsockopt(const long *a, long res)
     if (!dir)
         return;
     long tv[2] = {0, 0};
-    ferry_safe_read(tv, (void *)a[3], sizeof(tv));
+    agg_safe_read(tv, (void *)a[3], sizeof(tv));
     if (tv[0] || tv[1])
         __atomic_or_fetch(&fd_state[a[0]], dir, __ATOMIC_RELAXED);
     else
@@ -973,7 +973,7 @@ static int fd_call(struct ferry_group *g, struct ferry_regs *r)
         forget_fd(r->rsi);
     } else if (nr == SYS_pipe || nr == SYS_pipe2 || nr == SYS_socketpair) {
         int fds[2];
-        if (ferry_safe_read(fds, (void *)(nr == SYS_socketpair ? r->r10 : r->rdi), sizeof(fds)) ==
+        if (agg_safe_read(fds, (void *)(nr == SYS_socketpair ? r->r10 : r->rdi), sizeof(fds)) ==
             sizeof(fds)) {
             forget_fd(fds[0]);
             forget_fd(fds[1]);

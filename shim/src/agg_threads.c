@@ -1126,6 +1126,12 @@ int ferry_agg_thread_call(struct ferry_regs *r)
     struct agg_fiber *f = agg_self;
     if (!agg_threads_on)
         return 0;
+    switch (r->rax) {
+    case SYS_mmap: case SYS_munmap: case SYS_mremap: case SYS_mprotect: case SYS_pkey_mprotect:
+    case SYS_madvise: case SYS_brk: case SYS_shmat: case SYS_shmdt: case SYS_remap_file_pages:
+        agg_usermem_call(r);  /* from any thread: the pages are everyone's */
+        return 0;
+    }
     if (!f || f->busy || f->state != AGG_RUNNING || !f->thread)
         return native_call(r);
     struct agg_carrier *c = f->carrier;
@@ -1264,7 +1270,11 @@ void agg_threads_watch(void)
                                            SYS_tgkill, SYS_rt_sigprocmask, SYS_sched_yield,
                                            SYS_rseq, SYS_set_robust_list, SYS_sched_getaffinity,
                                            SYS_sched_setaffinity, SYS_futex, SYS_rt_sigsuspend, SYS_kill,
-                                           SYS_rt_sigtimedwait, SYS_rt_sigaction, SYS_sigaltstack};
+                                           SYS_rt_sigtimedwait, SYS_rt_sigaction, SYS_sigaltstack,
+                                           /* what may take a page away (agg_usermem.c) */
+                                           SYS_mmap, SYS_munmap, SYS_mremap, SYS_mprotect,
+                                           SYS_pkey_mprotect, SYS_madvise, SYS_brk, SYS_shmat,
+                                           SYS_shmdt, SYS_remap_file_pages};
     for (unsigned i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
         __atomic_store_n(&ferry_action[calls[i]], 1, __ATOMIC_RELAXED);
 }

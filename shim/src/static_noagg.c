@@ -5,6 +5,7 @@
  * aggregate anyway, ferry_agg_configure's error makes the shim count. */
 #include "engine.h"
 #include "raw.h"
+#include "util.h"
 
 int agg_threads_on;
 
@@ -33,3 +34,4 @@ void agg_signal_exec_failed(void) {}
 void agg_signal_small_stacks(void) {}
 int agg_thread_fiber(void) { return 0; }
 void agg_altstack_changed(long result) { (void)result; }
+long agg_safe_read(void *dst, const void *src, size_t n) { return ferry_safe_read(dst, src, n); }
