@@ -193,13 +193,17 @@ void agg_idle(struct agg_carrier *c, int idle)
         __atomic_and_fetch(&idle_mask, ~bit, __ATOMIC_SEQ_CST);
 }
 
-/* c has more ready than it can run next (two fibers), some of them in its
- * ring: one idle carrier is woken to take some.  One ready fiber behind a
- * running one is not offered: the runner usually parks soon (a fiber that
- * hands work to another, as a listener does), and moving the other would
- * cost a wake of a sleeping carrier and a cold cache each time.  The look at
- * idle_mask is a plain load: a carrier that goes idle just after it is not
- * woken, and the fiber runs here, as it would without stealing. */
+/* c has a fiber in its ring that it cannot run at once: more ready than it
+ * runs next (two fibers), or one made ready by the fiber that runs (a wake,
+ * a new thread), which keeps the carrier until it parks.  One idle carrier
+ * is woken to take some.  For the lone one, the thief first gives the
+ * runner a few microseconds to park (grab's grace): a fiber that hands
+ * work to another, as a listener does, parks within them and the other
+ * stays, its cache warm; one that goes on computing (a producer) no longer
+ * keeps it waiting for its tick, 1-2 ms, while a CPU idles.  A fiber made
+ * ready with none running (the scheduler's reap) runs at once here.  The
+ * look at idle_mask is a plain load: a carrier that goes idle just after
+ * it is not woken, and the fiber runs here, as it would without stealing. */
 static void offer(struct agg_carrier *c)
 {
     if (c->steal_slot < 0)
@@ -208,7 +212,7 @@ static void offer(struct agg_carrier *c)
     if (!idle)
         return;
     uint32_t len = c->rq_t - head_of(c);
-    if (!len || len + c->npin < 2)
+    if (!len || (len + c->npin < 2 && !c->current))
         return;
     /* a backlog that lasts, not each moment two are ready: every wake costs
      * both carriers a crossing, and the woken one's batches get smaller */
