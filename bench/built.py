@@ -1,6 +1,7 @@
 """The programs a benchmark runs, brought up to date before it measures:
 run by hand (`python bench/x.py`), a benchmark must not find its program
 missing, nor measure one older than its source."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,3 +17,14 @@ def make(where, bench):
     if r.returncode != 0:
         sys.stderr.write(r.stdout + r.stderr)
         raise SystemExit(f"bench/{bench}: make -C {where} failed (exit {r.returncode}); the output is above")
+
+
+def with_carriers(profile, n, tmp):
+    """A copy of `profile` (a file with one `carriers = N` line) asking for n
+    carriers, in the directory tmp."""
+    text, found = re.subn(r"(?m)^carriers\s*=\s*\d+", f"carriers = {n}", Path(profile).read_text())
+    if found != 1:
+        raise SystemExit(f"{profile}: no single `carriers = N` line to change")
+    path = Path(tmp) / f"{Path(profile).stem}-{n}carriers.toml"
+    path.write_text(text)
+    return path

@@ -35,7 +35,6 @@ the output says which profile they were computed against.
 import argparse
 import math
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -136,16 +135,6 @@ class Server:
             shutil.rmtree(self.apache_root, ignore_errors=True)
             self.apache_root = None
         return status
-
-
-def with_carriers(profile, n, tmp):
-    """A copy of `profile` (a file with one `carriers = N` line) asking for n carriers."""
-    text, found = re.subn(r"(?m)^carriers\s*=\s*\d+", f"carriers = {n}", Path(profile).read_text())
-    if found != 1:
-        raise BenchError(f"{profile}: no single `carriers = N` line to change for the smp runs")
-    path = tmp / f"{Path(profile).stem}-{n}carriers.toml"
-    path.write_text(text)
-    return path
 
 
 def profile_name(profile):
@@ -275,7 +264,7 @@ def main():
                     servers[(kind, variant)] = Server(kind, variant, prof, tmp, env, args.threads,
                                                       max(levels))
             if smp_kinds:
-                smp_profile = with_carriers(profile, len(cpus), tmp)
+                smp_profile = built.with_carriers(profile, len(cpus), tmp)
                 every = ",".join(map(str, cpus))
                 for kind in smp_kinds:
                     for variant, prof in (("native-smp", None), ("ferry-smp", smp_profile)):
