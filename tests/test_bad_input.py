@@ -99,6 +99,16 @@ def test_unreadable_file_is_refused(tmp_path):
     _assert_clean_failure(ferry("sites", path), path)
 
 
+def test_a_file_name_that_would_break_the_line_is_written_escaped(tmp_path):
+    """The one line names the file as Python writes a string: a newline or a
+    form feed in a name (or in the loader's name a damaged file holds) would
+    make two lines of it."""
+    path = tmp_path / "two\nlines\x0c"
+    path.write_bytes(b"not an ELF file")
+    r = ferry("instrument", path, "-o", tmp_path / "out")
+    _assert_clean_failure(r, str(path).replace("\n", "\\n").replace("\x0c", "\\x0c"), tmp_path / "out")
+
+
 def test_missing_library_is_named(tmp_path):
     src = tmp_path / "m.c"
     src.write_text("int f(void); int main(void) { return f(); }\n")
@@ -188,6 +198,7 @@ def _instrument_mutated(tmp_path_factory, name, original, mutations):
 @given(mutations=st.lists(mutation, min_size=1, max_size=4))
 @example(mutations=[("byte", 792, 1)])  # found by hypothesis: a damaged PT_INTERP path
 @example(mutations=[("byte", 435, 62)])  # found by hypothesis: PT_DYNAMIC's p_filesz past the file
+@example(mutations=[("byte", 128, 104)])  # found by hypothesis: a form feed in the PT_INTERP path
 def test_damaged_program_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
     path = _instrument_mutated(tmp_path_factory, "prog", SMALL_PROGRAM, mutations)
     r = ferry("sites", "--json", path)
