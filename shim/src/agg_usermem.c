@@ -13,8 +13,9 @@
  * advice that keeps pages readable (agg_usermem_call, on the way of each
  * such call, before it runs).  Those calls leave the entry's fast path
  * under fibers (agg_threads_watch).  A page in the carrier's list is read
- * directly; without the catch-all, never (code the shim did not rewrite
- * could unmap unseen).
+ * directly; never in a group without the program's threads as fibers
+ * (those calls stay on the fast path there), nor without the catch-all
+ * (code the shim did not rewrite could unmap unseen).
  *
  * A page unmapped by another thread between the look and the read faults
  * as it did before, between the kernel's read and the direct read of the
@@ -59,8 +60,10 @@ long agg_safe_read(void *dst, const void *src, size_t n)
 {
     struct agg_carrier *c = agg_carrier;
     uintptr_t first = (uintptr_t)src & PAGE_MASK_, last = ((uintptr_t)src + n - 1) & PAGE_MASK_;
-    /* without the catch-all, code the shim did not rewrite may unmap unseen */
-    if (!c || !ferry_catchall_on || !n || (uintptr_t)src + n < (uintptr_t)src)
+    /* the calls that take pages away are seen only with the program's
+     * threads as fibers (agg_threads_watch), and without the catch-all
+     * code the shim did not rewrite may unmap unseen */
+    if (!c || !agg_threads_on || !ferry_catchall_on || !n || (uintptr_t)src + n < (uintptr_t)src)
         return ferry_safe_read(dst, src, n);
     uint64_t gen = __atomic_load_n(&map_gen, __ATOMIC_ACQUIRE);
     if (known(c, first, gen) && (last == first || known(c, last, gen))) {

@@ -40,9 +40,9 @@ extern __thread struct agg_fiber *agg_self __attribute__((tls_model("initial-exe
  * its rseq probe (AGG_CARRIER_RSEQ_CS, layout.h). */
 extern __thread struct agg_carrier *agg_carrier __attribute__((tls_model("initial-exec")));
 #endif
-/* n bytes of the program's at src, as ferry_safe_read reads them, from a
- * fiber (agg_usermem.c): pages its carrier already read are not asked of
- * the kernel again. */
+/* n bytes of the program's at src, as ferry_safe_read reads them: with
+ * the program's threads as fibers (agg_usermem.c), pages the carrier
+ * already read are not asked of the kernel again. */
 long agg_safe_read(void *dst, const void *src, size_t n);
 /* Whether the calling thread is a fiber the engine ends (a program's
  * thread under `threads = "fibers"`): what it holds is given back by the

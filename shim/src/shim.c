@@ -563,7 +563,7 @@ long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size
             return (long)n;
         }
     }
-    return agg_threads_on ? agg_safe_read(dst, src, n) : ferry_safe_read(dst, src, n);
+    return agg_safe_read(dst, src, n);
 }
 
 /* With the program's threads as fibers, signals sent to a fiber are raised
