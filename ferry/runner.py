@@ -32,11 +32,46 @@ def prepare(argv, progress=None):
     return _prepare(argv, progress)
 
 
+class _Rotation:
+    """What opening a run directory did to the runs already there: DIR moved
+    to DIR.old, the previous DIR.old parked under a hidden name.  `commit`
+    (the program started) removes the parked run; `undo` (it never did)
+    removes the new directory and puts both back, so that a run that failed
+    to start leaves nothing behind and takes nothing away."""
+
+    def __init__(self, out_dir):
+        self.out_dir, self.old, self.parked, self.made = out_dir, None, None, False
+
+    def commit(self):
+        parked, self.parked = self.parked, None
+        if parked is not None:
+            try:
+                staging.discard(parked)
+            except OSError as e:
+                from .console import err_console
+                err_console.print(f"ferry: warning: {parked}: the run replaced as "
+                                  f"{self.old.name} not removed: {e.strerror.lower() if e.strerror else e}")
+
+    def undo(self):
+        try:
+            if self.made:
+                staging.discard(self.out_dir)
+            if self.old is not None and not os.path.lexists(self.out_dir):  # else another run's now
+                os.rename(self.old, self.out_dir)
+                if self.parked is not None:
+                    os.rename(self.parked, self.old)
+        except OSError as e:
+            from .console import err_console
+            err_console.print(f"ferry: warning: {self.out_dir}: the runs there not put back as they "
+                              f"were: {e.strerror.lower() if e.strerror else e}")
+
+
 def _rotate(out_dir):
     """Keep the previous run as DIR.old; refuse to replace anything else, or a
-    run that is still going on."""
+    run that is still going on.  Returns the _Rotation."""
+    rotation = _Rotation(out_dir)
     if not out_dir.exists() and not out_dir.is_symlink():
-        return
+        return rotation
     from .rundata import is_run_dir
     if not is_run_dir(out_dir):
         raise FerryError(out_dir, "exists and is not a run directory; not replacing it "
@@ -48,8 +83,16 @@ def _rotate(out_dir):
         if not is_run_dir(old):
             raise FerryError(old, "exists and is not a run directory; not replacing it")
         runlock.refuse_if_live(old)
-        staging.discard(old)
-    os.rename(out_dir, old)
+        parked = old.with_name(f".{old.name}.replaced-{os.getpid()}")
+        os.rename(old, parked)
+        rotation.parked = parked
+    try:
+        os.rename(out_dir, old)
+    except OSError:
+        rotation.undo()
+        raise
+    rotation.old = old
+    return rotation
 
 
 def _finish_staging(out_dir):
@@ -87,29 +130,46 @@ def open_run_dir(out_dir, manifest, profile, stage=False):
     """A fresh run directory (the previous run kept as DIR.old) holding the
     site tables, the profile and the manifest; returns its absolute path.
     With `stage`, proc/ is kept in memory until the run ends (staging.py)."""
+    out_dir, rotation = _open_run_dir(out_dir, manifest, profile, stage)
+    rotation.commit()
+    return out_dir
+
+
+def _open_run_dir(out_dir, manifest, profile, stage):
+    """open_run_dir's work; returns (its path, the _Rotation to commit once
+    the program started, or to undo)."""
     out_dir = Path(out_dir).absolute()
     try:
-        _rotate(out_dir)
-        out_dir.mkdir(parents=True)
-    except FileExistsError:
-        raise FerryError(out_dir, "another run is starting in this directory (choose another with -o)") from None
+        rotation = _rotate(out_dir)
     except OSError as e:
         raise FerryError(e.filename or out_dir, f"cannot create the run directory: {e.strerror.lower()}") from None
-    if not (stage and staging.stage(out_dir)):
-        (out_dir / "proc").mkdir()
-    if os.geteuid() == 0:
-        # Processes of the run that switch user (runuser, su, a server's
-        # workers) make their own files here too: anyone may create a file,
-        # no one can list proc/ but its owner, and the sticky bit keeps every
-        # file for its creator alone to replace or remove; the shim creates
-        # with O_EXCL|O_NOFOLLOW and the reader takes only regular files.
-        # Not needed without root: no process of the run can change user.
-        os.chmod(out_dir / "proc", 0o1733)
-    _module_tables(out_dir, manifest)
-    (out_dir / "profile.toml").write_text(profile.to_toml())
-    if manifest:
-        write_json(out_dir / "manifest.json", manifest)
-    return out_dir
+    try:
+        try:
+            out_dir.mkdir(parents=True)
+        except FileExistsError:
+            raise FerryError(out_dir, "another run is starting in this directory (choose another with -o)") from None
+        rotation.made = True
+        if not (stage and staging.stage(out_dir)):
+            (out_dir / "proc").mkdir()
+        if os.geteuid() == 0:
+            # Processes of the run that switch user (runuser, su, a server's
+            # workers) make their own files here too: anyone may create a file,
+            # no one can list proc/ but its owner, and the sticky bit keeps every
+            # file for its creator alone to replace or remove; the shim creates
+            # with O_EXCL|O_NOFOLLOW and the reader takes only regular files.
+            # Not needed without root: no process of the run can change user.
+            os.chmod(out_dir / "proc", 0o1733)
+        _module_tables(out_dir, manifest)
+        (out_dir / "profile.toml").write_text(profile.to_toml())
+        if manifest:
+            write_json(out_dir / "manifest.json", manifest)
+    except OSError as e:
+        rotation.undo()
+        raise FerryError(e.filename or out_dir, f"cannot create the run directory: {e.strerror.lower()}") from None
+    except BaseException:
+        rotation.undo()
+        raise
+    return out_dir, rotation
 
 
 def new_info(command, profile, program, images, pid=None, **extra):
@@ -282,10 +342,13 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
     # A profile that records every call keeps a ring of events per thread
     # (event_buffer x 32 bytes, up to 512 MiB): too much to hold in memory.
     stage = stage and not (profile.mode == "trace" and profile.events)
-    out_dir = open_run_dir(out_dir, launch.manifest, profile, stage=stage)
+    # What can fail for want of a part (the shim) fails before the run
+    # directory is touched.
+    env = _program_env(launch, profile, Path(out_dir).absolute())
+    out_dir, rotation = _open_run_dir(out_dir, launch.manifest, profile, stage)
+    lock, child = None, []
     try:
         lock = runlock.hold(out_dir)
-        env = _program_env(launch, profile, out_dir)
         started = time.time()
         info = new_info(argv, profile,
                         {"original": launch.original, "executable": launch.executable,
@@ -299,7 +362,7 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
         # instead; one that comes before the program started waits for it.  A
         # signal `ferry run` was told to ignore stays ignored, for the program too.
         saved = {s: signal.getsignal(s) for s in FORWARDED + FROM_TERMINAL}
-        child, held = [], []
+        held = []
 
         def forward(sig, _frame):
             if not child:
@@ -330,6 +393,7 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
             except OSError as e:
                 raise FerryError(launch.executable, f"cannot start: {e.strerror.lower()}") from None
             child.append(proc)
+            rotation.commit()
             for sig in held:
                 forward(sig, None)
             info["pid"] = proc.pid
@@ -342,10 +406,16 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
         finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
                     else {"code": None, "signal": _signal_name(-returncode)})
         write_json(out_dir / "info.json", info)
-    finally:
-        # also when the program never started or ferry run was interrupted:
-        # records left in memory would have nobody to move them
-        _finish_staging(out_dir)
+    except BaseException:
+        if not child:
+            # the program never started: no run, and the runs there as they were
+            if lock is not None:
+                runlock.release(lock)
+            rotation.undo()
+            raise
+        _finish_staging(out_dir)  # records left in memory would have nobody to move them
+        raise
+    _finish_staging(out_dir)
     runlock.release(lock)
     if index:
         try:

@@ -119,6 +119,51 @@ def test_bad_command_gives_one_line_and_leaves_nothing(tmp_path, argv, problem):
     assert not (tmp_path / "run").exists()
 
 
+def _names(tmp_path):
+    """The run directories in tmp_path, and anything hidden left there."""
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("run", ".")))
+
+
+def _runs_there(tmp_path):
+    """{name: info.json} of the run directories in tmp_path, hidden ones too."""
+    return {d.name: (d / "info.json").read_text() for d in sorted(tmp_path.iterdir())
+            if d.is_dir() and (d / "info.json").exists()}
+
+
+def test_a_run_whose_shim_is_missing_leaves_the_runs_there_as_they_were(tmp_path):
+    ferry_run(tmp_path, "true", check=True)
+    ferry_run(tmp_path, "false")
+    before = _runs_there(tmp_path)
+    env = dict(os.environ, FERRY_SHIM=str(tmp_path / "no-shim.so"))
+    r = subprocess.run(FERRY + ["run", "-o", str(tmp_path / "run"), "--", "true"],
+                       capture_output=True, env=env, timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and "the shim is not built" in lines[0], r.stderr
+    assert _names(tmp_path) == ["run", "run.old"]
+    assert _runs_there(tmp_path) == before
+    ferry_run(tmp_path, "true", check=True)  # and the directory takes the next run
+
+
+def test_a_program_that_cannot_be_started_leaves_the_runs_there_as_they_were(tmp_path, monkeypatch):
+    """The exec itself fails (what `ferry run` checks first did not see it):
+    the new run directory goes, the run it replaced and the one before come back."""
+    from ferry import runner
+    from ferry.base.errors import FerryError
+    from ferry.profiles import load
+    ferry_run(tmp_path, "true", check=True)
+    ferry_run(tmp_path, "false")
+    before = _runs_there(tmp_path)
+
+    def refused(*_args, **_kw):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(runner.subprocess, "Popen", refused)
+    with pytest.raises(FerryError, match="cannot start: permission denied"):
+        runner.run(["/bin/true"], load("trace"), tmp_path / "run", index=False)
+    assert _names(tmp_path) == ["run", "run.old"]
+    assert _runs_there(tmp_path) == before
+
+
 def test_a_directory_that_is_not_a_run_is_never_replaced(tmp_path):
     precious = tmp_path / "run"
     precious.mkdir()
