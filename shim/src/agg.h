@@ -145,6 +145,7 @@ struct agg_fiber {
     int queued;                   /* in a futex bucket (under the bucket's lock) */
     /* run queue (agg_runq.c) */
     int computes;                 /* its last turn ended by its tick, not by a call */
+    uint64_t computed_at;         /* when its tick last ended its turn (agg_now_ns) */
     int movable;                  /* another carrier may run it (a program's thread, not the first) */
     uint32_t rq_at;               /* a fiber that stays: the ring position it comes after */
     int accept_more;              /* 1 + the listening socket whose last accept said that

@@ -17,6 +17,9 @@
 #define FUTEX_SAFETY_NS 10000000ULL /* ... no threads outside: at most this often */
 #define NONE_SPIN 4000              /* wait=none: polls of the CQ before waiting for one */
 #define URGENT_MIN 64               /* urgent calls a round allows at least (else: its fibers) */
+#define PASS_OVER_NS 4000000ULL     /* how long after its tick a computing fiber may be passed
+                                       over for fibers whose calls completed (the kernel's tick
+                                       at 250 Hz, which is how long its turn may then be) */
 
 void agg_stacks_release(struct agg_carrier *c);
 
@@ -61,6 +64,27 @@ void agg_wake(struct agg_fiber *f)
  * is over, to submit what the round wrote and to wait. */
 static void submit_all(struct agg_carrier *c);
 
+/* Natively a thread whose call completes runs at once on a CPU of its own,
+ * or preempts one that computes.  Here a fiber that computes keeps its
+ * carrier until its tick (4 ms at 250 Hz) once it runs: so when the calls
+ * this round just submitted have completed (a reply on a socket pair, a
+ * wake), their fibers run first, the scheduler reaping them before `n`
+ * goes behind them (as after its tick: run()).  Only for a while after its
+ * tick, so that fibers handing work back and forth cannot starve it. */
+static int pass_over(struct agg_carrier *c, struct agg_fiber *n)
+{
+    int came = __atomic_load_n(&c->inbox, __ATOMIC_RELAXED) ||
+               __atomic_load_n(&c->done_list, __ATOMIC_RELAXED);
+    for (unsigned i = 0; !came && i < c->g->cfg.npools; i++)
+        came = c->pools[i].up && io_uring_cq_ready(&c->pools[i].ring);
+    if (!came || agg_now_ns() - n->computed_at >= PASS_OVER_NS)
+        return 0;
+    c->requeue = n;
+    c->preempted = 1;
+    c->round_left = 0;
+    return 1;
+}
+
 void agg_park(struct agg_fiber *f)
 {
     struct agg_carrier *c = f->carrier;
@@ -91,8 +115,16 @@ void agg_park(struct agg_fiber *f)
     f->computes = 0;
     if (c->round_left && !c->urgent && (n = c->ops->pick(c))) {
         c->round_left--;
-        if (n->computes)
+        if (n->computes) {
             submit_all(c);  /* it may keep the carrier until its tick: so would these */
+            if (pass_over(c, n)) {
+                c->current = 0;
+                ferry_agg_switch(&f->ctx, &c->sched);
+                if (f->thread)
+                    agg_thread_resumed(f);
+                return;
+            }
+        }
         c->current = n;
         n->state = AGG_RUNNING;
         c->acc_switches++;
@@ -140,6 +172,7 @@ void agg_preempt(struct agg_fiber *f)
     c->round_left = 0;
     c->preempted = 1;
     f->computes = 1;
+    f->computed_at = agg_now_ns();
     requeue_me(f);
 }
 
