@@ -39,7 +39,12 @@ static const char *wait_on(void *word)
 
 static void one(const char *how)
 {
-    char *p = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* far below where mappings are made (top-down from below the stack): once
+     * unmapped, no mapping of anyone's (the shim's own records, under
+     * Ferry) takes the address before the last wait, which would then read
+     * that mapping instead of failing */
+    char *p = mmap((void *)0x100000000000UL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
     if (p == MAP_FAILED) {
         printf("%s: mmap: %s\n", how, strerror(errno));
         return;
