@@ -146,6 +146,7 @@ struct agg_fiber {
     /* run queue (agg_runq.c) */
     int computes;                 /* its last turn ended by its tick, not by a call */
     uint64_t computed_at;         /* when its tick last ended its turn (agg_now_ns) */
+    uint64_t cpu_ns, cpu_seen;    /* its CPU time before its turn, the most a read said (agg_cputime.c) */
     int movable;                  /* another carrier may run it (a program's thread, not the first) */
     uint32_t rq_at;               /* a fiber that stays: the ring position it comes after */
     int accept_more;              /* 1 + the listening socket whose last accept said that
@@ -269,6 +270,7 @@ struct agg_carrier {
     int tick_slot;                /* its index in the ticking carriers' table */
     int tick_armed;
     int tick_lock;                /* tick_armed and the timer's setting */
+    uint64_t cpu_mark;            /* its thread's CPU time as the current turn began, 0: unknown */
     /* hot counters, added to the group's (shared, atomic) once per wait */
     uint64_t acc_switches, acc_aggregated, acc_crossings, acc_completed[FERRY_MAX_POOLS];
     /* calls per ring entry lately (a moving average, 1/16ths): the quiet
@@ -386,6 +388,22 @@ void agg_rq_push(struct agg_carrier *c, struct agg_fiber *f);
 struct agg_fiber *agg_rq_pick(struct agg_carrier *c);
 /* f runs next, before every fiber queued (a fiber there before goes back in line). */
 void agg_rq_push_first(struct agg_carrier *c, struct agg_fiber *f);
+/* per-fiber CPU clocks (agg_cputime.c) */
+extern int agg_cputime_on;
+uint64_t agg_cpu_thread_ns(int tid);
+void agg_cpu_turn_charge(struct agg_carrier *c, struct agg_fiber *from);
+void agg_cpu_start_fiber(struct agg_fiber *f, int first);
+void agg_cpu_started(struct agg_fiber *self);
+uint64_t agg_cpu_fiber_ns(struct agg_fiber *self, struct agg_fiber *t);
+
+/* A fiber's turn on its carrier ends (`from`, 0: from the scheduler) and
+ * the next begins: charged once a thread's clock was asked for. */
+static inline void agg_cpu_turn(struct agg_carrier *c, struct agg_fiber *from)
+{
+    if (__builtin_expect(__atomic_load_n(&agg_cputime_on, __ATOMIC_RELAXED), 0))
+        agg_cpu_turn_charge(c, from);
+}
+
 unsigned agg_rq_len(struct agg_carrier *c);
 static inline int agg_rq_empty(struct agg_carrier *c)
 {

@@ -119,12 +119,14 @@ void agg_park(struct agg_fiber *f)
             submit_all(c);  /* it may keep the carrier until its tick: so would these */
             if (pass_over(c, n)) {
                 c->current = 0;
+                agg_cpu_turn(c, f);
                 ferry_agg_switch(&f->ctx, &c->sched);
                 if (f->thread)
                     agg_thread_resumed(f);
                 return;
             }
         }
+        agg_cpu_turn(c, f);  /* before n is the current one: a read of n's clock adds from the mark */
         c->current = n;
         n->state = AGG_RUNNING;
         c->acc_switches++;
@@ -132,6 +134,7 @@ void agg_park(struct agg_fiber *f)
         ferry_agg_switch(&f->ctx, &n->ctx);
     } else {
         c->current = 0;
+        agg_cpu_turn(c, f);
         ferry_agg_switch(&f->ctx, &c->sched);
     }
     if (f->thread)
@@ -146,6 +149,7 @@ static void requeue_me(struct agg_fiber *f)
     f->state = AGG_PARKED;
     c->requeue = f;
     c->current = 0;
+    agg_cpu_turn(c, f);
     ferry_agg_switch(&f->ctx, &c->sched);
     if (f->thread)
         agg_thread_resumed(f);
@@ -755,6 +759,7 @@ void agg_carrier_tls(struct agg_carrier *c)
 
 static void run(struct agg_carrier *c, struct agg_fiber *f)
 {
+    agg_cpu_turn(c, 0);
     c->current = f;
     f->state = AGG_RUNNING;
     c->acc_switches++;

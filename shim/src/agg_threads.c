@@ -1119,6 +1119,60 @@ static int affinity(struct agg_fiber *f, struct ferry_regs *r)
     return 1;
 }
 
+/* clock_gettime and clock_getres of a thread's CPU clock: the caller's
+ * (CLOCK_THREAD_CPUTIME_ID, or the per-thread clock of tid 0), or that of a
+ * thread by its id (pthread_getcpuclockid), which for a vtid lost its top
+ * bits in the clock's encoding (the kernel's MAKE_THREAD_CPUCLOCK) and reads
+ * as a clock of no thread.  Answered from what the carriers charged each
+ * fiber (agg_cputime.c); 0 for any other clock, and for a kernel thread that
+ * is no fiber's. */
+static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
+{
+    int clk = (int)r->rdi;
+    long tid = 0;
+    if (clk == 3 /* CLOCK_THREAD_CPUTIME_ID */) {
+        clk = -2;  /* the caller's, CPUCLOCK_SCHED */
+    } else if (clk < 0 || clk >= 16 /* MAX_CLOCKS */) {
+        if (!(clk & 4) || (clk & 3) == 3)
+            return 0;  /* a process's clock, or no clock at all */
+        tid = ~(long)(clk >> 3);
+        if (tid < 0)
+            tid = (tid & 0x1fffffffL) | (VTID_BASE & ~0x1fffffffL);
+    } else {
+        return 0;
+    }
+    agg_lock(&world_lock);
+    struct agg_fiber *t = tid == 0 ? f : lookup(tid);
+    if (!t) {
+        agg_unlock(&world_lock);
+        return tid >= VTID_BASE ? (r->rax = -EINVAL_, 1) : 0;
+    }
+    struct timespec ts = {0, 0};
+    if (r->rax == SYS_clock_getres) {
+        agg_unlock(&world_lock);
+        /* as the caller's own clock of that kind */
+        long self = (long)(((unsigned long)~0UL << 3) | 4 | ((unsigned)clk & 3));
+        r->rax = ferry_raw2(SYS_clock_getres, self, r->rsi ? &ts : 0);
+        if (r->rax == 0 && r->rsi && ferry_safe_write((void *)r->rsi, &ts, sizeof(ts)))
+            r->rax = -EFAULT_;
+        return 1;
+    }
+    if (!__atomic_load_n(&agg_cputime_on, __ATOMIC_ACQUIRE)) {
+        if (fiber0)
+            agg_cpu_start_fiber(fiber0, 1);
+        for (unsigned i = 0; i < next_vtid; i++)
+            if (by_vtid[i])
+                agg_cpu_start_fiber(by_vtid[i], 0);
+        agg_cpu_started(f);
+    }
+    uint64_t ns = agg_cpu_fiber_ns(f, t);
+    agg_unlock(&world_lock);
+    ts.tv_sec = (time_t)(ns / 1000000000ULL);
+    ts.tv_nsec = (long)(ns % 1000000000ULL);
+    r->rax = ferry_safe_write((void *)r->rsi, &ts, sizeof(ts)) ? -EFAULT_ : 0;
+    return 1;
+}
+
 /* From ferry_slow, before anything else: 1 if this was a thread operation
  * the fiber world answers (result in r->rax). */
 int ferry_agg_thread_call(struct ferry_regs *r)
@@ -1259,6 +1313,9 @@ int ferry_agg_thread_call(struct ferry_regs *r)
     case SYS_sched_getaffinity:
     case SYS_sched_setaffinity:
         return affinity(f, r);
+    case SYS_clock_gettime:
+    case SYS_clock_getres:
+        return cpu_clock(f, r);
     }
     return 0;
 }
@@ -1271,6 +1328,7 @@ void agg_threads_watch(void)
                                            SYS_rseq, SYS_set_robust_list, SYS_sched_getaffinity,
                                            SYS_sched_setaffinity, SYS_futex, SYS_rt_sigsuspend, SYS_kill,
                                            SYS_rt_sigtimedwait, SYS_rt_sigaction, SYS_sigaltstack,
+                                           SYS_clock_gettime, SYS_clock_getres,
                                            /* what may take a page away (agg_usermem.c) */
                                            SYS_mmap, SYS_munmap, SYS_mremap, SYS_mprotect,
                                            SYS_pkey_mprotect, SYS_madvise, SYS_brk, SYS_shmat,

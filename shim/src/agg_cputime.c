@@ -1,0 +1,93 @@
+/* A thread's own CPU-time clock under fibers.
+ *
+ * The kernel's clock of a thread (CLOCK_THREAD_CPUTIME_ID, the clock
+ * pthread_getcpuclockid names) counts what its kernel thread ran.  Under
+ * fibers that thread is a carrier, which runs every fiber placed on it: a
+ * thread parked in epoll_wait "used" what its siblings computed, and another
+ * thread's clock names a vtid, which is no kernel thread (EINVAL).  haproxy's
+ * watchdog, which takes a thread whose clock advanced by a second since it
+ * last polled for a thread stuck in a loop, then killed the process.
+ *
+ * So each carrier charges its fibers what it ran while each was current:
+ * its own clock read as one fiber's turn ends and the next one's begins
+ * (agg_cpu_turn).  A read is a system call (the vDSO does not serve CPU
+ * clocks), so the carriers charge only once the program has asked for a
+ * thread's clock: most programs never do.  What a thread ran before that
+ * is not known: its clock starts from zero then (the first thread's from
+ * what the kernel last could have told it).
+ */
+#define _GNU_SOURCE
+#include <sys/syscall.h>
+#include <time.h>
+
+#include "agg.h"
+#include "raw.h"
+#include "util.h"
+
+int agg_cputime_on FERRY_HOT;
+
+/* The CPU clock of kernel thread `tid` (0: the caller), by its type (the
+ * kernel's MAKE_THREAD_CPUCLOCK). */
+static long thread_clock(int tid, int which) { return (long)(((unsigned long)~(unsigned)tid << 3) | 4 | (unsigned)which); }
+
+uint64_t agg_cpu_thread_ns(int tid)
+{
+    struct timespec ts;
+    if (ferry_raw2(SYS_clock_gettime, thread_clock(tid, 2 /* CPUCLOCK_SCHED */), &ts))
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+void agg_cpu_turn_charge(struct agg_carrier *c, struct agg_fiber *from)
+{
+    uint64_t now = agg_cpu_thread_ns(0);
+    uint64_t mark = c->cpu_mark;
+    if (from && mark && now > mark)
+        __atomic_add_fetch(&from->cpu_ns, now - mark, __ATOMIC_RELAXED);
+    c->cpu_mark = now;
+}
+
+/* The first read of a thread's clock: the carriers charge from then on.
+ * Until then no fiber's clock was read through the fiber world, but the
+ * first thread's may have been read before it became fiber 0, from the
+ * kernel: it starts from its carrier's clock (its own thread's), so that
+ * its clock never goes back.  The others start from zero, as threads that
+ * never ran (called under the world's lock, for each fiber alive). */
+void agg_cpu_start_fiber(struct agg_fiber *f, int first)
+{
+    struct agg_carrier *c = __atomic_load_n(&f->carrier, __ATOMIC_ACQUIRE);
+    uint64_t base = first && c ? agg_cpu_thread_ns(c->tid) : 0;
+    __atomic_store_n(&f->cpu_ns, base, __ATOMIC_RELAXED);
+    __atomic_store_n(&f->cpu_seen, base, __ATOMIC_RELAXED);
+}
+
+void agg_cpu_started(struct agg_fiber *self)
+{
+    self->carrier->cpu_mark = agg_cpu_thread_ns(0);
+    __atomic_store_n(&agg_cputime_on, 1, __ATOMIC_RELEASE);
+}
+
+/* What `t`'s clock says now.  A fiber that runs right now has its carrier's
+ * clock since its turn began on top; a read never goes back, though a
+ * fiber that moved between carriers meanwhile could make it. */
+uint64_t agg_cpu_fiber_ns(struct agg_fiber *self, struct agg_fiber *t)
+{
+    uint64_t ns = __atomic_load_n(&t->cpu_ns, __ATOMIC_RELAXED);
+    struct agg_carrier *c = __atomic_load_n(&t->carrier, __ATOMIC_ACQUIRE);
+    if (t == self) {
+        uint64_t now = agg_cpu_thread_ns(0);
+        if (!c->cpu_mark)
+            c->cpu_mark = now;   /* charging began while it ran */
+        ns += now - c->cpu_mark;
+    } else if (c && __atomic_load_n(&c->current, __ATOMIC_ACQUIRE) == t) {
+        uint64_t mark = __atomic_load_n(&c->cpu_mark, __ATOMIC_RELAXED);
+        uint64_t now = agg_cpu_thread_ns(c->tid);
+        if (mark && now > mark)
+            ns += now - mark;
+    }
+    uint64_t seen = __atomic_load_n(&t->cpu_seen, __ATOMIC_RELAXED);
+    while (ns > seen && !__atomic_compare_exchange_n(&t->cpu_seen, &seen, ns, 0, __ATOMIC_RELAXED,
+                                                     __ATOMIC_RELAXED))
+        ;
+    return ns > seen ? ns : seen;
+}
