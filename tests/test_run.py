@@ -15,6 +15,7 @@ from ferry.rundata import load_run
 
 CRASH = ROOT / "tests" / "programs" / "build" / "crash"
 FORKEXEC = ROOT / "tests" / "programs" / "build" / "forkexec"
+MANY_CHILDREN = ROOT / "tests" / "programs" / "build" / "many_children"
 
 
 pytestmark = pytest.mark.usefixtures("own_index")
@@ -83,6 +84,18 @@ def test_children_are_recorded_with_how_they_ended(tmp_path):
     assert echo
     assert all(p["enabled"] or "no rewritten image yet" in p["reason"] for p in echo)
     assert any(p["exit"] == {"code": 3, "signal": None} for p in procs)  # sh -c 'exit 3'
+
+
+def test_a_child_killed_after_hundreds_of_waits_is_still_recorded_as_killed(tmp_path):
+    """The parent's table of the waits it made holds 512; past that a child
+    killed by a signal, whose own record never ends, takes the place of one
+    that exited (tests/programs/many_children.c)."""
+    r = ferry_run(tmp_path, MANY_CHILDREN, "600", check=True)
+    killed = int(r.stdout)
+    model = load_run(tmp_path / "run")
+    child = [p for p in model["processes"] if p["pid"] == killed]
+    assert child and child[-1]["state"] == "killed", child
+    assert child[-1]["exit"] == {"code": None, "signal": "SIGKILL"}
 
 
 def test_profiles_choose_what_the_shim_records(tmp_path):

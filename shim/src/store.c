@@ -800,12 +800,31 @@ void ferry_store_exec_failed(void)
         __atomic_store_n(&ferry_hdr->state, FERRY_STATE_RUNNING, __ATOMIC_RELEASE);
 }
 
+/* The table is full (a shell, a make, a server's master that started
+ * hundreds of children).  A child that a signal killed says so nowhere but
+ * here: its own record never ends.  One that exited wrote its code in its
+ * record if it was enabled, so the first such entry gives way to it: its
+ * slot is taken by swapping its status (a thread waiting meanwhile takes
+ * another).  FERRY_MAX_WAITS if there is none, or for another exit. */
+static uint32_t wait_slot_given_up(int status)
+{
+    int killed = (status & 0x7f) != 0 && (status & 0x7f) != 0x7f;
+    for (uint32_t i = 0; killed && i < FERRY_MAX_WAITS; i++) {
+        int32_t was = __atomic_load_n(&ferry_hdr->waits[i].status, __ATOMIC_ACQUIRE);
+        if ((was & 0x7f) == 0 &&
+            __atomic_compare_exchange_n(&ferry_hdr->waits[i].status, &was, status, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return i;
+    }
+    return FERRY_MAX_WAITS;
+}
+
 void ferry_store_wait(int pid, int status)
 {
     if (!ferry_hdr || FERRY_THR->in_vfork_child)
         return;
     uint32_t i = __atomic_fetch_add(&ferry_hdr->nwaits, 1, __ATOMIC_ACQ_REL);
-    if (i >= FERRY_MAX_WAITS)
+    if (i >= FERRY_MAX_WAITS && (i = wait_slot_given_up(status)) >= FERRY_MAX_WAITS)
         return;
     ferry_hdr->waits[i].pid = pid;
     ferry_hdr->waits[i].status = status;
