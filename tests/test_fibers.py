@@ -17,7 +17,8 @@ fib_accept_burst (128 clients connect to a thread-per-connection server at
 once), fib_stack_reuse (a joined thread's stack and TLS written over at
 once), futex_fault (futex waits on a word whose page was taken away after
 earlier waits read it: EFAULT), thread_cpu_clock (each thread's CPU-time
-clock counts its own time and is readable by the others), fib_crash (a
+clock counts its own time and is readable by the others), thread_names (each
+thread reads back its own name), fib_crash (a
 thread crashes: same signal), py_fibers.py (Python threading), examples/net in
 its `thread` and `pool` models, and Debian's apache2 with mpm_worker serving a
 static page.  Outputs, exit statuses and every HTTP response are compared; no
@@ -74,6 +75,7 @@ WORKLOADS = {
     "fib_stack_reuse": (["{build}/fib_stack_reuse"], 0),
     "futex_fault": (["{build}/futex_fault"], 0),
     "thread_cpu_clock": (["{build}/thread_cpu_clock"], 0),
+    "thread_names": (["{build}/thread_names"], 0),
     "fib_crash_segv": (["{build}/fib_crash"], -signal.SIGSEGV),
     "fib_crash_abort": (["{build}/fib_crash", "abort"], -signal.SIGABRT),
     "py_sync": ([PYTHON, "{src}/py_fibers.py", "sync"], 0),

@@ -147,6 +147,7 @@ struct agg_fiber {
     int computes;                 /* its last turn ended by its tick, not by a call */
     uint64_t computed_at;         /* when its tick last ended its turn (agg_now_ns) */
     uint64_t cpu_ns, cpu_seen;    /* its CPU time before its turn, the most a read said (agg_cputime.c) */
+    char name[16];                /* its thread's name (PR_SET_NAME): the carrier's is the last one set */
     int movable;                  /* another carrier may run it (a program's thread, not the first) */
     uint32_t rq_at;               /* a fiber that stays: the ring position it comes after */
     int accept_more;              /* 1 + the listening socket whose last accept said that

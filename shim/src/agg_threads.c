@@ -24,6 +24,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 
 #include "agg.h"
@@ -582,6 +583,7 @@ static int become_fiber0(struct ferry_group *g)
     f->sigmask = kernel_mask();
     c->kmask = f->sigmask;
     f->alt = c->kalt = kernel_altstack();
+    ferry_raw2(SYS_prctl, PR_GET_NAME, (long)f->name);
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->threads = 1;
     c->placed = 1;  /* fiber 0 is one of its threads */
@@ -851,6 +853,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     f->joined = -1;
     f->sigmask = self->sigmask;  /* a new thread inherits its creator's mask, */
     f->alt = no_altstack;        /* but not its alternate stack (CLONE_VM) */
+    ferry_memcpy(f->name, self->name, sizeof(f->name));  /* and its name */
     if (flags & CLONE_CHILD_CLEARTID)
         f->clear_tid = ctid;
     /* the thread's own copy of the shim's per-thread state */
@@ -1173,6 +1176,29 @@ static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
     return 1;
 }
 
+/* A thread's name (prctl PR_SET_NAME, PR_GET_NAME: glibc's
+ * pthread_setname_np and pthread_getname_np of the calling thread) is its
+ * kernel thread's, which under fibers is the carrier's, shared by its
+ * fibers: a thread read back the name another one had set last.  Each
+ * fiber keeps its own (a new thread its creator's, as the kernel copies
+ * it); setting it still goes to the kernel, which checks and cuts it, and
+ * names the carrier after it.  Another thread's name lies in
+ * /proc/self/task/TID/comm, where no vtid has an entry. */
+static int thread_name(struct agg_fiber *f, struct ferry_regs *r)
+{
+    if (r->rdi == PR_SET_NAME) {
+        r->rax = ferry_pass6(SYS_prctl, PR_SET_NAME, r->rsi, r->rdx, r->r10, r->r8, 0);
+        if (r->rax == 0)
+            ferry_raw2(SYS_prctl, PR_GET_NAME, (long)f->name);
+        return 1;
+    }
+    if (r->rdi == PR_GET_NAME) {
+        r->rax = ferry_safe_write((void *)r->rsi, f->name, sizeof(f->name)) ? -EFAULT_ : 0;
+        return 1;
+    }
+    return 0;
+}
+
 /* From ferry_slow, before anything else: 1 if this was a thread operation
  * the fiber world answers (result in r->rax). */
 int ferry_agg_thread_call(struct ferry_regs *r)
@@ -1316,6 +1342,8 @@ int ferry_agg_thread_call(struct ferry_regs *r)
     case SYS_clock_gettime:
     case SYS_clock_getres:
         return cpu_clock(f, r);
+    case SYS_prctl:
+        return thread_name(f, r);
     }
     return 0;
 }
@@ -1328,7 +1356,7 @@ void agg_threads_watch(void)
                                            SYS_rseq, SYS_set_robust_list, SYS_sched_getaffinity,
                                            SYS_sched_setaffinity, SYS_futex, SYS_rt_sigsuspend, SYS_kill,
                                            SYS_rt_sigtimedwait, SYS_rt_sigaction, SYS_sigaltstack,
-                                           SYS_clock_gettime, SYS_clock_getres,
+                                           SYS_clock_gettime, SYS_clock_getres, SYS_prctl,
                                            /* what may take a page away (agg_usermem.c) */
                                            SYS_mmap, SYS_munmap, SYS_mremap, SYS_mprotect,
                                            SYS_pkey_mprotect, SYS_madvise, SYS_brk, SYS_shmat,

@@ -1,0 +1,51 @@
+/* Each thread reads back its own name (pthread_setname_np and
+ * pthread_getname_np of the calling thread: prctl PR_SET_NAME and
+ * PR_GET_NAME), however many threads named themselves meanwhile, and a new
+ * thread starts with its creator's name.
+ *
+ * Under fibers a thread's name was its carrier's, shared by every thread on
+ * it: each read back the name set last by any of them.
+ *
+ * Prints one line per thread, the same natively and under every profile. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define THREADS 4
+
+static pthread_barrier_t all_named, all_read;
+static char got[THREADS + 1][16], born[THREADS][16], want[THREADS][16];
+static const char *names[THREADS] = {"alpha", "beta", "gamma-is-too-long-a-name", "delta"};
+
+static void *named(void *arg)
+{
+    long i = (long)arg;
+    pthread_getname_np(pthread_self(), born[i], sizeof(born[i]));
+    snprintf(want[i], sizeof(want[i]), "%s", names[i]);  /* the kernel keeps 15 bytes */
+    pthread_setname_np(pthread_self(), want[i]);
+    pthread_barrier_wait(&all_named);
+    pthread_getname_np(pthread_self(), got[i], sizeof(got[i]));
+    pthread_barrier_wait(&all_read);
+    return 0;
+}
+
+int main(void)
+{
+    pthread_t t[THREADS];
+    pthread_setname_np(pthread_self(), "creator");
+    pthread_barrier_init(&all_named, 0, THREADS + 1);
+    pthread_barrier_init(&all_read, 0, THREADS + 1);
+    for (long i = 0; i < THREADS; i++)
+        if (pthread_create(&t[i], 0, named, (void *)i))
+            return 2;
+    pthread_barrier_wait(&all_named);
+    pthread_getname_np(pthread_self(), got[THREADS], sizeof(got[THREADS]));
+    pthread_barrier_wait(&all_read);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], 0);
+        printf("thread %d: born \"%s\", named \"%s\", reads \"%s\"\n", i, born[i], want[i], got[i]);
+    }
+    printf("main: reads \"%s\"\n", got[THREADS]);
+    return 0;
+}
