@@ -759,6 +759,8 @@ void agg_threads_after_fork(void)
     if (!agg_threads_on || !self)
         return;
     struct agg_carrier *old = self->carrier;
+    /* the kernel named the child after the carrier: natively, the thread that forked */
+    ferry_raw2(SYS_prctl, PR_SET_NAME, (long)self->name);
     agg_carrier_forget(old);
     agg_group_forget(old->g);
     ferry_memset(by_vtid, 0, MAX_THREADS * sizeof(*by_vtid));

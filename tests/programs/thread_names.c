@@ -1,7 +1,8 @@
 /* Each thread reads back its own name (pthread_setname_np and
  * pthread_getname_np of the calling thread: prctl PR_SET_NAME and
  * PR_GET_NAME), however many threads named themselves meanwhile, and a new
- * thread starts with its creator's name.
+ * thread starts with its creator's name; a thread's fork child has that
+ * thread's name.
  *
  * Under fibers a thread's name was its carrier's, shared by every thread on
  * it: each read back the name set last by any of them.
@@ -11,11 +12,14 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define THREADS 4
 
 static pthread_barrier_t all_named, all_read;
 static char got[THREADS + 1][16], born[THREADS][16], want[THREADS][16];
+static char child_saw[64];
 static const char *names[THREADS] = {"alpha", "beta", "gamma-is-too-long-a-name", "delta"};
 
 static void *named(void *arg)
@@ -26,6 +30,27 @@ static void *named(void *arg)
     pthread_setname_np(pthread_self(), want[i]);
     pthread_barrier_wait(&all_named);
     pthread_getname_np(pthread_self(), got[i], sizeof(got[i]));
+    if (i == 0) {
+        /* the name set last may be another thread's */
+        int fds[2];
+        if (pipe(fds) == 0) {
+            pid_t c = fork();
+            if (c == 0) {
+                char own[16] = "", comm[32] = "";
+                pthread_getname_np(pthread_self(), own, sizeof(own));
+                FILE *f = fopen("/proc/self/comm", "r");
+                if (f && fgets(comm, sizeof(comm), f))
+                    comm[strcspn(comm, "\n")] = 0;
+                dprintf(fds[1], "\"%s\", /proc/self/comm \"%s\"", own, comm);
+                _exit(0);
+            }
+            close(fds[1]);
+            if (read(fds[0], child_saw, sizeof(child_saw) - 1) < 0)
+                child_saw[0] = 0;
+            waitpid(c, 0, 0);
+            close(fds[0]);
+        }
+    }
     pthread_barrier_wait(&all_read);
     return 0;
 }
@@ -47,5 +72,6 @@ int main(void)
         printf("thread %d: born \"%s\", named \"%s\", reads \"%s\"\n", i, born[i], want[i], got[i]);
     }
     printf("main: reads \"%s\"\n", got[THREADS]);
+    printf("thread 0's fork child: %s\n", child_saw);
     return 0;
 }
