@@ -34,13 +34,14 @@ def prepare(argv, progress=None):
 
 class _Rotation:
     """What opening a run directory did to the runs already there: DIR moved
-    to DIR.old, the previous DIR.old parked under a hidden name.  `commit`
-    (the program started) removes the parked run; `undo` (it never did)
-    removes the new directory and puts both back, so that a run that failed
-    to start leaves nothing behind and takes nothing away."""
+    to DIR.old (`moved`), the previous DIR.old parked under a hidden name.
+    `commit` (the program started) removes the parked run; `undo` (it never
+    did) removes the new directory and puts both back, so that a run that
+    failed to start leaves nothing behind and takes nothing away."""
 
     def __init__(self, out_dir):
-        self.out_dir, self.old, self.parked, self.made = out_dir, None, None, False
+        self.out_dir, self.old = out_dir, out_dir.with_name(out_dir.name + ".old")
+        self.parked, self.moved, self.made = None, False, False
 
     def commit(self):
         parked, self.parked = self.parked, None
@@ -56,10 +57,13 @@ class _Rotation:
         try:
             if self.made:
                 staging.discard(self.out_dir)
-            if self.old is not None and not os.path.lexists(self.out_dir):  # else another run's now
+            if self.moved and os.path.lexists(self.out_dir):
+                self.commit()  # DIR is another run's now: the older run goes, as it would have
+                return
+            if self.moved:
                 os.rename(self.old, self.out_dir)
-                if self.parked is not None:
-                    os.rename(self.parked, self.old)
+            if self.parked is not None:
+                os.rename(self.parked, self.old)
         except OSError as e:
             from .console import err_console
             err_console.print(f"ferry: warning: {self.out_dir}: the runs there not put back as they "
@@ -78,7 +82,7 @@ def _rotate(out_dir):
                                   "(choose another with -o)")
     runlock.refuse_if_live(out_dir)
     _finish_staging(out_dir)
-    old = out_dir.with_name(out_dir.name + ".old")
+    old = rotation.old
     if old.exists():
         if not is_run_dir(old):
             raise FerryError(old, "exists and is not a run directory; not replacing it")
@@ -91,7 +95,7 @@ def _rotate(out_dir):
     except OSError:
         rotation.undo()
         raise
-    rotation.old = old
+    rotation.moved = True
     return rotation
 
 
