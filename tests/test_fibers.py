@@ -18,7 +18,8 @@ once), fib_stack_reuse (a joined thread's stack and TLS written over at
 once), futex_fault (futex waits on a word whose page was taken away after
 earlier waits read it: EFAULT), thread_cpu_clock (each thread's CPU-time
 clock counts its own time and is readable by the others), thread_names (each
-thread reads back its own name), fib_crash (a
+thread reads back its own name), clock_in_handler (a signal handler reads
+CPU clocks while its thread was reading them), fib_crash (a
 thread crashes: same signal), py_fibers.py (Python threading), examples/net in
 its `thread` and `pool` models, and Debian's apache2 with mpm_worker serving a
 static page.  Outputs, exit statuses and every HTTP response are compared; no
@@ -76,6 +77,7 @@ WORKLOADS = {
     "futex_fault": (["{build}/futex_fault"], 0),
     "thread_cpu_clock": (["{build}/thread_cpu_clock"], 0),
     "thread_names": (["{build}/thread_names"], 0),
+    "clock_in_handler": (["{build}/clock_in_handler"], 0),
     "fib_crash_segv": (["{build}/fib_crash"], -signal.SIGSEGV),
     "fib_crash_abort": (["{build}/fib_crash", "abort"], -signal.SIGABRT),
     "py_sync": ([PYTHON, "{src}/py_fibers.py", "sync"], 0),

@@ -393,9 +393,8 @@ void agg_rq_push_first(struct agg_carrier *c, struct agg_fiber *f);
 extern int agg_cputime_on;
 uint64_t agg_cpu_thread_ns(int tid);
 void agg_cpu_turn_charge(struct agg_carrier *c, struct agg_fiber *from);
-void agg_cpu_start_fiber(struct agg_fiber *f, int first);
-void agg_cpu_started(struct agg_fiber *self);
-uint64_t agg_cpu_fiber_ns(struct agg_fiber *self, struct agg_fiber *t);
+void agg_cpu_start(struct agg_carrier *here, struct agg_fiber *first);
+int agg_cpu_fiber_ns(struct agg_fiber *self, struct agg_fiber *t, uint64_t *out);
 
 /* A fiber's turn on its carrier ends (`from`, 0: from the scheduler) and
  * the next begins: charged once a thread's clock was asked for. */

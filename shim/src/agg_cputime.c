@@ -48,46 +48,61 @@ void agg_cpu_turn_charge(struct agg_carrier *c, struct agg_fiber *from)
 }
 
 /* The first read of a thread's clock: the carriers charge from then on.
- * Until then no fiber's clock was read through the fiber world, but the
- * first thread's may have been read before it became fiber 0, from the
- * kernel: it starts from its carrier's clock (its own thread's), so that
- * its clock never goes back.  The others start from zero, as threads that
- * never ran (called under the world's lock, for each fiber alive). */
-void agg_cpu_start_fiber(struct agg_fiber *f, int first)
+ * Until then no fiber was charged (each has zero), and no fiber's clock was
+ * read through the fiber world; but the first thread's may have been read
+ * before it became fiber 0, from the kernel: it starts from its own kernel
+ * thread's clock, so that its clock never goes back.  The others start from
+ * zero, as threads that never ran.  `here`: the calling thread's carrier,
+ * if it is one. */
+void agg_cpu_start(struct agg_carrier *here, struct agg_fiber *first)
 {
-    struct agg_carrier *c = __atomic_load_n(&f->carrier, __ATOMIC_ACQUIRE);
-    uint64_t base = first && c ? agg_cpu_thread_ns(c->tid) : 0;
-    __atomic_store_n(&f->cpu_ns, base, __ATOMIC_RELAXED);
-    __atomic_store_n(&f->cpu_seen, base, __ATOMIC_RELAXED);
-}
-
-void agg_cpu_started(struct agg_fiber *self)
-{
-    self->carrier->cpu_mark = agg_cpu_thread_ns(0);
+    static int starting;
+    if (__atomic_load_n(&agg_cputime_on, __ATOMIC_ACQUIRE) ||
+        __atomic_exchange_n(&starting, 1, __ATOMIC_ACQ_REL))
+        return;
+    struct agg_carrier *c0 = first ? __atomic_load_n(&first->carrier, __ATOMIC_ACQUIRE) : 0;
+    if (c0) {
+        uint64_t base = agg_cpu_thread_ns(c0->tid);
+        __atomic_store_n(&first->cpu_ns, base, __ATOMIC_RELAXED);
+        __atomic_store_n(&first->cpu_seen, base, __ATOMIC_RELAXED);
+    }
+    if (here)
+        here->cpu_mark = agg_cpu_thread_ns(0);
     __atomic_store_n(&agg_cputime_on, 1, __ATOMIC_RELEASE);
 }
 
-/* What `t`'s clock says now.  A fiber that runs right now has its carrier's
- * clock since its turn began on top; a read never goes back, though a
- * fiber that moved between carriers meanwhile could make it. */
-uint64_t agg_cpu_fiber_ns(struct agg_fiber *self, struct agg_fiber *t)
+/* What `t`'s clock says now (0), or -1 when t ended while it was read.  A
+ * fiber that runs right now has its carrier's clock since its turn began on
+ * top; a read never goes back (a fiber that moved between carriers
+ * meanwhile could make it).  Another thread's fiber is read through the
+ * kernel: it may be freed as it is read.  Carriers live as long as the
+ * process. */
+int agg_cpu_fiber_ns(struct agg_fiber *self, struct agg_fiber *t, uint64_t *out)
 {
-    uint64_t ns = __atomic_load_n(&t->cpu_ns, __ATOMIC_RELAXED);
-    struct agg_carrier *c = __atomic_load_n(&t->carrier, __ATOMIC_ACQUIRE);
     if (t == self) {
+        struct agg_carrier *c = self->carrier;
         uint64_t now = agg_cpu_thread_ns(0);
         if (!c->cpu_mark)
             c->cpu_mark = now;   /* charging began while it ran */
-        ns += now - c->cpu_mark;
-    } else if (c && __atomic_load_n(&c->current, __ATOMIC_ACQUIRE) == t) {
+        uint64_t ns = __atomic_load_n(&self->cpu_ns, __ATOMIC_RELAXED) + (now - c->cpu_mark);
+        uint64_t seen = __atomic_load_n(&self->cpu_seen, __ATOMIC_RELAXED);
+        if (ns > seen)
+            __atomic_store_n(&self->cpu_seen, ns, __ATOMIC_RELAXED);
+        *out = ns > seen ? ns : seen;
+        return 0;
+    }
+    uint64_t both[2];            /* cpu_ns, cpu_seen */
+    struct agg_carrier *c;
+    if (ferry_safe_read(both, &t->cpu_ns, sizeof(both)) != sizeof(both) ||
+        ferry_safe_read(&c, &t->carrier, sizeof(c)) != sizeof(c))
+        return -1;
+    uint64_t ns = both[0];
+    if (c && __atomic_load_n(&c->current, __ATOMIC_ACQUIRE) == t) {
         uint64_t mark = __atomic_load_n(&c->cpu_mark, __ATOMIC_RELAXED);
         uint64_t now = agg_cpu_thread_ns(c->tid);
         if (mark && now > mark)
             ns += now - mark;
     }
-    uint64_t seen = __atomic_load_n(&t->cpu_seen, __ATOMIC_RELAXED);
-    while (ns > seen && !__atomic_compare_exchange_n(&t->cpu_seen, &seen, ns, 0, __ATOMIC_RELAXED,
-                                                     __ATOMIC_RELAXED))
-        ;
-    return ns > seen ? ns : seen;
+    *out = ns > both[1] ? ns : both[1];
+    return 0;
 }

@@ -1130,7 +1130,14 @@ static int affinity(struct agg_fiber *f, struct ferry_regs *r)
  * bits in the clock's encoding (the kernel's MAKE_THREAD_CPUCLOCK) and reads
  * as a clock of no thread.  Answered from what the carriers charged each
  * fiber (agg_cputime.c); 0 for any other clock, and for a kernel thread that
- * is no fiber's. */
+ * is no fiber's.  `f`: the fiber calling, 0 when none runs (a handler the
+ * kernel ran on a carrier between fibers, or on a worker).
+ *
+ * Without world_lock: a program's signal handler reads clocks too
+ * (haproxy's watchdog), and one that interrupted a section holding the lock,
+ * on the same carrier, spun on it for ever.  The tables are read as they
+ * are (a pointer store publishes a fiber); another thread's fiber may end
+ * and be freed meanwhile, so what is read of it goes through the kernel. */
 static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
 {
     int clk = (int)r->rdi;
@@ -1146,15 +1153,20 @@ static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
     } else {
         return 0;
     }
-    agg_lock(&world_lock);
-    struct agg_fiber *t = tid == 0 ? f : lookup(tid);
-    if (!t) {
-        agg_unlock(&world_lock);
-        return tid >= VTID_BASE ? (r->rax = -EINVAL_, 1) : 0;
+    if (tid == 0 && !f)
+        return 0;  /* a carrier's or a worker's own: the kernel's */
+    struct agg_fiber *t = tid == 0 ? f : __atomic_load_n(&fiber0, __ATOMIC_ACQUIRE);
+    if (tid != 0 && tid != main_vtid) {
+        unsigned long i = (unsigned long)tid - VTID_BASE;
+        t = by_vtid && i < MAX_THREADS ? __atomic_load_n(&by_vtid[i], __ATOMIC_ACQUIRE) : 0;
     }
+    int state = AGG_RUNNING;  /* the caller's own */
+    if (t && t != f && ferry_safe_read(&state, &t->state, sizeof(state)) != sizeof(state))
+        t = 0;
+    if (!t || state == AGG_DONE)
+        return tid >= VTID_BASE ? (r->rax = -EINVAL_, 1) : 0;
     struct timespec ts = {0, 0};
     if (r->rax == SYS_clock_getres) {
-        agg_unlock(&world_lock);
         /* as the caller's own clock of that kind */
         long self = (long)(((unsigned long)~0UL << 3) | 4 | ((unsigned)clk & 3));
         r->rax = ferry_raw2(SYS_clock_getres, self, r->rsi ? &ts : 0);
@@ -1162,16 +1174,10 @@ static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
             r->rax = -EFAULT_;
         return 1;
     }
-    if (!__atomic_load_n(&agg_cputime_on, __ATOMIC_ACQUIRE)) {
-        if (fiber0)
-            agg_cpu_start_fiber(fiber0, 1);
-        for (unsigned i = 0; i < next_vtid; i++)
-            if (by_vtid[i])
-                agg_cpu_start_fiber(by_vtid[i], 0);
-        agg_cpu_started(f);
-    }
-    uint64_t ns = agg_cpu_fiber_ns(f, t);
-    agg_unlock(&world_lock);
+    agg_cpu_start(agg_carrier, fiber0);
+    uint64_t ns;
+    if (agg_cpu_fiber_ns(f, t, &ns))
+        return r->rax = -EINVAL_, 1;  /* it ended meanwhile */
     ts.tv_sec = (time_t)(ns / 1000000000ULL);
     ts.tv_nsec = (long)(ns % 1000000000ULL);
     r->rax = ferry_safe_write((void *)r->rsi, &ts, sizeof(ts)) ? -EFAULT_ : 0;
@@ -1214,6 +1220,11 @@ int ferry_agg_thread_call(struct ferry_regs *r)
         agg_usermem_call(r);  /* from any thread: the pages are everyone's */
         return 0;
     }
+    if (r->rax == SYS_clock_gettime || r->rax == SYS_clock_getres)
+        /* also from a handler that interrupted the shim (busy), or that the
+         * kernel ran on a carrier between fibers or on a worker: another
+         * thread's clock is still a vtid's */
+        return cpu_clock(f && f->thread && f->state == AGG_RUNNING ? f : 0, r);
     if (!f || f->busy || f->state != AGG_RUNNING || !f->thread)
         return native_call(r);
     struct agg_carrier *c = f->carrier;
@@ -1341,9 +1352,6 @@ int ferry_agg_thread_call(struct ferry_regs *r)
     case SYS_sched_getaffinity:
     case SYS_sched_setaffinity:
         return affinity(f, r);
-    case SYS_clock_gettime:
-    case SYS_clock_getres:
-        return cpu_clock(f, r);
     case SYS_prctl:
         return thread_name(f, r);
     }
