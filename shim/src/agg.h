@@ -389,6 +389,13 @@ void agg_rq_push(struct agg_carrier *c, struct agg_fiber *f);
 struct agg_fiber *agg_rq_pick(struct agg_carrier *c);
 /* f runs next, before every fiber queued (a fiber there before goes back in line). */
 void agg_rq_push_first(struct agg_carrier *c, struct agg_fiber *f);
+/* The CPU clock of kernel thread `tid` (0: the caller) of type `which`
+ * (0 PROF, 1 VIRT, 2 SCHED): the kernel's MAKE_THREAD_CPUCLOCK. */
+static inline long agg_thread_clock(int tid, int which)
+{
+    return (long)(((unsigned long)~(unsigned)tid << 3) | 4 | (unsigned)which);
+}
+
 /* per-fiber CPU clocks (agg_cputime.c) */
 extern int agg_cputime_on;
 uint64_t agg_cpu_thread_ns(int tid);

@@ -26,14 +26,10 @@
 
 int agg_cputime_on FERRY_HOT;
 
-/* The CPU clock of kernel thread `tid` (0: the caller), by its type (the
- * kernel's MAKE_THREAD_CPUCLOCK). */
-static long thread_clock(int tid, int which) { return (long)(((unsigned long)~(unsigned)tid << 3) | 4 | (unsigned)which); }
-
 uint64_t agg_cpu_thread_ns(int tid)
 {
     struct timespec ts;
-    if (ferry_raw2(SYS_clock_gettime, thread_clock(tid, 2 /* CPUCLOCK_SCHED */), &ts))
+    if (ferry_raw2(SYS_clock_gettime, agg_thread_clock(tid, 2 /* CPUCLOCK_SCHED */), &ts))
         return 0;
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }

@@ -71,13 +71,11 @@ static void submit_all(struct agg_carrier *c);
  * wake), their fibers run first, the scheduler reaping them before `n`
  * goes behind them (as after its tick: run()).  Only for a while after its
  * tick, so that fibers handing work back and forth cannot starve it. */
+static int came_in(struct agg_carrier *c);
+
 static int pass_over(struct agg_carrier *c, struct agg_fiber *n)
 {
-    int came = __atomic_load_n(&c->inbox, __ATOMIC_RELAXED) ||
-               __atomic_load_n(&c->done_list, __ATOMIC_RELAXED);
-    for (unsigned i = 0; !came && i < c->g->cfg.npools; i++)
-        came = c->pools[i].up && io_uring_cq_ready(&c->pools[i].ring);
-    if (!came || agg_now_ns() - n->computed_at >= PASS_OVER_NS)
+    if (!came_in(c) || agg_now_ns() - n->computed_at >= PASS_OVER_NS)
         return 0;
     c->requeue = n;
     c->preempted = 1;
@@ -493,8 +491,13 @@ static void take_in(struct agg_carrier *c)
 int agg_others_waiting(struct agg_carrier *c)
 {
     submit_all(c);
-    if (!agg_rq_empty(c) || __atomic_load_n(&c->inbox, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
+    return !agg_rq_empty(c) || came_in(c);
+}
+
+/* A completion, a post from another carrier, a worker's result. */
+static int came_in(struct agg_carrier *c)
+{
+    if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED) || __atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
         return 1;
     for (unsigned i = 0; i < c->g->cfg.npools; i++)
         if (io_uring_cq_ready(&c->pools[i].ring))

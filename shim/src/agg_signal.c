@@ -211,8 +211,6 @@ struct ksigevent {
     int pad[11];
 };
 
-/* The CPU clock of thread `tid` (the kernel's MAKE_THREAD_CPUCLOCK). */
-static long thread_cpu_clock(int tid) { return (long)(((unsigned long)~(unsigned)tid << 3) | 6); }
 
 void agg_tick_create(struct agg_carrier *c)
 {
@@ -225,7 +223,7 @@ void agg_tick_create(struct agg_carrier *c)
     __atomic_store_n(&ticking[slot], c, __ATOMIC_RELEASE);
     struct ksigevent ev = {(void *)(TICK_TAG | slot), AGG_SIGNAL, SIGEV_THREAD_ID_, c->tid, {0}};
     int id;
-    if (ferry_raw3(SYS_timer_create, thread_cpu_clock(c->tid), &ev, &id) == 0) {
+    if (ferry_raw3(SYS_timer_create, agg_thread_clock(c->tid, 2 /* CPUCLOCK_SCHED */), &ev, &id) == 0) {
         c->tick_timer = id;
         agg_tick_update(c);
     }

@@ -80,15 +80,22 @@ static long real_tid(struct agg_carrier *c) { return c->tid; }
 
 int agg_thread_fiber(void) { return agg_self && agg_self->thread; }
 
-/* With world_lock held. */
-static struct agg_fiber *lookup(long tid)
+/* The fiber the tables name `tid`, ended or not.  Without world_lock it
+ * may end and be freed as it is read (a pointer store publishes it). */
+static struct agg_fiber *table_entry(long tid)
 {
     if (tid == main_vtid)
-        return fiber0 && fiber0->state != AGG_DONE ? fiber0 : 0;
+        return __atomic_load_n(&fiber0, __ATOMIC_ACQUIRE);
     unsigned long i = (unsigned long)tid - VTID_BASE;
     if (!by_vtid || i >= MAX_THREADS)
         return 0;
-    struct agg_fiber *f = by_vtid[i];
+    return __atomic_load_n(&by_vtid[i], __ATOMIC_ACQUIRE);
+}
+
+/* With world_lock held. */
+static struct agg_fiber *lookup(long tid)
+{
+    struct agg_fiber *f = table_entry(tid);
     return f && f->state != AGG_DONE ? f : 0;
 }
 
@@ -1155,11 +1162,7 @@ static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
     }
     if (tid == 0 && !f)
         return 0;  /* a carrier's or a worker's own: the kernel's */
-    struct agg_fiber *t = tid == 0 ? f : __atomic_load_n(&fiber0, __ATOMIC_ACQUIRE);
-    if (tid != 0 && tid != main_vtid) {
-        unsigned long i = (unsigned long)tid - VTID_BASE;
-        t = by_vtid && i < MAX_THREADS ? __atomic_load_n(&by_vtid[i], __ATOMIC_ACQUIRE) : 0;
-    }
+    struct agg_fiber *t = tid == 0 ? f : table_entry(tid);
     int state = AGG_RUNNING;  /* the caller's own */
     if (t && t != f && ferry_safe_read(&state, &t->state, sizeof(state)) != sizeof(state))
         t = 0;
@@ -1168,8 +1171,7 @@ static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
     struct timespec ts = {0, 0};
     if (r->rax == SYS_clock_getres) {
         /* as the caller's own clock of that kind */
-        long self = (long)(((unsigned long)~0UL << 3) | 4 | ((unsigned)clk & 3));
-        r->rax = ferry_raw2(SYS_clock_getres, self, r->rsi ? &ts : 0);
+        r->rax = ferry_raw2(SYS_clock_getres, agg_thread_clock(0, clk & 3), r->rsi ? &ts : 0);
         if (r->rax == 0 && r->rsi && ferry_safe_write((void *)r->rsi, &ts, sizeof(ts)))
             r->rax = -EFAULT_;
         return 1;
