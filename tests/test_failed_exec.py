@@ -136,3 +136,25 @@ def test_a_child_killed_right_after_its_exec_is_said_to_be(tmp_path, profile):
     assert len(child) == 1 and not child[0]["enabled"], model["processes"]
     assert child[0]["state"] == "killed" and child[0]["exit"]["signal"] == "SIGKILL"
     assert child[0]["reason"].startswith("killed by SIGKILL right after its exec"), child[0]["reason"]
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_a_vfork_childs_exec_of_a_file_the_hook_saw_missing_is_still_recorded(tmp_path, profile):
+    # A vfork child's exec of a missing file writes no record first (a PATH
+    # search makes one per directory); when the file is there after all, the
+    # parent writes the child's record.  The child's filter hides every file
+    # from the hook's stat, not from the kernel's exec.
+    run_dir = tmp_path / "run"
+    r = ferry("run", "-p", profile, "-o", run_dir, "--", PROGRAMS / "exec_unseen", "/bin/true", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "child: exit 0" in r.stdout
+    model = load_run(run_dir)
+    root = json.loads((run_dir / "info.json").read_text())["pid"]
+    child = [p for p in model["processes"] if p["ppid"] == root and p["exe"].endswith("exec_unseen")]
+    assert len(child) == 1, model["processes"]
+    assert child[0]["state"] == "exec" and child[0]["exec"] == "/bin/true", child[0]
+    # two prctl (the filter), the failed execve, the one that ran /bin/true;
+    # mode off counts nothing
+    assert child[0]["enabled"] and child[0]["calls"] == (0 if profile == "off" else 4), child[0]
+    image = [p for p in model["processes"] if p["pid"] == child[0]["pid"] and p["exe"] == "/bin/true"]
+    assert len(image) == 1 and image[0]["state"] == "exited", model["processes"]

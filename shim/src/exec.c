@@ -176,16 +176,21 @@ void ferry_exec_configure(char **envp)
 enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
 
 /* What the cache holds for the file at `path` (`st` gets the file's status,
- * st_mode 0 if it has none): a rewritten image to run instead (CACHED_IMAGE,
- * `out` gets its name, `img` its status), or, for a program whose own file
- * needed no change, the directory of its rewritten libraries (CACHED_LIBDIR,
- * `out` gets the directory). */
+ * st_mode 0 if it has none, and *err the stat's error, 0 if none): a
+ * rewritten image to run instead (CACHED_IMAGE, `out` gets its name, `img`
+ * its status), or, for a program whose own file needed no change, the
+ * directory of its rewritten libraries (CACHED_LIBDIR, `out` gets the
+ * directory). */
 static enum cached cached_image(const char *path, char *out, size_t cap, struct stat *st,
-                                struct stat *img)
+                                struct stat *img, long *err)
 {
     char link[2300];
     st->st_mode = 0;
-    if (!shim_id[0] || !ferry_identity_path(cache_root, "exec", path, link, sizeof(link), st))
+    if ((*err = ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0)) != 0) {
+        st->st_mode = 0;
+        return CACHED_NONE;
+    }
+    if (!shim_id[0] || !ferry_identity_name(cache_root, "exec", st, link, sizeof(link)))
         return CACHED_NONE;
     struct ferry_buf b = {link, ferry_strlen(link), sizeof(link), 0};
     ferry_buf_str(&b, "-");
@@ -682,6 +687,14 @@ __attribute__((noinline)) static void exec_wine(const char *target, int direct, 
     }
 }
 
+/* The call as the program made it, but for its environment. */
+static long pass(const struct ferry_regs *r, int at, char *const *envp)
+{
+    if (at)
+        return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, (long)envp, r->r8, r->r9);
+    return ferry_pass6(r->rax, r->rdi, r->rsi, (long)envp, r->r10, r->r8, r->r9);
+}
+
 long ferry_exec(const struct ferry_regs *r)
 {
     int at = r->rax == SYS_execveat;
@@ -730,7 +743,19 @@ long ferry_exec(const struct ferry_regs *r)
     if (target[0])
         exec_wine(target, 0, path, argv, envp, env, args, x);
     if (target[0]) {
-        enum cached c = cached_image(target, image, sizeof(image), &st, &img);
+        long err;
+        enum cached c = cached_image(target, image, sizeof(image), &st, &img, &err);
+        /* Most execs of a vfork child fail: a PATH search (posix_spawnp's,
+         * make's, gcc's for `as`) tries each directory in turn.  Writing the
+         * child's record before each was ~20 calls, ~14 us a try; for a file
+         * that is not there the kernel will say what the stat just said, and
+         * nothing is written (should it appear in between, the exec runs it
+         * unserved, as the hook would have, and the parent writes the
+         * record: store.c). */
+        if ((err == -ENOENT || err == -ENOTDIR) && ferry_in_vfork_child()) {
+            ferry_store_exec_unseen(path);
+            return pass(r, at, envp);
+        }
         /* The program's own file, its cached libraries first: what it sees
          * of itself (/proc/self/exe, AT_EXECFN, $ORIGIN) stays its own. */
         if (use_cached(c, image, path, argv, envp, env, x, &use_env, &unserved, &img,
@@ -738,7 +763,7 @@ long ferry_exec(const struct ferry_regs *r)
             kind = FERRY_EXEC_REWRITTEN;
             goto pass;
         }
-        if (st.st_mode || ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &st, 0) == 0)
+        if (st.st_mode)
             kind = classify(target, &st, head, sizeof(head) - 1, &got);
         /* A Windows program starts "MZ" (a set-id file's first bytes are not
          * read): asked here, after the cache, whose programs are all ELF,
@@ -760,7 +785,7 @@ long ferry_exec(const struct ferry_regs *r)
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             scripted = 1;
             struct stat ist;
-            c = cached_image(interp, image, sizeof(image), &ist, &img);
+            c = cached_image(interp, image, sizeof(image), &ist, &img, &err);
             char **sargv = c == CACHED_IMAGE ? script_argv(interp, arg, path, argv, args, MAX_ARGS) : 0;
             /* With its cached libraries, the kernel runs the script as it
              * would: only the interpreter's libraries change. */
@@ -774,9 +799,7 @@ long ferry_exec(const struct ferry_regs *r)
                 ilen = sizeof(target) - 1;
             ferry_memcpy(target, interp, ilen);
             target[ilen] = 0;
-            kind = ist.st_mode || ferry_raw4(SYS_newfstatat, AT_FDCWD, target, &ist, 0) == 0
-                       ? classify(target, &ist, head, sizeof(head) - 1, &got)
-                       : FERRY_EXEC_UNKNOWN;
+            kind = ist.st_mode ? classify(target, &ist, head, sizeof(head) - 1, &got) : FERRY_EXEC_UNKNOWN;
         }
     }
     /* No rewritten image: preload the shim, which patches the program's
@@ -792,7 +815,5 @@ long ferry_exec(const struct ferry_regs *r)
         kind = FERRY_EXEC_NO_ROOM;
 pass:
     ferry_store_exec_begin(path, kind);
-    if (at)
-        return ferry_pass6(r->rax, r->rdi, r->rsi, r->rdx, (long)use_env, r->r8, r->r9);
-    return ferry_pass6(r->rax, r->rdi, r->rsi, (long)use_env, r->r10, r->r8, r->r9);
+    return pass(r, at, use_env);
 }

@@ -538,6 +538,8 @@ void ferry_post(long result)
         /* the vfork child ran on this thread's shim stack and exec'd or
          * exited from within the C path, which it never left */
         FERRY_THR->depth = 0;
+        if (result > 0)
+            ferry_store_vfork_returned((int)result);
         ferry_blk_leave_vfork_child();
         agg_vfork_parent();
     }

@@ -459,6 +459,7 @@ void ferry_blk_enter_vfork_child(void)
     else
         spare_clear(FERRY_THR->spare_used);
     FERRY_THR->spare_used_known = 0;
+    FERRY_THR->vfork_unseen = 0;
     FERRY_THR->spare->in_use = 1;
     FERRY_THR->spare->tid = (int32_t)ferry_raw0(SYS_gettid);
     FERRY_THR->vfork_saved = FERRY_THR->blk;
@@ -582,7 +583,7 @@ static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off, cons
  * before one succeeds (a PATH search): each write replaces the last, so the
  * child's calls are in the run once.  A descriptor, and the record's offset
  * and number in it. */
-static int vfork_child_record(uint64_t *base, uint32_t *seq)
+static int vfork_child_record(int pid, uint64_t *base, uint32_t *seq)
 {
     uint64_t stride = block_offset(FERRY_MAX_BLOCKS);
     int fd;
@@ -590,7 +591,7 @@ static int vfork_child_record(uint64_t *base, uint32_t *seq)
         fd = ferry_slot_reopen(st.dir, &FERRY_THR->vfork_slot, 0, 1, 0);
     else if (FERRY_THR->vfork_file == VFORK_OWN) {
         char path[2300];
-        fd = file_name(path, sizeof(path), st.dir, (int)ferry_raw0(SYS_getpid), FERRY_THR->vfork_slot.index)
+        fd = file_name(path, sizeof(path), st.dir, pid, FERRY_THR->vfork_slot.index)
                  ? -ENAMETOOLONG
                  : (int)ferry_raw4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
     } else {
@@ -599,7 +600,7 @@ static int vfork_child_record(uint64_t *base, uint32_t *seq)
             FERRY_THR->vfork_file = VFORK_SLOT;
         else {
             FERRY_THR->vfork_slot.off = 0;
-            fd = create_file(st.dir, (int)ferry_raw0(SYS_getpid), &FERRY_THR->vfork_slot.index);
+            fd = create_file(st.dir, pid, &FERRY_THR->vfork_slot.index);
             if (fd >= 0) {
                 FERRY_THR->vfork_file = VFORK_OWN;
                 /* the whole of its one block, sparse */
@@ -653,16 +654,16 @@ static size_t head_used(void)
  * it holds entries, in another: a page between them that holds nothing
  * (the command line's room) is not written, one page less for every
  * child. */
-static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state, int exit_code,
-                             const char *exec_path, uint32_t kind)
+static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int ppid, uint32_t state,
+                             int exit_code, const char *exec_path, uint32_t kind)
 {
     const char *h = (const char *)ferry_hdr;
     char own[HEAD_OWN], path[sizeof(ferry_hdr->exec_path)];
     ferry_memcpy(own, h, HEAD_OWN);
     PUT(own, nblocks, 1);
     PUT(own, state, state);
-    PUT(own, pid, (int32_t)ferry_raw0(SYS_getpid));
-    PUT(own, ppid, (int32_t)ferry_raw0(SYS_getppid));
+    PUT(own, pid, pid);
+    PUT(own, ppid, ppid);
     PUT(own, exit_code, exit_code);
     PUT(own, nwaits, 0);
     PUT(own, seq, seq);
@@ -699,18 +700,20 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, uint32_t state
 
 #undef PUT
 
-/* A vfork child's own record, written with pwrite from the parent's header
- * (read only) and its spare block, with its own identity patched in. */
-static void vfork_child_write(uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
+/* A vfork child's own record (the child `pid` of `ppid`), written with
+ * pwrite from the parent's header (read only) and its spare block, with its
+ * own identity patched in. */
+static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, const char *exec_path,
+                              uint32_t kind)
 {
     if (!st.dir[0] || !ferry_hdr)
         return;
     uint64_t base;
     uint32_t seq;
-    int fd = vfork_child_record(&base, &seq);
+    int fd = vfork_child_record(pid, &base, &seq);
     if (fd < 0)
         return;
-    write_child_head(fd, base, seq, state, exit_code, exec_path, kind);
+    write_child_head(fd, base, seq, pid, ppid, state, exit_code, exec_path, kind);
     /* The rest of the parent's header but its waits (the child waited for
      * none: nwaits is 0) and its tally (the child's own goes last). */
     const char *h = (const char *)ferry_hdr;
@@ -761,7 +764,7 @@ void ferry_store_detached(void)
 void ferry_store_exit(int status)
 {
     if (FERRY_THR->in_vfork_child) {
-        vfork_child_write(FERRY_STATE_EXITED, status, 0, 0);
+        vfork_child_write(ferry_raw0(SYS_getpid), ferry_raw0(SYS_getppid), FERRY_STATE_EXITED, status, 0, 0);
         vfork_hand_back();
         return;
     }
@@ -776,7 +779,7 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
     if (FERRY_THR->in_vfork_child) {
         /* Written now: if the exec succeeds nothing of us is left after it.
          * If it fails, the child goes on and its exit rewrites the file. */
-        vfork_child_write(FERRY_STATE_EXEC, 0, path, kind);
+        vfork_child_write(ferry_raw0(SYS_getpid), ferry_raw0(SYS_getppid), FERRY_STATE_EXEC, 0, path, kind);
         vfork_hand_back();
         return;
     }
@@ -794,10 +797,39 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
 
 void ferry_store_exec_failed(void)
 {
+    FERRY_THR->vfork_unseen = 0;
     if (FERRY_THR->vfork_handed_back)
         vfork_take_back();
     else if (!FERRY_THR->in_vfork_child && ferry_hdr)
         __atomic_store_n(&ferry_hdr->state, FERRY_STATE_RUNNING, __ATOMIC_RELEASE);
+}
+
+/* The thread's state is handed back as for any exec (a signal may run the
+ * parent's code before its vfork call returns to the shim), but no record
+ * is written: the exec is expected to fail as the hook's stat did. */
+void ferry_store_exec_unseen(const char *path)
+{
+    if (!FERRY_THR->in_vfork_child)
+        return;
+    FERRY_THR->vfork_unseen = path;
+    vfork_hand_back();
+}
+
+/* The child's exec of a file that was not there succeeded: the file
+ * appeared in between, and the child's record is written here, from what it
+ * left in the spare, as the child would have written it (but for its uid,
+ * which here is the parent's).  A vfork of the parent's own that came
+ * first (from a signal handler, before this call returned) cleared the
+ * spare, and with it what there was to write. */
+void ferry_store_vfork_returned(int child)
+{
+    const char *path = FERRY_THR->vfork_unseen;
+    if (!path || !FERRY_THR->vfork_handed_back)
+        return;
+    FERRY_THR->vfork_unseen = 0;
+    vfork_take_back();
+    vfork_child_write(child, ferry_raw0(SYS_getpid), FERRY_STATE_EXEC, 0, path, FERRY_EXEC_UNKNOWN);
+    vfork_hand_back();
 }
 
 /* The table is full (a shell, a make, a server's master that started

@@ -48,6 +48,12 @@ void ferry_store_exec_begin(const char *path, uint32_t kind);
 /* Step `which` (enum ferry_span) of this image's start happened at `tsc`. */
 void ferry_store_span(int which, uint64_t tsc);
 void ferry_store_exec_failed(void);
+/* A vfork child's exec of a file that is not there (`path`, which stays
+ * where it is until the parent runs again), made without writing the
+ * child's record first; and the parent's return from vfork(`child`), which
+ * writes that record when such an exec succeeded after all. */
+void ferry_store_exec_unseen(const char *path);
+void ferry_store_vfork_returned(int child);
 void ferry_store_wait(int pid, int status);
 void ferry_store_detached(void);
 

@@ -33,10 +33,9 @@ long ferry_safe_write(void *dst, const void *src, size_t n)
     return r == (long)n ? 0 : -EFAULT;
 }
 
-int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
-                        struct stat *st)
+int ferry_identity_name(const char *root, const char *dir, const struct stat *st, char *out, size_t cap)
 {
-    if (!root || !root[0] || ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0) != 0)
+    if (!root || !root[0])
         return 0;
     struct ferry_buf b = {out, 0, cap, 0};
     ferry_buf_str(&b, root);
@@ -52,6 +51,14 @@ int ferry_identity_path(const char *root, const char *dir, const char *path, cha
     ferry_buf_u64(&b, (uint64_t)st->st_mtim.tv_sec * 1000000000ULL + (uint64_t)st->st_mtim.tv_nsec);
     out[b.overflow ? 0 : b.len] = 0;
     return !b.overflow;
+}
+
+int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
+                        struct stat *st)
+{
+    if (!root || !root[0] || ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0) != 0)
+        return 0;
+    return ferry_identity_name(root, dir, st, out, cap);
 }
 
 /* `rep stosb` / `rep movsb`: a byte loop took ~100 µs for a thread's block

@@ -41,11 +41,14 @@ long ferry_safe_read(void *dst, const void *src, size_t n);
 /* ... and write into it: 0, or -EFAULT when not all of it could be written. */
 long ferry_safe_write(void *dst, const void *src, size_t n);
 
-/* `<root>/<dir>/<dev>-<ino>-<size>-<mtime_ns>` for the file at `path`: how
- * the image cache names what it keeps per file (rewriter/cache.py, exec_key).
- * Returns 0 if the file cannot be stat'ed or the name does not fit; `st`
- * (a struct stat) receives the file's status. */
+/* `<root>/<dir>/<dev>-<ino>-<size>-<mtime_ns>` for the file whose status
+ * is `st`: how the image cache names what it keeps per file
+ * (rewriter/cache.py, exec_key).  Returns 0 if there is no root or the name
+ * does not fit. */
 struct stat;
+int ferry_identity_name(const char *root, const char *dir, const struct stat *st, char *out, size_t cap);
+/* The same for the file at `path`, which `st` receives the status of; 0 too
+ * if it cannot be stat'ed. */
 int ferry_identity_path(const char *root, const char *dir, const char *path, char *out, size_t cap,
                         struct stat *st);
 
