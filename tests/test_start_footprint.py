@@ -286,6 +286,63 @@ def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
         proc.wait(timeout=30)
 
 
+def _exclusive_pages(pid, first, end):
+    """Offsets from `first` of the pages of [first, end) that process `pid`
+    alone maps (/proc/PID/pagemap bit 56): in a fork child, those it wrote
+    since the fork (the others are still its parent's, copied on write)."""
+    import struct
+    with open(f"/proc/{pid}/pagemap", "rb") as f:
+        f.seek(first // 4096 * 8)
+        n = (end - first + 4095) // 4096
+        entries = struct.unpack(f"<{n}Q", f.read(n * 8))
+    return [i * 4096 for i, e in enumerate(entries) if e >> 63 and e >> 56 & 1]
+
+
+def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
+    """Each page of the shim's variables a fork child writes is a copy of
+    the page, and a fault, in every fork child (a shell's subshells and
+    pipelines, a prefork server's workers).  The child's start wrote 8: the
+    fiber engine's futex table (5 pages, cleared though only fibers use
+    it), and two flags stored with the value they had; now the record's
+    hot fields and its block table."""
+    import lief
+    from ferry.rewriter import shimlib
+    elf = lief.parse(os.path.realpath(shimlib.path()))
+    (seg,) = [s for s in elf.segments
+              if s.type == lief.ELF.Segment.TYPE.LOAD and s.has(lief.ELF.Segment.FLAGS.W)]
+    pid_file = tmp_path / "child.pid"
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            f"    open('{pid_file}.new', 'w').write(str(os.getpid()))\n"
+            f"    os.rename('{pid_file}.new', '{pid_file}')\n"
+            "    time.sleep(60)\n"
+            "    os._exit(0)\n"
+            "os.wait()\n")
+    proc = subprocess.Popen([*FERRY, "run", "-p", "trace", "--no-learn", "-o", str(tmp_path / "run"), "--",
+                             "python3", "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = None
+    try:
+        for _ in range(600):
+            if pid_file.exists():
+                child = int(pid_file.read_text())
+                break
+            time.sleep(0.05)
+        assert child, "the fork child never started"
+        for _ in range(200):  # asleep: its start and its calls so far are done
+            if waits_in(child, CLOCK_NANOSLEEP):
+                break
+            time.sleep(0.05)
+        base = min(lo for lo, name in _maps(child) if name.endswith("libferry.so"))
+        first = base + (seg.virtual_address & ~4095)
+        end = base + seg.virtual_address + seg.virtual_size
+        written = _exclusive_pages(child, first, end)
+        assert len(written) <= 3, [hex((seg.virtual_address & ~4095) + p) for p in written]
+    finally:
+        if child:
+            os.kill(child, 15)
+        proc.wait(timeout=60)
+
+
 def _stack_rss_kib(pid):
     with open(f"/proc/{pid}/smaps") as f:
         lines = f.read().splitlines()

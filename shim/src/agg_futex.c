@@ -457,8 +457,11 @@ void agg_futex_idle(struct agg_carrier *c, uint64_t limit_ns)
     __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
 }
 
-/* A fork child: the other threads' waits and locks are not its. */
+/* A fork child: the other threads' waits and locks are not its.  Only
+ * fibers wait here: without them the table was never written, and clearing
+ * it anyway made each of its 5 pages a fault in every fork child. */
 void agg_futex_forget(void)
 {
-    ferry_memset(buckets, 0, sizeof(buckets));
+    if (agg_threads_on)
+        ferry_memset(buckets, 0, sizeof(buckets));
 }

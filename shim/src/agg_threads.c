@@ -761,7 +761,10 @@ void agg_threads_after_fork(void)
 {
     /* the other threads' locks and waits are not the child's */
     agg_futex_forget();
-    outside_threads = !ferry_catchall_on;
+    /* stored only when it changes: a store copies its page (a fault) in
+     * every fork child, fibers or not */
+    if (outside_threads != !ferry_catchall_on)
+        outside_threads = !ferry_catchall_on;
     struct agg_fiber *self = agg_self;
     if (!agg_threads_on || !self)
         return;
