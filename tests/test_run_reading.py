@@ -72,24 +72,23 @@ def test_records_read_as_written(tmp_path):
     assert n >= 4
 
 
-def test_tables_read_from_first_to_last_row():
-    """The rows of a table are the ones from its first non-zero byte to its
-    last, wherever they lie against pages."""
+def test_a_tables_used_rows_are_those_whose_word_is_set():
+    """The rows of a table that are used (a site's calls, the table's first
+    word, not zero) are found wherever they lie against pages and at either
+    end of the table; a row with only another word set is not one."""
     rows = procfile.SITE_STATS
     for size in (0, 1, 4095, 4096, 4097, 3 * 4096 + 5):
         for marks in ((), (0,), (size - 1,), (17, size - 3), (4095,), (4096,), (8191, 8200)):
-            raw = bytearray(size * rows.size)
+            data = bytearray(8 + size * rows.size)  # the table at 8: not at a page's start
             for m in marks:
                 if 0 <= m < size:
-                    raw[m * rows.size + 1] = 7
-            first, got = procfile._rows(rows, bytes(raw))
+                    rows.pack_into(data, 8 + m * rows.size, calls=7 << 8, errors=m, time_total=3)
+            if size > 2:
+                rows.pack_into(data, 8 + rows.size, errors=5)  # errors alone: not a used row
+            got = procfile._table_rows(rows, data, 8, size * rows.size, None, procfile._SITE_WORD)
             used = sorted({m for m in marks if 0 <= m < size})
-            if not used:
-                assert list(got) == []
-                continue
-            got = list(got)
-            assert first == used[0] and len(got) == used[-1] - used[0] + 1
-            assert all(got[m - first][0] == 7 << 8 for m in used)
+            assert [i for i, _ in got] == used, (size, marks)
+            assert all(row == (7 << 8, i, 3) for i, row in got)
 
 
 def test_a_tables_rows_are_looked_for_only_where_data_was_read():
@@ -102,15 +101,14 @@ def test_a_tables_rows_are_looked_for_only_where_data_was_read():
         data = bytearray(at + n * rows.size + 50)
         for m in marks:
             data[at + m * rows.size + 1] = 7
-        first, whole = procfile._table_rows(rows, data, at, n * rows.size, None)
-        whole = list(whole)
+        whole = procfile._table_rows(rows, data, at, n * rows.size, None, procfile._SITE_WORD)
         pages = sorted({(at + m * rows.size) // 4096 for m in marks})
         for extents in ([(p * 4096, 4096) for p in pages],                     # the pages read
                         [(0, len(data))],                                      # no holes known
                         [(p * 4096 - 5, 4096 + 9) for p in pages] + [(0, at)]):  # pieces not at rows
-            got_first, got = procfile._table_rows(rows, data, at, n * rows.size, extents)
-            assert (got_first, list(got)) == (first, whole), (marks, extents)
-        assert bool(whole) == bool(marks)
+            got = procfile._table_rows(rows, data, at, n * rows.size, extents, procfile._SITE_WORD)
+            assert list(got) == list(whole), (marks, extents)
+        assert [i for i, _ in whole] == sorted(marks)
 
 
 # The last commit whose shim wrote version 1 of the process record (each
