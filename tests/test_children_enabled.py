@@ -19,8 +19,10 @@ pytestmark = [pytest.mark.skipif(shutil.which("strace") is None, reason="strace 
 
 
 def _ground_truth(log, root):
-    """{pid: [programs it exec'd successfully]} for the run's process tree."""
-    pids, execs, pending = {root}, {}, {}
+    """{pid: [programs it exec'd successfully]} for the run's process tree.
+    The tree is made first, then its execs are read: a vfork child's exec
+    often comes before the line where its parent's vfork returns its pid."""
+    calls, pending = [], {}
     for line in log.splitlines():
         m = re.match(r"^(\d+) +(\w+)\((.*) <unfinished \.\.\.>$", line)
         if m:
@@ -35,11 +37,20 @@ def _ground_truth(log, root):
             if not m:
                 continue
             pid, call, args, result = int(m.group(1)), m.group(2), m.group(3), int(m.group(4))
-        if pid not in pids:
-            continue
+        calls.append((pid, call, args, result))
+    children = {}
+    for pid, call, _, result in calls:
         if call in ("clone", "clone3", "fork", "vfork") and result > 0:
-            pids.add(result)
-        elif call in ("execve", "execveat") and result == 0:
+            children.setdefault(pid, []).append(result)
+    pids, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in pids:
+            pids.add(pid)
+            todo.extend(children.get(pid, []))
+    execs = {}
+    for pid, call, args, result in calls:
+        if pid in pids and call in ("execve", "execveat") and result == 0:
             path = re.search(r'"([^"]*)"', args)
             execs.setdefault(pid, []).append(path.group(1) if path else "?")
     return pids, execs
