@@ -459,8 +459,8 @@ def _table_rows(layout_, data, at, span, extents, word=0):
 
 # A number's figures as a tuple (a dict for each was a tenth of reading a record).
 _NR_FIGURES = NR_STATS.codec
-_NR_ERRORS, _NR_TIME, _NR_SHORTEST, _NR_LONGEST = (NR_STATS.position(m) for m in ("errors", "time_total", "time_min",
-                                                                       "time_max"))
+_NR_ERRORS, _NR_TIME, _NR_SHORTEST, _NR_LONGEST = (
+    NR_STATS.position(m) for m in ("errors", "time_total", "time_min", "time_max"))
 _NR_HIST = slice(NR_STATS.position("hist"), NR_STATS.position("hist") + HIST_BUCKETS)
 _SITE_AT = tuple(SITE_STATS.position(m) for m in ("calls", "errors", "time_total"))
 _ERRNO_AT = (ERRNO_SLOT.position("key"), ERRNO_SLOT.position("count"))
@@ -484,7 +484,8 @@ def _block(data, off, mode, capacity, tables, extents=None):
                 nr[n] = NrStats(calls[n])
                 continue
             s = _NR_FIGURES.unpack_from(data, at)
-            nr[n] = NrStats(calls[n], s[_NR_ERRORS], s[_NR_TIME], s[_NR_SHORTEST], s[_NR_LONGEST], list(s[_NR_HIST]))
+            nr[n] = NrStats(calls[n], s[_NR_ERRORS], s[_NR_TIME], s[_NR_SHORTEST], s[_NR_LONGEST],
+                            list(s[_NR_HIST]))
         ci, ei, ti = _SITE_AT
         for g, row in _table_rows(SITE_STATS, data, off + tables["sites"], BLOCK.span("sites"), extents,
                                   _SITE_WORD):

@@ -185,11 +185,9 @@ static enum cached cached_image(const char *path, char *out, size_t cap, struct 
                                 struct stat *img, long *err)
 {
     char link[2300];
-    st->st_mode = 0;
-    if ((*err = ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0)) != 0) {
-        st->st_mode = 0;
+    st->st_mode = 0;  /* a stat that fails writes nothing */
+    if ((*err = ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0)) != 0)
         return CACHED_NONE;
-    }
     if (!shim_id[0] || !ferry_identity_name(cache_root, "exec", st, link, sizeof(link)))
         return CACHED_NONE;
     struct ferry_buf b = {link, ferry_strlen(link), sizeof(link), 0};
