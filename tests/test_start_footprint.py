@@ -239,15 +239,39 @@ def test_a_vfork_child_tells_its_pages_without_proc(tmp_path):
     assert len([line for line in lines if "mincore(" in line]) == 2
 
 
-def _present_pages(pid, first, end):
-    """Offsets from `first` of the pages of [first, end) that process `pid`
-    has in memory (/proc/PID/pagemap: present or swapped)."""
+def _pagemap(pid, first, end):
+    """/proc/PID/pagemap's entries of the pages of [first, end)."""
     import struct
     with open(f"/proc/{pid}/pagemap", "rb") as f:
         f.seek(first // 4096 * 8)
         n = (end - first + 4095) // 4096
-        entries = struct.unpack(f"<{n}Q", f.read(n * 8))
-    return [i * 4096 for i, e in enumerate(entries) if e >> 62]
+        return struct.unpack(f"<{n}Q", f.read(n * 8))
+
+
+def _present(entry):
+    """In memory: present or swapped."""
+    return entry >> 62
+
+
+def _exclusive(entry):
+    """Present and mapped by this process alone (bit 56): in a fork child,
+    a page it wrote since the fork (the others are its parent's, copied on
+    write)."""
+    return entry >> 63 and entry >> 56 & 1
+
+
+def _shim_data_pages(pid, pick):
+    """Addresses, as the shim's file lays them out, of the pages of its
+    writable segment in process `pid` whose pagemap entry `pick` takes."""
+    import lief
+    from ferry.rewriter import shimlib
+    elf = lief.parse(os.path.realpath(shimlib.path()))  # kept: its segments live in it
+    (seg,) = [s for s in elf.segments
+              if s.type == lief.ELF.Segment.TYPE.LOAD and s.has(lief.ELF.Segment.FLAGS.W)]
+    base = min(lo for lo, name in _maps(pid) if name.endswith("libferry.so"))
+    first = base + (seg.virtual_address & ~4095)
+    entries = _pagemap(pid, first, base + seg.virtual_address + seg.virtual_size)
+    return [hex((seg.virtual_address & ~4095) + i * 4096) for i, e in enumerate(entries) if pick(e)]
 
 
 def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
@@ -262,12 +286,6 @@ def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
     in .data: RELRO, .data with the small variables and the settings'
     head, the plans' table (planned), the plans' ranges (avoid,
     remapped)."""
-    import lief
-    from ferry.rewriter import shimlib
-    shim = os.path.realpath(shimlib.path())
-    elf = lief.parse(shim)  # kept: its segments live in it
-    (seg,) = [s for s in elf.segments
-              if s.type == lief.ELF.Segment.TYPE.LOAD and s.has(lief.ELF.Segment.FLAGS.W)]
     out = tmp_path / "run"
     ready = tmp_path / "ready"
     proc = subprocess.Popen([*FERRY, "run", "-p", "trace", "--no-learn", "-o", str(out), "--", "sh", "-c",
@@ -275,27 +293,12 @@ def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
                             stderr=subprocess.DEVNULL)
     try:
         pid = _sleep_started(proc, 30, enabled=True)
-        base = min(lo for lo, name in _maps(pid) if name.endswith("libferry.so"))
-        first = base + (seg.virtual_address & ~4095)
-        end = base + seg.virtual_address + seg.virtual_size
-        pages = _present_pages(pid, first, end)
-        assert len(pages) <= 4, [hex((seg.virtual_address & ~4095) + p) for p in pages]
+        pages = _shim_data_pages(pid, _present)
+        assert len(pages) <= 4, pages
     finally:
         proc.terminate()
         subprocess.run(["pkill", "-x", "-f", "sleep 30"], check=False)
         proc.wait(timeout=30)
-
-
-def _exclusive_pages(pid, first, end):
-    """Offsets from `first` of the pages of [first, end) that process `pid`
-    alone maps (/proc/PID/pagemap bit 56): in a fork child, those it wrote
-    since the fork (the others are still its parent's, copied on write)."""
-    import struct
-    with open(f"/proc/{pid}/pagemap", "rb") as f:
-        f.seek(first // 4096 * 8)
-        n = (end - first + 4095) // 4096
-        entries = struct.unpack(f"<{n}Q", f.read(n * 8))
-    return [i * 4096 for i, e in enumerate(entries) if e >> 63 and e >> 56 & 1]
 
 
 def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
@@ -305,11 +308,6 @@ def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
     fiber engine's futex table (5 pages, cleared though only fibers use
     it), and two flags stored with the value they had; now the record's
     hot fields and its block table."""
-    import lief
-    from ferry.rewriter import shimlib
-    elf = lief.parse(os.path.realpath(shimlib.path()))
-    (seg,) = [s for s in elf.segments
-              if s.type == lief.ELF.Segment.TYPE.LOAD and s.has(lief.ELF.Segment.FLAGS.W)]
     pid_file = tmp_path / "child.pid"
     code = ("import os, time\n"
             "if os.fork() == 0:\n"
@@ -332,11 +330,8 @@ def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
             if waits_in(child, CLOCK_NANOSLEEP):
                 break
             time.sleep(0.05)
-        base = min(lo for lo, name in _maps(child) if name.endswith("libferry.so"))
-        first = base + (seg.virtual_address & ~4095)
-        end = base + seg.virtual_address + seg.virtual_size
-        written = _exclusive_pages(child, first, end)
-        assert len(written) <= 3, [hex((seg.virtual_address & ~4095) + p) for p in written]
+        written = _shim_data_pages(child, _exclusive)
+        assert len(written) <= 3, written
     finally:
         if child:
             os.kill(child, 15)
