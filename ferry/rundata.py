@@ -409,8 +409,9 @@ def _processes(files, info, images, waited, creators, terminated):
                                "patch plan yet")
         if f.overflow:
             who = "ferry.dll" if f.windows else "the shim"
+            # the shim's threads take a block once one is given back; ferry.dll's never do
             entry["reason"] = (f"{f.overflow} threads beyond {who}'s {f.max_blocks}-block table "
-                               "were not counted")
+                               "were not counted" + ("" if f.windows else " while every block was taken"))
         if f.state == procfile.STATE_EXITED:
             entry["state"] = "exited"
             entry["exit"] = {"code": f.exit_code & 0xFF, "signal": None}

@@ -5,7 +5,9 @@ Every process is still recorded whole, concurrent starts included, and a full
 file goes on in the next."""
 import subprocess
 
-from conftest import ferry
+import pytest
+
+from conftest import PROGRAMS, ferry
 from ferry import procfile
 from ferry.base import syscall_table
 from ferry.rundata import load_run
@@ -86,3 +88,17 @@ def test_a_slot_file_still_being_made_holds_no_record_yet(tmp_path):
     (run_dir / "proc" / "u4242-0.ferry").write_bytes(bytes(head))  # ready = 0
     (run_dir / "proc" / "u4243-0.ferry").write_bytes(b"")           # not sized yet
     assert [(p["pid"], p["exe"]) for p in load_run(run_dir)["processes"]] == before
+
+
+@pytest.mark.parametrize("profile", ["trace", "count"])
+def test_threads_beyond_the_block_table_are_counted_once_each(tmp_path, profile):
+    # 1100 threads and the main thread alive at once: 77 find none of the
+    # record's 1024 blocks free.  The header said one more at each of their
+    # calls (and each call looked through all the blocks again).
+    threads = 1100
+    run_dir = _run(tmp_path, [str(PROGRAMS / "many_threads"), str(threads), "100"], profile)
+    (record,) = procfile.read_dir(run_dir / "proc")
+    assert record.max_blocks == 1024
+    assert record.overflow == threads + 1 - record.max_blocks
+    (entry,) = load_run(run_dir)["processes"]
+    assert entry["reason"].startswith(f"{threads + 1 - 1024} threads beyond"), entry["reason"]

@@ -123,7 +123,7 @@ struct ferry_proc_header {
     uint32_t nsites;                /* 124 */
     uint32_t nwaits;                /* 128 */
     uint32_t event_capacity;        /* 132: events per block */
-    uint32_t overflow;              /* 136: threads beyond max_blocks (not counted) */
+    uint32_t overflow;              /* 136: threads that found every block taken (once each) */
     uint32_t seq;                   /* 140: in a file of its own, the image number of
                                        this pid; in a slot file, the slot's index (the
                                        reader numbers a pid's images by their start) */

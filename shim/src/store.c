@@ -287,7 +287,13 @@ static uint32_t claimed_blocks(const struct ferry_proc_header *h)
     return n < FERRY_MAX_BLOCKS ? n : FERRY_MAX_BLOCKS;
 }
 
-static struct ferry_blk *claim(void)
+/* Blocks given back by threads that ended: a thread that found every block
+ * taken looks again only once this moved. */
+static uint32_t blocks_given_back FERRY_HOT;
+
+/* A free block for this thread, or a new one; NULL when there is none
+ * (*full set when the table has no room left). */
+static struct ferry_blk *claim(int *full)
 {
     for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++) {
         struct ferry_blk *b = block_at(i);
@@ -299,7 +305,7 @@ static struct ferry_blk *claim(void)
     }
     uint32_t idx = __atomic_fetch_add(&ferry_hdr->nblocks, 1, __ATOMIC_ACQ_REL);
     if (idx >= FERRY_MAX_BLOCKS) {
-        __atomic_fetch_add(&ferry_hdr->overflow, 1, __ATOMIC_RELAXED);
+        *full = 1;
         return 0;
     }
     struct ferry_blk *b = st.in_file ? map_file_block(idx) : map(st.block_size, -1, 0);
@@ -313,15 +319,29 @@ static struct ferry_blk *claim(void)
     return b;
 }
 
+/* A thread beyond the table's room counts nothing until a block is given
+ * back.  It looked again at each of its calls, through all 1024 blocks: with
+ * 2,000 threads (a thread-per-connection server at 2,000 connections) that
+ * was half of the server's CPU.  It is said once in the header's overflow
+ * (a count of threads, which was one more at each such call). */
 struct ferry_blk *ferry_blk_get(void)
 {
     struct ferry_blk *b = FERRY_THR->blk;
     if (b || !ferry_hdr)
         return b;
-    b = claim();
+    uint32_t given_back = __atomic_load_n(&blocks_given_back, __ATOMIC_ACQUIRE);
+    if (FERRY_THR->no_block && FERRY_THR->no_block_at == given_back)
+        return 0;
+    int full = 0;
+    b = claim(&full);
     if (b) {
         b->tid = (int32_t)ferry_raw0(SYS_gettid);
         FERRY_THR->blk = b;
+    } else if (full) {
+        if (!FERRY_THR->no_block)
+            __atomic_fetch_add(&ferry_hdr->overflow, 1, __ATOMIC_RELAXED);
+        FERRY_THR->no_block = 1;
+        FERRY_THR->no_block_at = given_back;
     }
     return b;
 }
@@ -346,6 +366,7 @@ void ferry_blk_retire(void)
         return;
     FERRY_THR->blk = 0;
     __atomic_store_n(&b->in_use, 0, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&blocks_given_back, 1, __ATOMIC_RELEASE);
 }
 
 void ferry_store_after_fork(void)
@@ -355,6 +376,7 @@ void ferry_store_after_fork(void)
     for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++)
         blocks[i] = 0;
     FERRY_THR->blk = 0;
+    FERRY_THR->no_block = 0;
     FERRY_THR->spare = 0;
     FERRY_THR->spare_used_known = 0;
     FERRY_THR->in_vfork_child = 0;

@@ -39,6 +39,8 @@ struct ferry_thread {
     uint64_t spare_used[2];         /* pages of the spare block the last child wrote, */
     int spare_used_known;           /* ...when it wrote its record last: zeroed by hand */
     const char *vfork_unseen;       /* the path of an exec the child made unrecorded (store.c) */
+    int no_block;                   /* every block was taken when this thread looked (store.c), */
+    uint32_t no_block_at;           /* ...and how many had been given back then */
     /* shim.c: the clone-like call handed to the trampoline, for ferry_post
      * (a vfork child shares these with its parent: the parent clears them) */
     long pending_nr;
