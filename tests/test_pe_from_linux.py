@@ -9,21 +9,14 @@ import pytest
 
 from conftest import FERRY, ferry
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
+from winenv import reference
 
 
 def _plain(wine, argv, cwd, sound):
-    """The script's result without Ferry: the reference Ferry's run must equal.
-    Wine 8 has been seen (once in ~30 CI runs) to exit 1 without a word for a
-    plain `wine prog.exe` in the middle of a session, so a reference that is
-    not what the program does (`sound`) is taken again; Ferry's own run never
-    is."""
-    tries = []
-    for _ in range(3):
-        plain = subprocess.run(argv, env=wine.env, capture_output=True, timeout=120, cwd=cwd)
-        if sound(plain):
-            return plain
-        tries.append((plain.stdout, plain.stderr, plain.returncode))
-    raise AssertionError(f"wine alone never ran {argv} as it runs: {tries}")
+    """The script's result without Ferry: the reference Ferry's run must equal
+    (winenv.reference: taken again if wine did not run the program)."""
+    return reference(lambda: subprocess.run(argv, env=wine.env, capture_output=True, timeout=120, cwd=cwd),
+                     sound)
 
 
 def _same_as_plain(wine, script, run_dir, cwd, sound):

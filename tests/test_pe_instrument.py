@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ferry
+from winenv import reference
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 from winenv import WIN_SOURCES, build_win_program
 
@@ -69,7 +70,7 @@ def test_instrumented_program_runs_as_the_original(wine, own_stub):
     directory: nothing counted) it behaves as the original does."""
     exe, out = own_stub
     for args in (("--yield", "9"), ()):
-        plain, rewritten = wine.run(exe, *args), wine.run(out / "own_stub.exe", *args)
+        plain, rewritten = reference(lambda: wine.run(exe, *args)), wine.run(out / "own_stub.exe", *args)
         assert rewritten.returncode == plain.returncode == 0, rewritten.stderr
         assert rewritten.stdout.replace(b"out\\", b"").split(b" at ")[0] == \
             plain.stdout.split(b" at ")[0]
@@ -80,7 +81,7 @@ def test_own_stub_counted_after_instrument(wine, own_stub, tmp_path, profile):
     exe, out = own_stub
     counts = {}
     for n in (0, 25):
-        plain = wine.run(exe, "--yield", n)
+        plain = reference(lambda: wine.run(exe, "--yield", n))
         r = ferry("run", "-p", profile, "-o", tmp_path / f"run{n}", "--",
                   out / "own_stub.exe", "--yield", n, env=wine.env, text=False, timeout=180)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
@@ -101,7 +102,7 @@ def test_run_of_the_original_takes_its_rewritten_image_from_the_cache(wine, own_
     exe, _out = own_stub
     counts = {}
     for n in (0, 25):
-        plain = wine.run(exe, "--yield", n)
+        plain = reference(lambda: wine.run(exe, "--yield", n))
         r = ferry("run", "-p", profile, "-o", tmp_path / f"run{n}", "--", exe, "--yield", n,
                   env=wine.env, text=False, timeout=180)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
@@ -139,7 +140,7 @@ def test_instrumented_directory_carries_the_programs_own_dlls(wine, ferry_dll_bu
     m = json.loads((out / "manifest.json").read_text())
     private = next(x for x in m["modules"] if x["name"].lower() == "private.dll")
     assert private["copied"] == "private.dll" and (out / "private.dll").is_file(), private
-    plain = wine.run(exe)
+    plain = reference(lambda: wine.run(exe))
     assert plain.stdout.rstrip() == b"twice 21 is 42", plain
     ran = wine.run(out / "app.exe")
     assert (ran.stdout, ran.returncode) == (plain.stdout, plain.returncode), ran.stderr
