@@ -9,7 +9,6 @@ import subprocess
 import pytest
 
 from conftest import ferry
-from winenv import reference
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 from winenv import WIN_SOURCES, build_win_program
 
@@ -70,7 +69,7 @@ def test_instrumented_program_runs_as_the_original(wine, own_stub):
     directory: nothing counted) it behaves as the original does."""
     exe, out = own_stub
     for args in (("--yield", "9"), ()):
-        plain, rewritten = reference(lambda: wine.run(exe, *args)), wine.run(out / "own_stub.exe", *args)
+        plain, rewritten = wine.reference(exe, *args), wine.run(out / "own_stub.exe", *args)
         assert rewritten.returncode == plain.returncode == 0, rewritten.stderr
         assert rewritten.stdout.replace(b"out\\", b"").split(b" at ")[0] == \
             plain.stdout.split(b" at ")[0]
@@ -81,7 +80,7 @@ def test_own_stub_counted_after_instrument(wine, own_stub, tmp_path, profile):
     exe, out = own_stub
     counts = {}
     for n in (0, 25):
-        plain = reference(lambda: wine.run(exe, "--yield", n))
+        plain = wine.reference(exe, "--yield", n)
         r = ferry("run", "-p", profile, "-o", tmp_path / f"run{n}", "--",
                   out / "own_stub.exe", "--yield", n, env=wine.env, text=False, timeout=180)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
@@ -102,7 +101,7 @@ def test_run_of_the_original_takes_its_rewritten_image_from_the_cache(wine, own_
     exe, _out = own_stub
     counts = {}
     for n in (0, 25):
-        plain = reference(lambda: wine.run(exe, "--yield", n))
+        plain = wine.reference(exe, "--yield", n)
         r = ferry("run", "-p", profile, "-o", tmp_path / f"run{n}", "--", exe, "--yield", n,
                   env=wine.env, text=False, timeout=180)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
@@ -140,7 +139,7 @@ def test_instrumented_directory_carries_the_programs_own_dlls(wine, ferry_dll_bu
     m = json.loads((out / "manifest.json").read_text())
     private = next(x for x in m["modules"] if x["name"].lower() == "private.dll")
     assert private["copied"] == "private.dll" and (out / "private.dll").is_file(), private
-    plain = reference(lambda: wine.run(exe))
+    plain = wine.reference(exe)
     assert plain.stdout.rstrip() == b"twice 21 is 42", plain
     ran = wine.run(out / "app.exe")
     assert (ran.stdout, ran.returncode) == (plain.stdout, plain.returncode), ran.stderr

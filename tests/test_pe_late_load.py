@@ -6,7 +6,6 @@ import json
 import pytest
 
 from conftest import ferry
-from winenv import reference
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 
@@ -15,7 +14,7 @@ def test_win32u_loaded_later_is_patched(wine, win_programs, ferry_dll_built, tmp
     exe = win_programs["late_user"]
     counts = {}
     for n in (0, 40):
-        plain = reference(lambda: wine.run(exe, n))
+        plain = wine.reference(exe, n)
         run_dir = tmp_path / f"run{n}"
         r = ferry("run", "-p", profile, "-o", run_dir, "--", exe, n, env=wine.env, timeout=180, text=False)
         assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)

@@ -11,7 +11,6 @@ import subprocess
 import pytest
 
 from conftest import FERRY, ferry
-from winenv import reference
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
 
@@ -52,7 +51,7 @@ def test_root_parent_from_a_script_is_the_shell_that_ran_wine(wine, win_programs
 
 
 def test_terminated_child_is_killed_with_its_code(wine, win_programs, ferry_dll_built, tmp_path):
-    plain = reference(lambda: wine.run(win_programs["kill_child"]))
+    plain = wine.reference(win_programs["kill_child"])
     r, model = _run(wine, tmp_path / "run", win_programs["kill_child"])
     assert (r.stdout, r.returncode) == (plain.stdout, plain.returncode)
     assert b"child ended with 7" in r.stdout

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from conftest import FERRY, ferry
-from winenv import reference
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,8 +24,8 @@ def _same_as_plain(wine, exe, profile, run_dir, plain_args, ferry_args):
     """`exe` under plain wine with plain_args and under `ferry run -p profile`
     with ferry_args: the same stdout, stderr and exit code.  The ferry run's
     CompletedProcess.  The plain run is taken again if wine did not start
-    the program (winenv.reference)."""
-    plain = reference(lambda: wine.run(exe, *plain_args))
+    the program (Wine.reference)."""
+    plain = wine.reference(exe, *plain_args)
     r = ferry("run", "-p", profile, "-o", run_dir, "--", exe, *ferry_args, env=wine.env, text=False,
               timeout=180)
     assert (r.stdout, r.stderr, r.returncode) == (plain.stdout, plain.stderr, plain.returncode)
@@ -64,7 +63,7 @@ def test_write_file_counts_exactly_and_output_is_wines(wine, win_programs, ferry
 
 def test_program_sees_no_ferry_variable(wine, win_programs, ferry_dll_built, tmp_path):
     exe = win_programs["show_env"]
-    plain = reference(lambda: wine.run(exe))
+    plain = wine.reference(exe)
     r = ferry("run", "-p", "count", "-o", tmp_path / "run", "--", exe, env=wine.env, text=False, timeout=180)
     assert r.returncode == plain.returncode == 0, r.stderr
     assert b"FERRY_MODE" not in r.stdout and b"FERRY_WIN_RUN_DIR" not in r.stdout
@@ -89,7 +88,7 @@ def test_aggregation_profile_runs_a_program_without_fibers_as_count_does(wine, w
     # no carrier: every call goes straight on, and is counted; ferry says no
     # call was aggregated
     exe = win_programs["write_count"]
-    plain = reference(lambda: wine.run(exe, tmp_path / "plain.bin", 5))
+    plain = wine.reference(exe, tmp_path / "plain.bin", 5)
     r = ferry("run", "-p", "aggregate", "-o", tmp_path / "run", "--", exe, tmp_path / "x.bin", 5,
               env=wine.env, text=False, timeout=180)
     assert (r.stdout, r.returncode) == (plain.stdout, plain.returncode)

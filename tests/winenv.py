@@ -33,6 +33,11 @@ class Wine:
         kw.setdefault("timeout", 120)
         return subprocess.run(["wine", *map(str, args)], env=self.env, **kw)
 
+    def reference(self, *args, **kw):
+        """`wine ARGS` as the reference a test compares Ferry's run with:
+        taken again if wine did not start the program (`reference` below)."""
+        return reference(lambda: self.run(*args, **kw))
+
 
 def wine_silent(result):
     """Whether a run looks like wine failing to start its program: exit 1

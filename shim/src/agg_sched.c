@@ -64,6 +64,17 @@ void agg_wake(struct agg_fiber *f)
  * is over, to submit what the round wrote and to wait. */
 static void submit_all(struct agg_carrier *c);
 
+/* A completion, a post from another carrier, a worker's result. */
+static int came_in(struct agg_carrier *c)
+{
+    if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED) || __atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
+        return 1;
+    for (unsigned i = 0; i < c->g->cfg.npools; i++)
+        if (io_uring_cq_ready(&c->pools[i].ring))
+            return 1;
+    return 0;
+}
+
 /* Natively a thread whose call completes runs at once on a CPU of its own,
  * or preempts one that computes.  Here a fiber that computes keeps its
  * carrier until its tick (4 ms at 250 Hz) once it runs: so when the calls
@@ -71,8 +82,6 @@ static void submit_all(struct agg_carrier *c);
  * wake), their fibers run first, the scheduler reaping them before `n`
  * goes behind them (as after its tick: run()).  Only for a while after its
  * tick, so that fibers handing work back and forth cannot starve it. */
-static int came_in(struct agg_carrier *c);
-
 static int pass_over(struct agg_carrier *c, struct agg_fiber *n)
 {
     if (!came_in(c) || agg_now_ns() - n->computed_at >= PASS_OVER_NS)
@@ -492,17 +501,6 @@ int agg_others_waiting(struct agg_carrier *c)
 {
     submit_all(c);
     return !agg_rq_empty(c) || came_in(c);
-}
-
-/* A completion, a post from another carrier, a worker's result. */
-static int came_in(struct agg_carrier *c)
-{
-    if (__atomic_load_n(&c->inbox, __ATOMIC_RELAXED) || __atomic_load_n(&c->done_list, __ATOMIC_RELAXED))
-        return 1;
-    for (unsigned i = 0; i < c->g->cfg.npools; i++)
-        if (io_uring_cq_ready(&c->pools[i].ring))
-            return 1;
-    return 0;
 }
 
 static void arm_wake(struct agg_carrier *c)

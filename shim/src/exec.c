@@ -750,10 +750,8 @@ long ferry_exec(const struct ferry_regs *r)
          * nothing is written (should it appear in between, the exec runs it
          * unserved, as the hook would have, and the parent writes the
          * record: store.c). */
-        if ((err == -ENOENT || err == -ENOTDIR) && ferry_in_vfork_child()) {
-            ferry_store_exec_unseen(path);
+        if ((err == -ENOENT || err == -ENOTDIR) && ferry_store_exec_unseen(path))
             return pass(r, at, envp);
-        }
         /* The program's own file, its cached libraries first: what it sees
          * of itself (/proc/self/exe, AT_EXECFN, $ORIGIN) stays its own. */
         if (use_cached(c, image, path, argv, envp, env, x, &use_env, &unserved, &img,

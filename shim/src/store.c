@@ -783,11 +783,18 @@ void ferry_store_detached(void)
         stamp_end(FERRY_STATE_DETACHED);
 }
 
+/* A vfork child's exit or exec: its record, written by itself, and the
+ * thread's state given back to its parent. */
+static void vfork_child_ends(uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
+{
+    vfork_child_write(ferry_raw0(SYS_getpid), ferry_raw0(SYS_getppid), state, exit_code, exec_path, kind);
+    vfork_hand_back();
+}
+
 void ferry_store_exit(int status)
 {
     if (FERRY_THR->in_vfork_child) {
-        vfork_child_write(ferry_raw0(SYS_getpid), ferry_raw0(SYS_getppid), FERRY_STATE_EXITED, status, 0, 0);
-        vfork_hand_back();
+        vfork_child_ends(FERRY_STATE_EXITED, status, 0, 0);
         return;
     }
     if (!ferry_hdr)
@@ -801,8 +808,7 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
     if (FERRY_THR->in_vfork_child) {
         /* Written now: if the exec succeeds nothing of us is left after it.
          * If it fails, the child goes on and its exit rewrites the file. */
-        vfork_child_write(ferry_raw0(SYS_getpid), ferry_raw0(SYS_getppid), FERRY_STATE_EXEC, 0, path, kind);
-        vfork_hand_back();
+        vfork_child_ends(FERRY_STATE_EXEC, 0, path, kind);
         return;
     }
     if (!ferry_hdr)
@@ -829,12 +835,13 @@ void ferry_store_exec_failed(void)
 /* The thread's state is handed back as for any exec (a signal may run the
  * parent's code before its vfork call returns to the shim), but no record
  * is written: the exec is expected to fail as the hook's stat did. */
-void ferry_store_exec_unseen(const char *path)
+int ferry_store_exec_unseen(const char *path)
 {
     if (!FERRY_THR->in_vfork_child)
-        return;
+        return 0;
     FERRY_THR->vfork_unseen = path;
     vfork_hand_back();
+    return 1;
 }
 
 /* The child's exec of a file that was not there succeeded: the file

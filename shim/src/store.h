@@ -49,10 +49,11 @@ void ferry_store_exec_begin(const char *path, uint32_t kind);
 void ferry_store_span(int which, uint64_t tsc);
 void ferry_store_exec_failed(void);
 /* A vfork child's exec of a file that is not there (`path`, which stays
- * where it is until the parent runs again), made without writing the
- * child's record first; and the parent's return from vfork(`child`), which
- * writes that record when such an exec succeeded after all. */
-void ferry_store_exec_unseen(const char *path);
+ * where it is until the parent runs again), to be made without writing the
+ * child's record first: 1, or 0 when the caller is no vfork child (the
+ * exec goes the usual way); and the parent's return from vfork(`child`),
+ * which writes that record when such an exec succeeded after all. */
+int ferry_store_exec_unseen(const char *path);
 void ferry_store_vfork_returned(int child);
 void ferry_store_wait(int pid, int status);
 void ferry_store_detached(void);
