@@ -125,13 +125,19 @@ def test_a_path_search_is_counted_once_per_call(tmp_path, workload):
     assert all(p["enabled"] for p in model["processes"]), [p["reason"] for p in model["processes"]]
 
 
+def _child_run(tmp_path, profile, program, says):
+    """The model of `ferry run -p profile PROGRAM /bin/true`, which printed
+    `says` of how its child ended."""
+    run_dir = tmp_path / "run"
+    r = ferry("run", "-p", profile, "-o", run_dir, "--", PROGRAMS / program, "/bin/true", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert says in r.stdout
+    return load_run(run_dir)
+
+
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_a_child_killed_right_after_its_exec_is_said_to_be(tmp_path, profile):
-    run_dir = tmp_path / "run"
-    r = ferry("run", "-p", profile, "-o", run_dir, "--", PROGRAMS / "exec_killed", "/bin/true", timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "child: signal 9" in r.stdout
-    model = load_run(run_dir)
+    model = _child_run(tmp_path, profile, "exec_killed", "child: signal 9")
     child = [p for p in model["processes"] if p["exe"] == "/bin/true"]
     assert len(child) == 1 and not child[0]["enabled"], model["processes"]
     assert child[0]["state"] == "killed" and child[0]["exit"]["signal"] == "SIGKILL"
@@ -144,12 +150,8 @@ def test_a_vfork_childs_exec_of_a_file_the_hook_saw_missing_is_still_recorded(tm
     # search makes one per directory); when the file is there after all, the
     # parent writes the child's record.  The child's filter hides every file
     # from the hook's stat, not from the kernel's exec.
-    run_dir = tmp_path / "run"
-    r = ferry("run", "-p", profile, "-o", run_dir, "--", PROGRAMS / "exec_unseen", "/bin/true", timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "child: exit 0" in r.stdout
-    model = load_run(run_dir)
-    root = json.loads((run_dir / "info.json").read_text())["pid"]
+    model = _child_run(tmp_path, profile, "exec_unseen", "child: exit 0")
+    root = model["info"]["pid"]
     child = [p for p in model["processes"] if p["ppid"] == root and p["exe"].endswith("exec_unseen")]
     assert len(child) == 1, model["processes"]
     assert child[0]["state"] == "exec" and child[0]["exec"] == "/bin/true", child[0]
