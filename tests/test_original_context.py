@@ -72,6 +72,19 @@ def test_a_large_environment_is_the_programs_own_in_proc_too(tmp_path, extra):
     assert under.stdout == native.stdout
 
 
+@pytest.mark.parametrize("mode", ["env-at-page-end", "env-across-pages"])
+def test_a_childs_environment_array_at_a_mappings_end_or_across_pages_is_read_whole(tmp_path, mode):
+    # The exec hook reads the array a batch at a time, each batch as far as
+    # its page and on into the next: it must take every entry, and not fail
+    # on the page that is not there (a failed read runs the child unserved).
+    native, under = native_and_ferry(tmp_path, [str(PROGRAMS / "children"), mode])
+    assert under.returncode == native.returncode == 0, under.stderr
+    assert under.stdout == native.stdout
+    assert native.stdout.count(b"CHILD_VAR_") == 80
+    env = [p for p in load_run(tmp_path / "run")["processes"] if p["exe"] == "/usr/bin/env"]
+    assert len(env) == 1 and env[0]["enabled"], env
+
+
 def test_a_program_started_with_an_empty_environment_sees_none(tmp_path):
     native, under = native_and_ferry(tmp_path, ["env", "-i", "/usr/bin/env"])
     assert (under.returncode, under.stdout) == (0, b"") == (native.returncode, native.stdout)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -18,6 +19,32 @@ static int wait_for(pid_t pid)
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* An environment array of ENV_ENTRIES entries that ends where its mapping
+ * ends (the next page is not there), or that runs from one page into the
+ * next: the exec hook reads the array in batches, and must neither stop
+ * short nor read past it. */
+enum { ENV_ENTRIES = 80 };
+
+static char **env_array(int at_page_end)
+{
+    char *page = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED)
+        return NULL;
+    char **env;
+    if (at_page_end) {
+        munmap(page + 4096, 4096);
+        env = (char **)(page + 4096) - (ENV_ENTRIES + 1);
+    } else {
+        env = (char **)(page + 4096) - 20;
+    }
+    for (int i = 0; i < ENV_ENTRIES; i++) {
+        env[i] = malloc(40);
+        snprintf(env[i], 40, "CHILD_VAR_%02d=value %d", i, i * 7);
+    }
+    env[ENV_ENTRIES] = NULL;
+    return env;
 }
 
 int main(int argc, char **argv)
@@ -77,6 +104,18 @@ int main(int argc, char **argv)
         nanosleep(&ts, NULL);  /* let the grandchild finish before we do */
         return rc;
     }
-    fprintf(stderr, "usage: children spawn-envp|system|vfork|fexecve|execveat|daemon\n");
+    if (!strcmp(mode, "env-at-page-end") || !strcmp(mode, "env-across-pages")) {
+        char **env = env_array(!strcmp(mode, "env-at-page-end"));
+        if (!env)
+            return 1;
+        char *env_argv[] = {"env", NULL};
+        pid_t pid;
+        fflush(stdout);
+        if (posix_spawn(&pid, "/usr/bin/env", NULL, NULL, env_argv, env))
+            return 1;
+        return wait_for(pid);
+    }
+    fprintf(stderr, "usage: children spawn-envp|system|vfork|fexecve|execveat|daemon|"
+                    "env-at-page-end|env-across-pages\n");
     return 2;
 }
