@@ -44,6 +44,13 @@ reporter's children, less the same loop running no command), and the shim's
 own system calls per command (every record's tally).  Private_Dirty of
 libc's text is read from /proc/PID/smaps of a process that waits on a pipe,
 natively and enabled.
+
+The floor under any design that preloads its runtime: the spawn loop run
+natively with an empty shared library in LD_PRELOAD (built here), timed in
+every round beside the native loop.  What one more library costs each
+process (ld.so opening, mapping and relocating it, the kernel's mappings
+made and torn down) is in every enabled process's start, before the shim
+runs a line: `preload_floor_us`, and `shim_above_floor_us` the rest.
 """
 import json
 import os
@@ -113,6 +120,15 @@ def make_configure(top):
     (d / "Makefile.in").write_text("all:\n\t@echo @CC@\n")
     subprocess.run(["autoconf"], cwd=d, check=True, capture_output=True)
     return ["sh", "-c", f"cd {d} && ./configure -q >/dev/null"]
+
+
+def make_empty_library(top):
+    """An empty shared library: what preloading any library costs a process."""
+    src = top / "empty.c"
+    src.write_text("int ferry_bench_empty;\n")
+    lib = top / "libempty.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(src)], check=True)
+    return lib
 
 
 def timed(cmd, env):
@@ -324,7 +340,9 @@ def main():
             for mode in modes:
                 ferry_run(cmd, mode, work / "warm", env)
         ferry_run(["/bin/true"], "trace", work / "warm", env)  # as `ferry run`'s own program
+        preload_env = dict(env, LD_PRELOAD=str(make_empty_library(work)))
         times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
+        times[("spawn", "preload")] = []
         cpu_modes = ("trace", "disk") + (("baseline",) if BASELINE else ())
         cpu = {m: [] for m in ("native",) + cpu_modes}
         walls = {"spawn": [], "one": []}
@@ -334,6 +352,8 @@ def main():
                 cpu[mode].append(spawn_cpu(mode, work / f"cpu-{mode}", env))
             for name, cmd in loads.items():
                 times[(name, "native")].append(timed(cmd, env))
+                if name == "spawn":
+                    times[(name, "preload")].append(timed(cmd, preload_env))
                 for mode in modes:
                     wall = walls["spawn"] if (name, mode) == ("spawn", "trace") else None
                     times[(name, mode)].append(ferry_run(cmd, mode, work / f"run-{mode}", env, wall))
@@ -369,6 +389,9 @@ def main():
                     for m in modes}
         print("per-process cost above native (µs): " +
               ", ".join(f"{m} {v:.0f}" for m, v in per_mode.items()))
+        floor = (med[("spawn", "preload")] - med[("spawn", "native")]) / (SPAWNS + 1) * 1e6
+        print(f"of which any preloaded library costs (an empty one, natively): {floor:.0f} µs; "
+              f"the shim above that, trace: {per_mode['trace'] - floor:.0f} µs")
         cpu_us = {m: (median(cpu[m]) - median(cpu["native"])) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
         print("CPU per process above native, spawn loop (µs, the shell's `times`): " +
               ", ".join(f"{m} {v:.0f}" for m, v in cpu_us.items()))
@@ -390,6 +413,7 @@ def main():
               f"build_ratio={ratio('build', 'trace'):.2f} "
               f"configure_ratio={ratio('configure', 'trace'):.2f} "
               f"per_process_us={per_mode['trace']:.0f} "
+              f"preload_floor_us={floor:.0f} shim_above_floor_us={per_mode['trace'] - floor:.0f} "
               f"cpu_per_process_us={cpu_us['trace']:.0f} "
               f"strace_spawn_ratio={ratio('spawn', 'strace'):.2f} "
               f"strace_build_ratio={ratio('build', 'strace'):.2f} "
