@@ -172,6 +172,31 @@ def test_a_usual_environment_costs_the_hook_no_more_calls_than_a_tiny_one(tmp_pa
     assert usual == tiny, (usual, tiny)
 
 
+def test_a_program_a_vfork_child_execs_takes_the_slot_the_child_claimed(tmp_path):
+    # The child claims the program's slot beside its own, under one lock:
+    # the program's shim maps it (FERRY_SLOT) where it took the file's lock
+    # again, read its head and grew it.
+    run_dir = tmp_path / "run"
+    ferry("run", "-p", "trace", "-o", run_dir, "--", "sh", "-c", "/bin/true; /bin/true", check=True,
+          timeout=300)
+    procs = procfile.read_dir(run_dir / "proc")
+    flock, ftruncate = syscall_table.NUMBERS["flock"], syscall_table.NUMBERS["ftruncate"]
+    children = [p for p in procs if p.exec_path == "/bin/true"]
+    images = [p for p in procs if p.exe == "/usr/bin/true"]
+    assert len(children) == len(images) == 2, [(p.pid, p.exe, p.exec_path) for p in procs]
+    for child in children:
+        image = next(p for p in images if p.pid == child.pid)
+        assert child.internal.get(flock) == 2 and child.internal.get(ftruncate) == 1, child.internal
+        assert not image.internal.get(flock) and not image.internal.get(ftruncate), image.internal
+        with open(image.file, "rb") as f:
+            slots = procfile.record_offsets(f)
+        assert image.file == child.file and slots.index(image.offset) == slots.index(child.offset) + 1
+    # nothing of it reaches the program
+    out = ferry("run", "-p", "trace", "-o", tmp_path / "env", "--", "sh", "-c", "/usr/bin/env; :",
+                check=True, timeout=300).stdout
+    assert "FERRY_SLOT" not in out
+
+
 def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
     # dash starts commands with vfork: the child's file was written whole,
     # header and block, 330 kB of mostly zeros per command, every page of

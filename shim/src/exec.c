@@ -75,9 +75,10 @@ static void save(const char *entry)
     size_t n = ferry_strlen(entry) + 1;
     if (nsaved >= MAX_SAVED || used + n > sizeof(saved_buf))
         return;
-    /* A marker, or the hint about its executable, describes this process's
-     * own start, never a child's. */
-    if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10) || ferry_memeq(entry, "FERRY_EXE=", 10))
+    /* A marker, the hint about its executable or the slot claimed for it
+     * describes this process's own start, never a child's. */
+    if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10) || ferry_memeq(entry, "FERRY_EXE=", 10) ||
+        ferry_memeq(entry, "FERRY_SLOT=", 11))
         return;
     saved[nsaved++] = ferry_memcpy(saved_buf + used, entry, n);
     used += n;
@@ -331,6 +332,8 @@ struct env_extra {
     char preload[2100], libpath[2100];
     char was_preload[1100], was_libpath[1100];
     char exe[64];   /* FERRY_EXE=<dev>:<ino> (exepath.h), or "" */
+    char slot[96];  /* FERRY_SLOT=..., filled in once the slot is claimed (store.h) */
+    int slot_used;  /* the environment built last holds `slot` */
     char *span;   /* ENV_SPAN bytes for reading the environment (NULL: none) */
 };
 
@@ -537,6 +540,13 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             out[n++] = saved[i];
     if (x->exe[0] && kind != ENV_WINE)
         out[n++] = x->exe;
+    /* A vfork child claims the program's slot beside its own (store.c); its
+     * value is written after the claim, before the exec. */
+    x->slot_used = kind != ENV_WINE && ferry_in_vfork_child();
+    if (x->slot_used) {
+        ferry_memcpy(x->slot, "FERRY_SLOT=", 12);
+        out[n++] = x->slot;
+    }
     /* What the new program's shim takes out (environ.c): every setting, and
      * below a marker for each variable prepended to, with the variable too
      * where the marker says it was not set.  The pad goes before the
@@ -677,7 +687,9 @@ static int use_cached(enum cached c, const char *image, const char *name, char *
     if (c == CACHED_IMAGE) {
         exe_hint(x, img);
         if (xargv && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
-            ferry_store_exec_begin(name, FERRY_EXEC_REWRITTEN);
+            ferry_store_exec_begin(name, FERRY_EXEC_REWRITTEN, x->slot_used);
+            if (x->slot_used)
+                ferry_store_image_slot(x->slot, sizeof(x->slot));
             exec_image(image, xargv, built);
         } else {
             *unserved = 1;
@@ -702,7 +714,7 @@ __attribute__((noinline)) static void exec_wine(const char *target, int direct, 
     const char *wine;
     if ((wargv = ferry_wine_argv(target, direct, argv, args, MAX_ARGS, prog, sizeof(prog), &wine)) &&
         (built = build_env(envp, env, MAX_ENV, ENV_WINE, 0, x))) {
-        ferry_store_exec_begin(path, FERRY_EXEC_WINDOWS);
+        ferry_store_exec_begin(path, FERRY_EXEC_WINDOWS, 0);
         exec_image(wine, wargv, built);
     }
 }
@@ -724,6 +736,7 @@ long ferry_exec(const struct ferry_regs *r)
     char path[PATH_MAX_], target[PATH_MAX_], image[2300], head[1024];
     struct env_extra extra, *x = &extra;
     exe_hint(x, 0);
+    x->slot_used = 0;
     /* Off the stack in a vfork child: its hook's stack has no room for them
      * beside the frames (nor for a span of the environment, which other
      * execs read by parts). */
@@ -832,6 +845,8 @@ long ferry_exec(const struct ferry_regs *r)
     if (unserved && use_env == envp && kind != FERRY_EXEC_SETUID)
         kind = FERRY_EXEC_NO_ROOM;
 pass:
-    ferry_store_exec_begin(path, kind);
+    ferry_store_exec_begin(path, kind, use_env != envp && x->slot_used);
+    if (use_env != envp && x->slot_used)
+        ferry_store_image_slot(x->slot, sizeof(x->slot));
     return pass(r, at, use_env);
 }

@@ -415,7 +415,7 @@ void ferry_start(int argc, char **argv, char **envp)
     const char *rate = ferry_env_lookup(envp, "FERRY_TSC");
     ferry_exec_configure(envp);  /* first: the cache root keeps this boot's TSC rate */
     ferry_store_open(ferry_env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv, rate,
-                     ferry_env_lookup(envp, "FERRY_EXE"));
+                     ferry_env_lookup(envp, "FERRY_EXE"), ferry_env_lookup(envp, "FERRY_SLOT"));
     ferry_store_span(FERRY_SPAN_CTOR, t_ctor);
     char rate_entry[64];
     if (!rate && ferry_store_rate(rate_entry, sizeof(rate_entry)) == 0)

@@ -103,15 +103,16 @@ static int make_head(long fd, uint64_t stride, struct ferry_tally *tally)
     return 0;
 }
 
-/* Claim the next slot of the open file `fd`, under its lock: the file's
- * size says how many are claimed (slot i ends at FERRY_SLOTS_HEAD + (i + 1)
- * * stride), and it grows by the slot claimed.  The head is read, not
+/* Claim the next `count` slots of the open file `fd`, under its lock: the
+ * file's size says how many are claimed (slot i ends at FERRY_SLOTS_HEAD +
+ * (i + 1) * stride), and it grows by the slots claimed.  The head is read, not
  * mapped: mapping it (and the two faults of its page) cost more than the
  * rest of the claim.  ftruncate only sets the size (fallocate allocated a
  * block of disk for every process, ~3% of a /bin/true's start).  0 with
  * *off set; -ENOSPC when the file is full; another -errno when it is not
  * a file this process may use (someone else's, another stride). */
-static int claim(long fd, uint32_t uid, uint64_t stride, uint64_t *off, struct ferry_tally *tally)
+static int claim(long fd, uint32_t uid, uint64_t stride, uint32_t count, uint64_t *off,
+                 struct ferry_tally *tally)
 {
     long rc = sc(tally, SYS_flock, fd, LOCK_EX, 0, 0, 0, 0);
     if (rc)
@@ -137,15 +138,20 @@ static int claim(long fd, uint32_t uid, uint64_t stride, uint64_t *off, struct f
     uint64_t idx = 0;
     if (!rc) {
         idx = ((uint64_t)s.st_size - FERRY_SLOTS_HEAD + stride - 1) / stride;
-        if (idx >= h.capacity)
+        if (idx + count > h.capacity)
             rc = -ENOSPC;
     }
     if (!rc) {
         *off = FERRY_SLOTS_HEAD + idx * stride;
-        rc = sc(tally, SYS_ftruncate, fd, (long)(*off + stride), 0, 0, 0, 0);
+        rc = sc(tally, SYS_ftruncate, fd, (long)(*off + count * stride), 0, 0, 0, 0);
     }
     sc(tally, SYS_flock, fd, LOCK_UN, 0, 0, 0, 0);
     return (int)rc;
+}
+
+uint32_t ferry_slot_uid(void)
+{
+    return cur.uid;
 }
 
 static void remember(uint32_t k, uint32_t uid, uint64_t stride)
@@ -154,6 +160,43 @@ static void remember(uint32_t k, uint32_t uid, uint64_t stride)
     cur.file = k;
     cur.uid = uid;
     cur.stride = stride;
+}
+
+/* Slot `off` of file k, open as `fd`, mapped; -errno if it could not be. */
+static long map_slot(long fd, uint32_t uid, uint32_t k, uint64_t stride, uint64_t off, uint64_t map_size,
+                     struct ferry_slot *slot, struct ferry_tally *tally)
+{
+    long p = sc(tally, SYS_mmap, 0, (long)map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)off);
+    if (!IS_ERR(p)) {
+        /* before the first touch: no readahead over the slot's holes */
+        sc(tally, SYS_madvise, p, (long)map_size, MADV_RANDOM, 0, 0, 0);
+        *slot = (struct ferry_slot){k, (uint32_t)((off - FERRY_SLOTS_HEAD) / stride), off};
+        remember(k, uid, stride);
+    }
+    return p;
+}
+
+struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint64_t stride, uint64_t map_size,
+                                                 const struct ferry_slot_hint *hint,
+                                                 struct ferry_slot *slot, struct ferry_tally *tally)
+{
+    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
+    if (hint->uid != uid || hint->stride != stride || hint->file >= MAX_FILES)
+        return 0;
+    long fd = open_file(dir, uid, hint->file, O_RDWR, 0);
+    if (fd < 0)
+        return 0;
+    /* The file the hint's slot was claimed in, or where `ferry run` moved it
+     * meanwhile (the name leads there; the move keeps every slot where it
+     * was): this user's, whole up to the slot's end. */
+    struct stat s;
+    uint64_t off = FERRY_SLOTS_HEAD + (uint64_t)hint->index * stride;
+    long p = -1;
+    if (sc(tally, SYS_fstat, fd, (long)&s, 0, 0, 0, 0) == 0 && trusted(&s, uid) && s.st_nlink &&
+        (uint64_t)s.st_size >= off + stride)
+        p = map_slot(fd, uid, hint->file, stride, off, map_size, slot, tally);
+    sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
+    return IS_ERR(p) ? 0 : (struct ferry_proc_header *)p;
 }
 
 struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint64_t map_size,
@@ -176,17 +219,8 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
             break;
         t = tally;
         uint64_t off = 0;
-        int rc = claim(fd, uid, stride, &off, t);
-        long p = -1;
-        if (!rc) {
-            p = sc(t, SYS_mmap, 0, (long)map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)off);
-            if (!IS_ERR(p)) {
-                /* before the first touch: no readahead over the slot's holes */
-                sc(t, SYS_madvise, p, (long)map_size, MADV_RANDOM, 0, 0, 0);
-                *slot = (struct ferry_slot){k, (uint32_t)((off - FERRY_SLOTS_HEAD) / stride), off};
-                remember(k, uid, stride);
-            }
-        }
+        int rc = claim(fd, uid, stride, 1, &off, t);
+        long p = rc ? -1 : map_slot(fd, uid, k, stride, off, map_size, slot, t);
         sc(t, SYS_close, fd, 0, 0, 0, 0, 0);
         if (!IS_ERR(p))
             return (struct ferry_proc_header *)p;
@@ -201,7 +235,8 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
     return 0;
 }
 
-int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, struct ferry_tally *tally)
+int ferry_slot_open(const char *dir, uint64_t stride, uint32_t count, struct ferry_slot *slot,
+                    struct ferry_tally *tally)
 {
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     if (!cur.valid || cur.uid != uid || cur.stride != stride)
@@ -213,7 +248,7 @@ int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot, s
         fd = open_file(dir, uid, cur.file, O_RDWR, tally);
         if (fd < 0)
             return (int)fd;
-        rc = claim(fd, uid, stride, &off, tally);
+        rc = claim(fd, uid, stride, count, &off, tally);
         if (rc)
             sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
     }

@@ -35,11 +35,33 @@ struct ferry_tally {
 struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint64_t map_size,
                                          struct ferry_slot *slot, struct ferry_tally *tally);
 
-/* For a vfork child, which must map nothing (its memory is its parent's): a
- * slot of the file its parent last mapped, if the child's user is that
- * file's.  A descriptor open for writing, or -errno. */
-int ferry_slot_open(const char *dir, uint64_t stride, struct ferry_slot *slot,
+/* For a vfork child, which must map nothing (its memory is its parent's):
+ * `count` slots of the file its parent last mapped, if the child's user is
+ * that file's (`slot` is the first).  A descriptor open for writing, or
+ * -errno. */
+int ferry_slot_open(const char *dir, uint64_t stride, uint32_t count, struct ferry_slot *slot,
                     struct ferry_tally *tally);
+
+/* A slot that a vfork child's exec hook claimed for the program it execs,
+ * beside its own (the program's shim is handed it in FERRY_SLOT): claimed
+ * once, under one lock, where the program would take the file's lock again
+ * to claim one of its own. */
+struct ferry_slot_hint {
+    uint32_t uid;
+    uint32_t file;
+    uint32_t index;
+    uint64_t stride;
+};
+
+/* The user whose file slots were last claimed from (by the caller). */
+uint32_t ferry_slot_uid(void);
+
+/* The slot of `hint`, its first `map_size` bytes mapped shared, if it is
+ * one of this user's for records of `stride` bytes; NULL otherwise (the
+ * caller claims one as usual). */
+struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint64_t stride, uint64_t map_size,
+                                                 const struct ferry_slot_hint *hint,
+                                                 struct ferry_slot *slot, struct ferry_tally *tally);
 
 /* The file of a slot, open for writing, or -errno; `sized`: the slot was
  * claimed before, and the file reaches past its header.  `size` (if not

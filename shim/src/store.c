@@ -188,6 +188,11 @@ static uint64_t block_offset(uint32_t idx)
  * so none of the program's descriptor numbers is ever the shim's, and
  * nothing of the shim is left for the program to close, dup2 over or pass
  * on. */
+/* The slot a vfork child's exec hook claimed for this image (FERRY_SLOT):
+ * taken by the image's first open_backing, never by a fork child's. */
+static struct ferry_slot_hint claimed FERRY_COLD;
+static int claimed_set;
+
 static int open_backing(void)
 {
     st.in_file = 0;
@@ -197,8 +202,13 @@ static int open_backing(void)
         struct ferry_tally tally;
         tally.kinds = 0;
         struct ferry_slot slot;
-        ferry_hdr = ferry_slot_map(st.dir, block_offset(FERRY_MAX_BLOCKS), block_offset(1),
-                                   &slot, &tally);
+        uint64_t stride = block_offset(FERRY_MAX_BLOCKS);
+        ferry_hdr = claimed_set ? ferry_slot_map_claimed(st.dir, stride, block_offset(1), &claimed, &slot,
+                                                         &tally)
+                                : 0;
+        claimed_set = 0;
+        if (!ferry_hdr)
+            ferry_hdr = ferry_slot_map(st.dir, stride, block_offset(1), &slot, &tally);
         if (ferry_hdr) {
             st.first = (struct ferry_blk *)((char *)ferry_hdr + block_offset(0));
             ferry_hdr->seq = slot.index;
@@ -247,8 +257,14 @@ static struct ferry_blk *map_file_block(uint32_t idx)
 }
 
 int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
-                     const char *tsc_rate, const char *exe_hint)
+                     const char *tsc_rate, const char *exe_hint, const char *slot_hint)
 {
+    uint64_t v[4];
+    if (slot_hint && ferry_parse_numbers(slot_hint, v, 4) && v[0] <= UINT32_MAX && v[1] <= UINT32_MAX &&
+        v[2] < FERRY_SLOTS_MAX) {
+        claimed = (struct ferry_slot_hint){(uint32_t)v[0], (uint32_t)v[1], (uint32_t)v[2], v[3]};
+        claimed_set = 1;
+    }
     st.mode = mode;
     st.event_capacity = mode == FERRY_MODE_TRACE ? event_capacity : 0;
     uint64_t size = sizeof(struct ferry_blk) + (uint64_t)st.event_capacity * sizeof(struct ferry_event);
@@ -488,6 +504,7 @@ void ferry_blk_enter_vfork_child(void)
     FERRY_THR->blk = FERRY_THR->spare;
     FERRY_THR->in_vfork_child = 1;
     FERRY_THR->vfork_file = 0;
+    FERRY_THR->vfork_image = 0;
     /* the child's own calls are not the parent's (zeroed above); the
      * parent's other threads run on, and tally theirs as before */
     FERRY_THR->internal = spare_internal();
@@ -605,7 +622,7 @@ static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off, cons
  * before one succeeds (a PATH search): each write replaces the last, so the
  * child's calls are in the run once.  A descriptor, and the record's offset
  * and number in it. */
-static int vfork_child_record(int pid, uint64_t *base, uint32_t *seq)
+static int vfork_child_record(int pid, uint64_t *base, uint32_t *seq, int image_slot)
 {
     uint64_t stride = block_offset(FERRY_MAX_BLOCKS);
     int fd;
@@ -617,10 +634,15 @@ static int vfork_child_record(int pid, uint64_t *base, uint32_t *seq)
                  ? -ENAMETOOLONG
                  : (int)ferry_raw4(SYS_openat, AT_FDCWD, path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
     } else {
-        fd = ferry_slot_open(st.dir, stride, &FERRY_THR->vfork_slot, 0);
-        if (fd >= 0)
+        /* The program it execs, when its shim will be handed the slot, takes
+         * the next: one claim under the file's lock where the program made
+         * a second (open, lock, fstat, pread, ftruncate, unlock: ~4 us of
+         * its start).  Execs that fail leave it to the one that succeeds. */
+        fd = ferry_slot_open(st.dir, stride, image_slot ? 2 : 1, &FERRY_THR->vfork_slot, 0);
+        if (fd >= 0) {
             FERRY_THR->vfork_file = VFORK_SLOT;
-        else {
+            FERRY_THR->vfork_image = image_slot ? FERRY_THR->vfork_slot.index + 2 : 0;
+        } else {
             FERRY_THR->vfork_slot.off = 0;
             fd = create_file(st.dir, pid, &FERRY_THR->vfork_slot.index);
             if (fd >= 0) {
@@ -726,13 +748,13 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
  * pwrite from the parent's header (read only) and its spare block, with its
  * own identity patched in. */
 static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, const char *exec_path,
-                              uint32_t kind)
+                              uint32_t kind, int image_slot)
 {
     if (!st.dir[0] || !ferry_hdr)
         return;
     uint64_t base;
     uint32_t seq;
-    int fd = vfork_child_record(pid, &base, &seq);
+    int fd = vfork_child_record(pid, &base, &seq, image_slot);
     if (fd < 0)
         return;
     write_child_head(fd, base, seq, pid, ppid, state, exit_code, exec_path, kind);
@@ -785,16 +807,18 @@ void ferry_store_detached(void)
 
 /* A vfork child's exit or exec: its record, written by itself, and the
  * thread's state given back to its parent. */
-static void vfork_child_ends(uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
+static void vfork_child_ends(uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
+                             int image_slot)
 {
-    vfork_child_write(ferry_raw0(SYS_getpid), ferry_raw0(SYS_getppid), state, exit_code, exec_path, kind);
+    vfork_child_write(ferry_raw0(SYS_getpid), ferry_raw0(SYS_getppid), state, exit_code, exec_path, kind,
+                      image_slot);
     vfork_hand_back();
 }
 
 void ferry_store_exit(int status)
 {
     if (FERRY_THR->in_vfork_child) {
-        vfork_child_ends(FERRY_STATE_EXITED, status, 0, 0);
+        vfork_child_ends(FERRY_STATE_EXITED, status, 0, 0, 0);
         return;
     }
     if (!ferry_hdr)
@@ -803,12 +827,12 @@ void ferry_store_exit(int status)
     stamp_end(FERRY_STATE_EXITED);
 }
 
-void ferry_store_exec_begin(const char *path, uint32_t kind)
+void ferry_store_exec_begin(const char *path, uint32_t kind, int image_slot)
 {
     if (FERRY_THR->in_vfork_child) {
         /* Written now: if the exec succeeds nothing of us is left after it.
          * If it fails, the child goes on and its exit rewrites the file. */
-        vfork_child_ends(FERRY_STATE_EXEC, 0, path, kind);
+        vfork_child_ends(FERRY_STATE_EXEC, 0, path, kind, image_slot);
         return;
     }
     if (!ferry_hdr)
@@ -821,6 +845,24 @@ void ferry_store_exec_begin(const char *path, uint32_t kind)
     ferry_hdr->exec_kind = kind;
     ferry_hdr->exec_uid = (uint32_t)ferry_raw0(SYS_geteuid);
     stamp_end(FERRY_STATE_EXEC);
+}
+
+void ferry_store_image_slot(char *entry, size_t cap)
+{
+    struct ferry_buf b = {entry, 0, cap, 0};
+    ferry_buf_str(&b, "FERRY_SLOT=");
+    size_t head = b.len;
+    uint32_t image = FERRY_THR->vfork_image;
+    if (image && FERRY_THR->vfork_file == VFORK_SLOT) {
+        ferry_buf_u64(&b, ferry_slot_uid());
+        ferry_buf_str(&b, ":");
+        ferry_buf_u64(&b, FERRY_THR->vfork_slot.file);
+        ferry_buf_str(&b, ":");
+        ferry_buf_u64(&b, image - 1);
+        ferry_buf_str(&b, ":");
+        ferry_buf_u64(&b, block_offset(FERRY_MAX_BLOCKS));
+    }
+    entry[b.overflow ? head : b.len] = 0;
 }
 
 void ferry_store_exec_failed(void)
@@ -857,7 +899,7 @@ void ferry_store_vfork_returned(int child)
         return;
     FERRY_THR->vfork_unseen = 0;
     vfork_take_back();
-    vfork_child_write(child, ferry_raw0(SYS_getpid), FERRY_STATE_EXEC, 0, path, FERRY_EXEC_UNKNOWN);
+    vfork_child_write(child, ferry_raw0(SYS_getpid), FERRY_STATE_EXEC, 0, path, FERRY_EXEC_UNKNOWN, 0);
     vfork_hand_back();
 }
 

@@ -14,8 +14,10 @@ extern struct ferry_proc_header *ferry_hdr;
 /* Set up the store of this process image (called once, from the constructor). */
 /* `tsc_rate`: FERRY_TSC as handed down ("<ticks>:<ns>"), or NULL;
  * `exe_hint`: FERRY_EXE (exepath.h), or NULL. */
+/* `slot_hint`: FERRY_SLOT, the slot a vfork child's exec hook claimed for
+ * this image ("<uid>:<file>:<index>:<stride>"), or NULL. */
 int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
-                     const char *tsc_rate, const char *exe_hint);
+                     const char *tsc_rate, const char *exe_hint, const char *slot_hint);
 /* "FERRY_TSC=<ticks>:<ns>" into `out`, for this process's children. */
 int ferry_store_rate(char *out, size_t cap);
 
@@ -44,7 +46,13 @@ void *ferry_vfork_scratch(void);
 void *ferry_vfork_stack(void);
 
 void ferry_store_exit(int status);
-void ferry_store_exec_begin(const char *path, uint32_t kind);
+/* `image_slot`: the new program is handed FERRY_SLOT (a vfork child claims
+ * its slot beside its own; ferry_store_image_slot says which). */
+void ferry_store_exec_begin(const char *path, uint32_t kind, int image_slot);
+/* "FERRY_SLOT=<uid>:<file>:<index>:<stride>" into `entry` (`cap` bytes) once
+ * ferry_store_exec_begin claimed a slot for the program, else "FERRY_SLOT="
+ * (no slot: the program claims one). */
+void ferry_store_image_slot(char *entry, size_t cap);
 /* Step `which` (enum ferry_span) of this image's start happened at `tsc`. */
 void ferry_store_span(int which, uint64_t tsc);
 void ferry_store_exec_failed(void);

@@ -148,17 +148,26 @@ void ferry_buf_i64(struct ferry_buf *b, int64_t v)
     }
 }
 
-int ferry_parse_pair(const char *s, uint64_t *a, uint64_t *b)
+int ferry_parse_numbers(const char *s, uint64_t *v, int n)
 {
-    uint64_t v[2] = {0, 0};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < n; i++) {
         int digits = 0;
+        v[i] = 0;
         for (; *s >= '0' && *s <= '9' && digits < 19; s++, digits++)
             v[i] = v[i] * 10 + (uint64_t)(*s - '0');
-        if (!digits || (*s != (i ? 0 : ':') && !(i && *s == '\n')))
+        int last = i == n - 1;
+        if (!digits || (*s != (last ? 0 : ':') && !(last && *s == '\n')))
             return 0;
         s++;
     }
+    return 1;
+}
+
+int ferry_parse_pair(const char *s, uint64_t *a, uint64_t *b)
+{
+    uint64_t v[2];
+    if (!ferry_parse_numbers(s, v, 2))
+        return 0;
     *a = v[0];
     *b = v[1];
     return 1;

@@ -55,6 +55,8 @@ int ferry_identity_path(const char *root, const char *dir, const char *path, cha
 /* "<a>:<b>" (decimal, each at most 19 digits, ending at NUL or a newline)
  * into *a and *b: 1, or 0 when `s` is not that. */
 int ferry_parse_pair(const char *s, uint64_t *a, uint64_t *b);
+/* The same for `n` numbers "<v0>:<v1>:...". */
+int ferry_parse_numbers(const char *s, uint64_t *v, int n);
 
 /* An append-only text buffer that never overflows (it truncates and says so
  * through `overflow`). */
