@@ -180,6 +180,11 @@ static uint64_t block_offset(uint32_t idx)
     return FERRY_PROC_HEADER_SIZE + (uint64_t)idx * st.block_size;
 }
 
+/* The slot a vfork child's exec hook claimed for this image (FERRY_SLOT):
+ * taken by the image's first open_backing, never by a fork child's. */
+static struct ferry_slot_hint claimed;
+static int claimed_set;
+
 /* The record is a slot of the run's shared file (slots.c), room for its
  * largest (sparse), and only its header and first block are mapped, in one
  * mapping: nearly every process claims that block for its first counted
@@ -188,11 +193,6 @@ static uint64_t block_offset(uint32_t idx)
  * so none of the program's descriptor numbers is ever the shim's, and
  * nothing of the shim is left for the program to close, dup2 over or pass
  * on. */
-/* The slot a vfork child's exec hook claimed for this image (FERRY_SLOT):
- * taken by the image's first open_backing, never by a fork child's. */
-static struct ferry_slot_hint claimed FERRY_COLD;
-static int claimed_set;
-
 static int open_backing(void)
 {
     st.in_file = 0;
