@@ -528,7 +528,9 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
                 have_libpath = 1;
                 continue;
             }
-            if (n + nsaved + 6 >= cap)
+            /* room for what goes after them: the settings kept, the hints
+             * (exe, slot), the pad, two variables and their markers, the NULL */
+            if (n + nsaved + 8 >= cap)
                 return 0;
             out[n++] = p;
         }
