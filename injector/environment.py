@@ -24,9 +24,9 @@ def is_setting(name):
     return name in SETTINGS or name.startswith(WAS_PREFIX)
 
 
-def _prepend(env, name, ours):
+def _prepend(env, name, ours, ours_last=False):
     old = env.get(name)
-    env[name] = ours if not old else f"{ours}:{old}"
+    env[name] = ours if not old else f"{old}:{ours}" if ours_last else f"{ours}:{old}"
     env[f"FERRY_WAS_{name}"] = "0" if old is None else "1" + old
 
 
@@ -52,7 +52,10 @@ def enabled_env(base, settings, how, shim=None, libdir=None):
         _prepend(env, "LD_PRELOAD", str(shim))
     elif how == LIBDIR:
         _prepend(env, "LD_PRELOAD", f"{libdir}/libferry.so")
-        _prepend(env, "LD_LIBRARY_PATH", str(libdir))
+        # the user's own directories first, as natively: the program
+        # directory also links the system's libraries where ld.so looks
+        # first (rewriter/instrument.py), which must not hide theirs
+        _prepend(env, "LD_LIBRARY_PATH", str(libdir), ours_last=True)
     return env
 
 

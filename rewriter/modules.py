@@ -32,6 +32,7 @@ class Module:
     path: Path                # the file ld.so would load
     role: str                 # "executable", "shared-object", "library", "interpreter"
     needed_by: list = field(default_factory=list)
+    search_path: bool = False  # it has a DT_RPATH or DT_RUNPATH of its own
 
 
 @lru_cache(maxsize=1)
@@ -104,6 +105,13 @@ def find_library(name, origin, requester_binary, exe_binary, exe_origin):
         p = os.path.join(d, name)
         if _usable(p):
             return Path(p)
+    return system_library(name)
+
+
+def system_library(name):
+    """Where ld.so finds the library `name` when nothing but the system says
+    where to look (no DT_RPATH, DT_RUNPATH or LD_LIBRARY_PATH): the ld.so
+    cache, then the default directories; None if nowhere."""
     cached = _ld_cache().get(name)
     if cached and _usable(cached):
         return Path(cached)
@@ -112,6 +120,11 @@ def find_library(name, origin, requester_binary, exe_binary, exe_origin):
         if _usable(p):
             return Path(p)
     return None
+
+
+def _has_search_path(binary):
+    TAG = lief.ELF.DynamicEntry.TAG
+    return bool(binary is not None and (binary.get(TAG.RPATH) or binary.get(TAG.RUNPATH)))
 
 
 class MissingLibrary(Exception):
@@ -127,7 +140,8 @@ def closure(image):
     interp = binary.interpreter if binary.has_interpreter else None
     interp_real = os.path.realpath(interp) if interp else None
     root_role = "executable" if image.is_executable else "shared-object"
-    root = Module(Path(image.path).name, Path(image.path), root_role)
+    root = Module(Path(image.path).name, Path(image.path), root_role,
+                  search_path=_has_search_path(binary))
     modules = [root]
     by_real = {os.path.realpath(image.path): root}
     by_name = {}
@@ -171,6 +185,7 @@ def closure(image):
             with open(path, "rb") as f:
                 problem = header_problem(f.read())
             lib_binary = None if problem else lief.ELF.parse(str(path))
+            lib.search_path = _has_search_path(lib_binary)
             if lib_binary is not None:
                 queue.append((lib, lib_binary))
     return modules

@@ -337,16 +337,21 @@ struct env_extra {
     char *span;   /* ENV_SPAN bytes for reading the environment (NULL: none) */
 };
 
-/* "NAME=ours[:old]" into `dst`, and the marker the new program's shim uses
- * to give NAME its old value back (environ.c). */
-static int prepend_var(const char *name, const char *ours, const char *old, char *dst, size_t cap,
-                       char *marker, size_t mcap)
+/* "NAME=ours[:old]" into `dst`, or "NAME=old:ours" when `ours_last`, and
+ * the marker the new program's shim uses to give NAME its old value back
+ * (environ.c). */
+static int add_var(const char *name, const char *ours, const char *old, int ours_last, char *dst,
+                   size_t cap, char *marker, size_t mcap)
 {
     struct ferry_buf b = {dst, 0, cap, 0};
     ferry_buf_str(&b, name);
     ferry_buf_str(&b, "=");
+    if (old && old[0] && ours_last) {
+        ferry_buf_str(&b, old);
+        ferry_buf_str(&b, ":");
+    }
     ferry_buf_str(&b, ours);
-    if (old && old[0]) {
+    if (old && old[0] && !ours_last) {
         ferry_buf_str(&b, ":");
         ferry_buf_str(&b, old);
     }
@@ -574,15 +579,19 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             ferry_buf_str(&b, shim_path);
         }
         shim[b.overflow ? 0 : b.len] = 0;
-        if (b.overflow || !prepend_var("LD_PRELOAD", shim, have_preload ? old_preload : 0, x->preload,
-                                       sizeof(x->preload), x->was_preload, sizeof(x->was_preload)))
+        if (b.overflow || !add_var("LD_PRELOAD", shim, have_preload ? old_preload : 0, 0, x->preload,
+                                   sizeof(x->preload), x->was_preload, sizeof(x->was_preload)))
             return 0;
         out[n++] = x->preload;
         out[n++] = x->was_preload;
     }
     if (kind == ENV_LIBDIR) {
-        if (!prepend_var("LD_LIBRARY_PATH", libdir, have_libpath ? old_libpath : 0, x->libpath,
-                         sizeof(x->libpath), x->was_libpath, sizeof(x->was_libpath)))
+        /* The user's own directories first, as natively: the program
+         * directory also links the system's libraries where ld.so looks
+         * first (rewriter/instrument.py), which must not hide a library a
+         * user points ld.so at. */
+        if (!add_var("LD_LIBRARY_PATH", libdir, have_libpath ? old_libpath : 0, 1, x->libpath,
+                     sizeof(x->libpath), x->was_libpath, sizeof(x->was_libpath)))
             return 0;
         out[n++] = x->libpath;
         out[n++] = x->was_libpath;
