@@ -456,20 +456,24 @@ def _link_system_libraries(tmp, mods, files, interpreter):
     searches that directory for every library before the system's: each one
     not there was two failed openat, and the first also probed every
     glibc-hwcaps and tls subdirectory (~20 failed openat and stat), 20-40 us
-    of a `sed`, `grep` or `cc1` start.  Only where the system alone decides
-    (no DT_RPATH or DT_RUNPATH anywhere in the closure, the library found in
-    the ld.so cache or a default directory, as the closure found it): the
-    exec hook puts a user's own LD_LIBRARY_PATH before the directory, so
-    that what a user points ld.so at is still found first.  A library whose
-    file moves or goes makes a link that leads nowhere, which ld.so passes
-    over to search on as natively."""
+    of a `sed`, `grep` or `cc1` start.  Only for a library that the ld.so
+    cache or a default directory gives as the closure found it (so that a
+    DT_RPATH or DT_RUNPATH, searched before the cache, finds that same file,
+    and the directory, searched before DT_RUNPATH, changes nothing), and
+    that does not search for its own libraries relative to its place
+    ($ORIGIN would be the directory's).  The exec hook puts a user's own
+    LD_LIBRARY_PATH before the directory, so that what a user points ld.so
+    at is still found first.  A library whose file moves or goes makes a
+    link that leads nowhere, which ld.so passes over to search on, as
+    natively."""
     from . import hwcaps
     from .modules import system_library
     sub = hwcaps.first_subdir(interpreter)
-    if sub is None or any(m.search_path for m in mods):
+    if sub is None:
         return
     for mod, file in zip(mods[1:], files[1:]):
-        if file is not None or mod.role != "library" or "/" in mod.name or _is_shim(mod.path):
+        if file is not None or mod.role != "library" or "/" in mod.name or mod.origin_path or \
+                _is_shim(mod.path):
             continue
         found = system_library(mod.name)
         link = tmp / sub / mod.name

@@ -32,7 +32,7 @@ class Module:
     path: Path                # the file ld.so would load
     role: str                 # "executable", "shared-object", "library", "interpreter"
     needed_by: list = field(default_factory=list)
-    search_path: bool = False  # it has a DT_RPATH or DT_RUNPATH of its own
+    origin_path: bool = False  # its DT_RPATH or DT_RUNPATH names $ORIGIN
 
 
 @lru_cache(maxsize=1)
@@ -122,9 +122,11 @@ def system_library(name):
     return None
 
 
-def _has_search_path(binary):
+def _origin_path(binary):
+    """Whether `binary` searches for libraries relative to its own place."""
     TAG = lief.ELF.DynamicEntry.TAG
-    return bool(binary is not None and (binary.get(TAG.RPATH) or binary.get(TAG.RUNPATH)))
+    return binary is not None and any("$ORIGIN" in d or "${ORIGIN}" in d
+                                      for tag in (TAG.RPATH, TAG.RUNPATH) for d in _dynamic(binary, tag))
 
 
 class MissingLibrary(Exception):
@@ -140,8 +142,7 @@ def closure(image):
     interp = binary.interpreter if binary.has_interpreter else None
     interp_real = os.path.realpath(interp) if interp else None
     root_role = "executable" if image.is_executable else "shared-object"
-    root = Module(Path(image.path).name, Path(image.path), root_role,
-                  search_path=_has_search_path(binary))
+    root = Module(Path(image.path).name, Path(image.path), root_role, origin_path=_origin_path(binary))
     modules = [root]
     by_real = {os.path.realpath(image.path): root}
     by_name = {}
@@ -185,7 +186,7 @@ def closure(image):
             with open(path, "rb") as f:
                 problem = header_problem(f.read())
             lib_binary = None if problem else lief.ELF.parse(str(path))
-            lib.search_path = _has_search_path(lib_binary)
+            lib.origin_path = _origin_path(lib_binary)
             if lib_binary is not None:
                 queue.append((lib, lib_binary))
     return modules
