@@ -24,7 +24,9 @@ def is_setting(name):
     return name in SETTINGS or name.startswith(WAS_PREFIX)
 
 
-def _prepend(env, name, ours, ours_last=False):
+def _add(env, name, ours, ours_last=False):
+    """`ours` before the variable's old value (after it when `ours_last`),
+    and the marker that gives the program the old value back."""
     old = env.get(name)
     env[name] = ours if not old else f"{old}:{ours}" if ours_last else f"{ours}:{old}"
     env[f"FERRY_WAS_{name}"] = "0" if old is None else "1" + old
@@ -49,13 +51,13 @@ def enabled_env(base, settings, how, shim=None, libdir=None):
     if gone % 2:
         env["FERRY_PAD"] = ""
     if how == PRELOAD:
-        _prepend(env, "LD_PRELOAD", str(shim))
+        _add(env, "LD_PRELOAD", str(shim))
     elif how == LIBDIR:
-        _prepend(env, "LD_PRELOAD", f"{libdir}/libferry.so")
+        _add(env, "LD_PRELOAD", f"{libdir}/libferry.so")
         # the user's own directories first, as natively: the program
         # directory also links the system's libraries where ld.so looks
         # first (rewriter/instrument.py), which must not hide theirs
-        _prepend(env, "LD_LIBRARY_PATH", str(libdir), ours_last=True)
+        _add(env, "LD_LIBRARY_PATH", str(libdir), ours_last=True)
     return env
 
 
