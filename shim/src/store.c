@@ -182,8 +182,8 @@ static uint64_t block_offset(uint32_t idx)
 
 /* The slot a vfork child's exec hook claimed for this image (FERRY_SLOT):
  * taken by the image's first open_backing, never by a fork child's. */
-static struct ferry_slot_hint claimed;
-static int claimed_set;
+static struct ferry_slot_hint claimed FERRY_HOT;
+static int claimed_set FERRY_HOT;
 
 /* The record is a slot of the run's shared file (slots.c), room for its
  * largest (sparse), and only its header and first block are mapped, in one
