@@ -347,14 +347,21 @@ def main():
         cpu = {m: [] for m in ("native",) + cpu_modes}
         walls = {"spawn": [], "one": []}
         for r in range(ROUNDS):
+            # Each round takes the modes in another order (a rotation): in
+            # one fixed order, the mode that ran last in a round (the
+            # baseline) came out ~40 us a process faster than the same shim
+            # in another place, in run after run; CPU time said they were
+            # equal.
+            order = modes[r % len(modes):] + modes[:r % len(modes)]
+            cpu_order = cpu_modes[r % len(cpu_modes):] + cpu_modes[:r % len(cpu_modes)]
             cpu["native"].append(spawn_cpu(None, None, env))
-            for mode in cpu_modes:
+            for mode in cpu_order:
                 cpu[mode].append(spawn_cpu(mode, work / f"cpu-{mode}", env))
             for name, cmd in loads.items():
                 times[(name, "native")].append(timed(cmd, env))
                 if name == "spawn":
                     times[(name, "preload")].append(timed(cmd, preload_env))
-                for mode in modes:
+                for mode in order:
                     wall = walls["spawn"] if (name, mode) == ("spawn", "trace") else None
                     times[(name, mode)].append(ferry_run(cmd, mode, work / f"run-{mode}", env, wall))
                 times[(name, "strace")].append(
