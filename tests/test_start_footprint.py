@@ -313,14 +313,7 @@ def test_a_shells_command_touches_few_pages_of_the_shims_variables(tmp_path):
                              "sleep 33; :"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pid = None
     try:
-        for _ in range(600):
-            pid = next((p for p in (int(p) for p in os.listdir("/proc") if p.isdigit())
-                        if _cmdline(p) == ["sleep", "33"] and _parent(_parent(p)) == proc.pid), None)
-            if pid and waits_in(pid, CLOCK_NANOSLEEP) and _maps_name(pid, "libferry.so"):
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the shell's sleep never slept enabled")
+        pid = _sleep_started(proc, 33, enabled=True, command_of=True)
         pages = _shim_data_pages(pid, _present)
         assert len(pages) <= 2, pages
     finally:
@@ -376,15 +369,16 @@ def _stack_rss_kib(pid):
 CLOCK_NANOSLEEP = syscall_table.NUMBERS["clock_nanosleep"]
 
 
-def _sleep_started(proc, seconds, enabled):
+def _sleep_started(proc, seconds, enabled, command_of=False):
     """The pid of the `sleep SECONDS` that `proc` is or started, once it
     sleeps (clock_nanosleep), its start done (`enabled`: with libferry.so
-    mapped in it)."""
+    mapped in it); `command_of`: a command of the shell `proc` started."""
     pid = None
     for _ in range(600):
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
         pid = next((p for p in pids if _cmdline(p) == ["sleep", str(seconds)]
-                    and _parent(p) in (proc.pid, _parent(proc.pid))), None)
+                    and (_parent(_parent(p)) == proc.pid if command_of
+                         else _parent(p) in (proc.pid, _parent(proc.pid)))), None)
         if pid and waits_in(pid, CLOCK_NANOSLEEP) and (not enabled or _maps_name(pid, "libferry.so")):
             return pid
         time.sleep(0.05)

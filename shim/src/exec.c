@@ -337,6 +337,13 @@ struct env_extra {
     char *span;   /* ENV_SPAN bytes for reading the environment (NULL: none) */
 };
 
+/* The environment built last's FERRY_SLOT entry, for the store to fill in,
+ * or NULL when it holds none. */
+static char *slot_entry(struct env_extra *x)
+{
+    return x->slot_used ? x->slot : 0;
+}
+
 /* "NAME=ours[:old]" into `dst`, or "NAME=old:ours" when `ours_last`, and
  * the marker the new program's shim uses to give NAME its old value back
  * (environ.c). */
@@ -698,9 +705,7 @@ static int use_cached(enum cached c, const char *image, const char *name, char *
     if (c == CACHED_IMAGE) {
         exe_hint(x, img);
         if (xargv && (built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
-            ferry_store_exec_begin(name, FERRY_EXEC_REWRITTEN, x->slot_used);
-            if (x->slot_used)
-                ferry_store_image_slot(x->slot, sizeof(x->slot));
+            ferry_store_exec_begin(name, FERRY_EXEC_REWRITTEN, slot_entry(x), sizeof(x->slot));
             exec_image(image, xargv, built);
         } else {
             *unserved = 1;
@@ -725,7 +730,7 @@ __attribute__((noinline)) static void exec_wine(const char *target, int direct, 
     const char *wine;
     if ((wargv = ferry_wine_argv(target, direct, argv, args, MAX_ARGS, prog, sizeof(prog), &wine)) &&
         (built = build_env(envp, env, MAX_ENV, ENV_WINE, 0, x))) {
-        ferry_store_exec_begin(path, FERRY_EXEC_WINDOWS, 0);
+        ferry_store_exec_begin(path, FERRY_EXEC_WINDOWS, 0, 0);
         exec_image(wine, wargv, built);
     }
 }
@@ -856,8 +861,6 @@ long ferry_exec(const struct ferry_regs *r)
     if (unserved && use_env == envp && kind != FERRY_EXEC_SETUID)
         kind = FERRY_EXEC_NO_ROOM;
 pass:
-    ferry_store_exec_begin(path, kind, use_env != envp && x->slot_used);
-    if (use_env != envp && x->slot_used)
-        ferry_store_image_slot(x->slot, sizeof(x->slot));
+    ferry_store_exec_begin(path, kind, use_env != envp ? slot_entry(x) : 0, sizeof(x->slot));
     return pass(r, at, use_env);
 }

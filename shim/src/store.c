@@ -827,27 +827,8 @@ void ferry_store_exit(int status)
     stamp_end(FERRY_STATE_EXITED);
 }
 
-void ferry_store_exec_begin(const char *path, uint32_t kind, int image_slot)
-{
-    if (FERRY_THR->in_vfork_child) {
-        /* Written now: if the exec succeeds nothing of us is left after it.
-         * If it fails, the child goes on and its exit rewrites the file. */
-        vfork_child_ends(FERRY_STATE_EXEC, 0, path, kind, image_slot);
-        return;
-    }
-    if (!ferry_hdr)
-        return;
-    size_t n = ferry_strlen(path);
-    if (n >= sizeof(ferry_hdr->exec_path))
-        n = sizeof(ferry_hdr->exec_path) - 1;
-    ferry_memcpy(ferry_hdr->exec_path, path, n);
-    ferry_hdr->exec_path[n] = 0;
-    ferry_hdr->exec_kind = kind;
-    ferry_hdr->exec_uid = (uint32_t)ferry_raw0(SYS_geteuid);
-    stamp_end(FERRY_STATE_EXEC);
-}
-
-void ferry_store_image_slot(char *entry, size_t cap)
+/* The FERRY_SLOT entry for the program a vfork child execs (store.h). */
+static void image_slot_entry(char *entry, size_t cap)
 {
     struct ferry_buf b = {entry, 0, cap, 0};
     ferry_buf_str(&b, "FERRY_SLOT=");
@@ -863,6 +844,28 @@ void ferry_store_image_slot(char *entry, size_t cap)
         ferry_buf_u64(&b, block_offset(FERRY_MAX_BLOCKS));
     }
     entry[b.overflow ? head : b.len] = 0;
+}
+
+void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, size_t cap)
+{
+    if (FERRY_THR->in_vfork_child) {
+        /* Written now: if the exec succeeds nothing of us is left after it.
+         * If it fails, the child goes on and its exit rewrites the file. */
+        vfork_child_ends(FERRY_STATE_EXEC, 0, path, kind, slot_entry != 0);
+        if (slot_entry)
+            image_slot_entry(slot_entry, cap);
+        return;
+    }
+    if (!ferry_hdr)
+        return;
+    size_t n = ferry_strlen(path);
+    if (n >= sizeof(ferry_hdr->exec_path))
+        n = sizeof(ferry_hdr->exec_path) - 1;
+    ferry_memcpy(ferry_hdr->exec_path, path, n);
+    ferry_hdr->exec_path[n] = 0;
+    ferry_hdr->exec_kind = kind;
+    ferry_hdr->exec_uid = (uint32_t)ferry_raw0(SYS_geteuid);
+    stamp_end(FERRY_STATE_EXEC);
 }
 
 void ferry_store_exec_failed(void)

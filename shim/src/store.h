@@ -46,13 +46,11 @@ void *ferry_vfork_scratch(void);
 void *ferry_vfork_stack(void);
 
 void ferry_store_exit(int status);
-/* `image_slot`: the new program is handed FERRY_SLOT (a vfork child claims
- * its slot beside its own; ferry_store_image_slot says which). */
-void ferry_store_exec_begin(const char *path, uint32_t kind, int image_slot);
-/* "FERRY_SLOT=<uid>:<file>:<index>:<stride>" into `entry` (`cap` bytes) once
- * ferry_store_exec_begin claimed a slot for the program, else "FERRY_SLOT="
- * (no slot: the program claims one). */
-void ferry_store_image_slot(char *entry, size_t cap);
+/* `slot_entry` (`cap` bytes, or NULL): a vfork child's FERRY_SLOT for the
+ * new program, filled in here: the child claims the program's slot beside
+ * its own and writes "FERRY_SLOT=<uid>:<file>:<index>:<stride>", or
+ * "FERRY_SLOT=" when it claimed none (the program claims one). */
+void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, size_t cap);
 /* Step `which` (enum ferry_span) of this image's start happened at `tsc`. */
 void ferry_store_span(int which, uint64_t tsc);
 void ferry_store_exec_failed(void);
