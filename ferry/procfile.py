@@ -12,6 +12,7 @@ symlink, and never a FIFO that would block.
 """
 import contextlib
 import errno as errno_names
+import functools
 import gc
 import os
 import stat
@@ -378,6 +379,12 @@ def _parse(path, st, data, names, extents=None):
             for a in h["cmdline"][:h["cmdline_len"]].split(b"\0")[:-1]]
     modules = [(_cstr(m["name"]), m["nsites"], m["site_base"])
                for m in HEADER.rows(data, 0, "modules", MODULE, h["nmodules"])]
+    exe = _cstr(h["exe"])
+    if h["exe_ino"]:
+        # the executable's module bears the name the shim had for it (cut to fit)
+        cut = _cstr(h["exe"][:MODULE.span("name") - 1])
+        exe = _resolved(exe, h["exe_dev"], h["exe_ino"])
+        modules = [(exe if name == cut else name, n, base) for name, n, base in modules]
     waits = [(w["pid"], w["status"], w["mono_ns"]) for w in HEADER.rows(data, 0, "waits", WAIT, h["nwaits"])]
     internal = nonzero(h["internal"])
     blocks = []
@@ -395,11 +402,27 @@ def _parse(path, st, data, names, extents=None):
     except aggdata.AggAreaError as e:
         raise ProcFileError(path, str(e)) from None
     return ProcFile(path, h["pid"], h["ppid"], h["seq"], state, h["exit_code"], MODES.get(mode, "?"),
-                    _cstr(h["exe"]), argv, _cstr(h["exec_path"]), h["exec_kind"], h["load_patched"],
+                    exe, argv, _cstr(h["exec_path"]), h["exec_kind"], h["load_patched"],
                     h["start_real_ns"], h["start_mono_ns"], h["start_tsc"], h["end_real_ns"], h["end_mono_ns"],
                     h["end_tsc"], h["cal_tsc"], h["cal_ns"], modules, waits, h["overflow"], blocks, internal,
                     h["uid"], h["exec_uid"], st.st_uid, aggregation, catchdata.parse(data), platform, table,
                     h["max_blocks"], start_retries=h["start_retries"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved(name, dev, ino):
+    """The executable's path as /proc/self/exe gave it, from the name it was
+    executed by (absolute) and the file that name led to then: the shim
+    records the name and leaves its symlinks to the reader (an `lstat` of
+    every component in every start).  The name as given when it no longer
+    leads to that file (replaced, removed, or named in another mount
+    namespace or root)."""
+    path = os.path.realpath(name)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return name
+    return path if (st.st_dev, st.st_ino) == (dev, ino) else name
 
 
 def nonzero(values):

@@ -219,6 +219,46 @@ def test_an_image_names_its_executable_as_proc_does_without_proc(tmp_path):
     assert len(asked) == 2, asked
 
 
+def test_an_image_looks_up_no_path_to_name_its_executable(tmp_path):
+    """The record holds the name the executable was run by, made absolute,
+    with the file's device and inode, and the reader resolves its symlinks:
+    resolving it in every start was an `lstat` of each component and a
+    `readlink` of each symlink (`/bin/true`: four and one)."""
+    newfstatat, readlink = syscall_table.NUMBERS["newfstatat"], syscall_table.NUMBERS["readlink"]
+    command = "/bin/true; cd /usr && ./bin/../bin/true; :"
+    ferry("run", "-o", tmp_path / "learn", "--", "sh", "-c", command, check=True, timeout=120)
+    run_dir = tmp_path / "run"
+    ferry("run", "--no-learn", "-o", run_dir, "--", "sh", "-c", command, check=True, timeout=120)
+    trues = _records(run_dir, "/usr/bin/true")
+    assert len(trues) == 2, [(r.exe, r.exec_path) for r in procfile.read_dir(run_dir / "proc")]
+    for r in trues:
+        assert r.internal.get(newfstatat, 0) == 0 and r.internal.get(readlink, 0) == 0, r.internal
+
+
+def test_the_executables_module_is_named_as_its_resolved_path(tmp_path, test_programs, monkeypatch):
+    """A rewritten executable runs from the cache, here reached through a
+    symlinked directory: its record's exe and the module of its own sites
+    both name the file itself, as /proc/self/exe would, and the run gives
+    the program as the user's file."""
+    real = tmp_path / "real-cache"
+    real.mkdir()
+    (tmp_path / "cache").symlink_to(real)
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    program = tmp_path / "prog"
+    shutil.copy2(test_programs / "inline_syscalls", program)
+    ferry("instrument", program, check=True, timeout=300)
+    run_dir = tmp_path / "run"
+    ferry("run", "--no-learn", "-o", run_dir, "--", "sh", "-c", f"{program}; :", check=True,
+          timeout=120)
+    records = procfile.read_dir(run_dir / "proc")
+    images = [r for r in records if r.exe != os.path.realpath("/bin/sh")]
+    assert len(images) == 1, [(r.exe, r.exec_path) for r in records]
+    image = images[0]
+    assert image.exe.startswith(str(real) + "/"), image.exe
+    assert image.exe in [name for name, _, _ in image.modules], (image.exe, image.modules)
+    assert [p["exe"] for p in load_run(run_dir)["processes"] if p["image"] == image.exe] == [str(program)]
+
+
 def _has_swap():
     with open("/proc/meminfo") as f:
         return any(line.split()[1] != "0" for line in f if line.startswith("SwapTotal:"))

@@ -1,12 +1,14 @@
-/* The path of the process's executable, as /proc/self/exe gives it
- * (exepath.c): without /proc when the exec hook's FERRY_EXE hint (`hint`,
- * "<dev>:<ino>", or NULL) says AT_EXECFN names it.  Into `out` (`cap`
- * bytes, NUL-terminated); its length, or -errno. */
+/* The name of the process's executable for its record (exepath.c): when
+ * the exec hook's FERRY_EXE hint (`hint`, "<dev>:<ino>", or NULL) says
+ * AT_EXECFN names it, that name made absolute, with *dev and *ino set (the
+ * reader resolves it); otherwise what /proc/self/exe says, *ino 0.  Into
+ * `out` (`cap` bytes, NUL-terminated); its length, or -errno. */
 #ifndef FERRY_EXEPATH_H
 #define FERRY_EXEPATH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-long ferry_exe_path(const char *hint, char *out, size_t cap);
+long ferry_exe_path(const char *hint, char *out, size_t cap, uint64_t *dev, uint64_t *ino);
 
 #endif

@@ -142,13 +142,16 @@ struct ferry_proc_header {
                                        call it caught: a page less for each process */
     uint32_t start_retries;         /* 244: ferry.dll: children wine failed to start
                                        (STATUS_INTERNAL_ERROR) and Ferry started again */
-    uint32_t reserved0[2];          /* 248 */
-    char exe[1024];                 /* 256 */
+    uint64_t exe_ino;               /* 248: not 0: exe is the name the program was
+                                       executed by (AT_EXECFN, made absolute), not
+                                       resolved, and it named this inode on exe_dev:
+                                       the reader resolves its symlinks */
+    char exe[1024];                 /* 256: as /proc/self/exe says, or as above */
     char exec_path[1024];           /* 1280: in the first page with the rest
                                        that a process always writes (version 1:
                                        after cmdline, a page more for each exec) */
     uint32_t cmdline_len;           /* 2304 */
-    uint32_t reserved1;
+    uint32_t exe_dev;               /* 2308: with exe_ino */
     char cmdline[4096];             /* 2312: NUL-separated arguments */
     char reserved2[8192 - 6408];    /* 6408 */
     struct ferry_module_entry modules[FERRY_MAX_MODULES];   /* 8192 */
@@ -290,7 +293,9 @@ _Static_assert(__builtin_offsetof(struct ferry_proc_header, uid) == 152, "header
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, names_offset) == 232, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, start_spans) == 160, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, catchall_on) == 240, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, exe_ino) == 248, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, exe_dev) == 2308, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 1280, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 2312, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, modules) == 8192, "header layout");

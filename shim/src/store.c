@@ -119,7 +119,10 @@ static void fill_identity(struct ferry_proc_header *h, char **argv, const char *
 {
     h->pid = (int32_t)ferry_raw0(SYS_getpid);
     h->ppid = (int32_t)ferry_raw0(SYS_getppid);
-    ferry_exe_path(exe_hint, h->exe, sizeof(h->exe));
+    uint64_t dev, ino;
+    ferry_exe_path(exe_hint, h->exe, sizeof(h->exe), &dev, &ino);
+    h->exe_dev = (uint32_t)dev;
+    h->exe_ino = ino;
     uint32_t len = 0;
     for (char **a = argv; a && *a; a++) {
         size_t l = ferry_strlen(*a) + 1;
@@ -408,6 +411,8 @@ void ferry_store_after_fork(void)
      * what they use: every page written is a page of the file to allocate
      * and write back, for each fork (32 KiB of module table, mostly empty). */
     ferry_memcpy(ferry_hdr->exe, parent->exe, ferry_strlen(parent->exe) + 1);
+    ferry_hdr->exe_dev = parent->exe_dev;
+    ferry_hdr->exe_ino = parent->exe_ino;
     uint32_t cmdline_len = parent->cmdline_len;
     if (cmdline_len > sizeof(parent->cmdline))
         cmdline_len = sizeof(parent->cmdline);
