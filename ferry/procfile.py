@@ -414,15 +414,23 @@ def _resolved(name, dev, ino):
     """The executable's path as /proc/self/exe gave it, from the name it was
     executed by (absolute) and the file that name led to then: the shim
     records the name and leaves its symlinks to the reader (an `lstat` of
-    every component in every start).  The name as given when it no longer
-    leads to that file (replaced, removed, or named in another mount
-    namespace or root)."""
+    every component in every start).  A file gone since (a build's test
+    program, removed once run) is resolved as far as its directories are;
+    one that is another file now (replaced, or named in another root or
+    mount namespace) keeps its name, only tidied of `.` and `//` (a `..`
+    stays: after a symlink it is not the component before it)."""
     path = os.path.realpath(name)
     try:
         st = os.stat(path)
+    except FileNotFoundError:
+        return path
     except OSError:
-        return name
-    return path if (st.st_dev, st.st_ino) == (dev, ino) else name
+        return _tidy(name)
+    return path if (st.st_dev, st.st_ino) == (dev, ino) else _tidy(name)
+
+
+def _tidy(name):
+    return "/" + "/".join(c for c in name.split("/") if c not in ("", "."))
 
 
 def nonzero(values):

@@ -235,6 +235,19 @@ def test_an_image_looks_up_no_path_to_name_its_executable(tmp_path):
         assert r.internal.get(newfstatat, 0) == 0 and r.internal.get(readlink, 0) == 0, r.internal
 
 
+def test_a_program_removed_once_run_is_named_by_its_path(tmp_path):
+    """A build runs a program it made and removes it (configure's
+    conftest): the record, read once the run ended, still names it by its
+    path, as /proc/self/exe did, the directories' symlinks resolved."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    run_dir = tmp_path / "run"
+    ferry("run", "-o", run_dir, "--", "sh", "-c", "cp /bin/true prog && ./prog && rm prog",
+          check=True, timeout=120, cwd=tmp_path / "link")
+    names = [r.exe for r in procfile.read_dir(run_dir / "proc")]
+    assert str(tmp_path / "real" / "prog") in names, names
+
+
 def test_the_executables_module_is_named_as_its_resolved_path(tmp_path, test_programs, monkeypatch):
     """A rewritten executable runs from the cache, here reached through a
     symlinked directory: its record's exe and the module of its own sites
