@@ -7,8 +7,8 @@
  * file's device and inode; the kernel keeps the name it was given as
  * AT_EXECFN.  That name, made absolute with the working directory, is
  * recorded as it is, with the device and inode: the reader resolves its
- * symlinks (ferry/procfile.py) as the kernel's lookup did, and keeps the
- * name as given if what it resolves to is not that file.  Resolving it here,
+ * symlinks (ferry/procfile.py) as the kernel's lookup did, once the run
+ * ended, and checks that the result is that file.  Resolving it here,
  * one component at a time, was an `lstat` for each component and a
  * `readlink` for each symlink (`/bin/true`: five calls, `cc1`: seven), in
  * every start.  Anything else (no hint, a name too long, the static shim,
