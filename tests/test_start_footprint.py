@@ -370,9 +370,7 @@ def test_a_shells_command_touches_few_pages_of_the_shims_variables(tmp_path):
         pages = _shim_data_pages(pid, _present)
         assert len(pages) <= 2, pages
     finally:
-        if pid:
-            os.kill(pid, 15)
-        proc.wait(timeout=30)
+        _end(proc, pid)
 
 
 def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
@@ -407,9 +405,15 @@ def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
         written = _shim_data_pages(child, _exclusive)
         assert len(written) <= 3, written
     finally:
-        if child:
-            os.kill(child, 15)
-        proc.wait(timeout=60)
+        _end(proc, child, timeout=60)
+
+
+def _end(proc, pid, timeout=30):
+    """The program a test found asleep (`pid`, or None when it never got
+    that far) ended, then the `ferry run` (`proc`) that started it."""
+    if pid:
+        os.kill(pid, 15)
+    proc.wait(timeout=timeout)
 
 
 def _stack_rss_kib(pid):
@@ -447,9 +451,7 @@ def _sleeping_stack_kib(command):
         pid = _sleep_started(proc, 41, enabled=command[0] != "sleep")
         return _stack_rss_kib(pid)
     finally:
-        if pid:
-            os.kill(pid, 15)
-        proc.wait(timeout=30)
+        _end(proc, pid)
 
 
 def _parent(pid):
