@@ -37,9 +37,14 @@ examples: sysdeps
 demo: setup shim examples
 	$(PY) examples/demo.py
 
+# Tests run side by side, one pytest-xdist worker per CPU up to 4 (each worker
+# boots its own wine prefix and makes its own session fixtures: more would
+# mostly repeat those).  TEST_JOBS=0 runs them one at a time.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: setup shim examples
 	$(MAKE) -s -C tests/programs
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_JOBS)
 
 # the tests that are neither slow nor need a display, the network or root: under a minute
 test-fast: setup shim examples

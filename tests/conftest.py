@@ -5,6 +5,7 @@ Every test session uses its own image cache and run index (FERRY_CACHE and FERRY
 in temporary directories), so tests never depend on, or pollute, the user's.  Programs
 are instrumented once per session and shared between tests.
 """
+import fcntl
 import json
 import os
 import shutil
@@ -173,13 +174,24 @@ def calls_of(stats, name):
     return sum(s["calls"].get(NUMBERS[name], 0) for s in stats.values())
 
 
+def make(directory, *targets, timeout=300, **variables):
+    """`make -s -C directory targets... NAME=value...`, failing the test with make's
+    output if it fails.  Under pytest-xdist every worker builds what its tests
+    need: the Makefile is held locked (flock) while make runs, so that two
+    workers never build the same files at once (the second then finds them
+    made)."""
+    args = ["make", "-s", "-C", str(directory), *targets, *(f"{k}={v}" for k, v in variables.items())]
+    with open(Path(directory) / "Makefile", "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+
+
 @pytest.fixture(scope="session")
 def test_programs():
     """tests/programs/build, built (`make -C tests/programs`) if needed."""
-    r = subprocess.run(["make", "-s", "-C", str(PROGRAMS.parent)], capture_output=True,
-                       text=True, timeout=300)
-    if r.returncode != 0:
-        raise AssertionError(f"make -C tests/programs failed:\n{r.stdout}\n{r.stderr}")
+    make(PROGRAMS.parent)
     return PROGRAMS
 
 STATIC_SRC = ROOT / "tests" / "programs" / "static"
@@ -221,11 +233,7 @@ def static_program():
         if target not in built:
             missing = _missing_toolchain(target)
             if missing is None:
-                r = subprocess.run(["make", "-s", "-C", str(STATIC_SRC), target,
-                                    f"GO={go_command() or 'go'}"],
-                                   capture_output=True, text=True, timeout=600)
-                if r.returncode != 0:
-                    raise AssertionError(f"make -C {STATIC_SRC} {target} failed:\n{r.stdout}\n{r.stderr}")
+                make(STATIC_SRC, target, timeout=600, GO=go_command() or "go")
             built[target] = missing
         if built[target]:
             pytest.skip(built[target])

@@ -39,13 +39,42 @@ def read_listening_line(proc, timeout):
     return int(line.split()[2]), line
 
 
+# Ports for servers that must be told theirs (apache2, Go's and Python's test
+# servers cannot pick one and say which): each pytest-xdist worker has a band
+# of PORT_BAND below the kernel's ephemeral range, where neither bind(0) nor a
+# client's connect picks, so that between free_port's look and the server's
+# bind no test beside this one and no client of any can be given the same port.
+PORT_BASE, PORT_BAND = 20000, 1000
+_ports_tried = 0
+
+
+def _ephemeral_low():
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    """A loopback port nobody listens on now.  The server binds it a moment
-    later; another process could take it in between, which on a test machine
-    is rare enough to accept (apache2 cannot be told to pick one itself)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on now, from this worker's band (or any
+    the kernel picks, when the bands would reach its ephemeral range)."""
+    global _ports_tried
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    low = PORT_BASE + index * PORT_BAND
+    candidates = []
+    if low + PORT_BAND <= _ephemeral_low():
+        start = (os.getpid() + _ports_tried) % PORT_BAND
+        candidates = [low + (start + i) % PORT_BAND for i in range(PORT_BAND)]
+    for port in candidates + [0]:
+        _ports_tried += 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError("no free loopback port")
 
 
 def check_response(resp, body, page, content_type="text/html"):

@@ -2,7 +2,6 @@
 enabled under load, keeps answering correctly, its calls appear in the report,
 and `ferry detach` leaves it running and answering."""
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -11,16 +10,11 @@ from pathlib import Path
 
 import pytest
 
+import httpload
 from conftest import FERRY, ferry
 from ferry.rundata import load_run
 
 PYTHON = "/usr/bin/python3.11"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Load(threading.Thread):
@@ -54,7 +48,7 @@ def test_attached_http_server_keeps_answering_and_is_recorded(tmp_path, monkeypa
     (tmp_path / "www").mkdir()
     page = b"hello from the attached server\n" * 50
     (tmp_path / "www" / "page.txt").write_bytes(page)
-    port = _free_port()
+    port = httpload.free_port()
     server = subprocess.Popen([PYTHON, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
                               cwd=tmp_path / "www", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = tmp_path / "run"

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import FERRY, ROOT, make
 from ferry.rundata import load_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -115,9 +115,7 @@ def profile(request):
 
 @pytest.fixture(scope="session")
 def net_server():
-    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples")], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, f"make -C examples failed:\n{r.stdout}\n{r.stderr}"
+    make(ROOT / "examples")
     return NET_SERVER
 
 

@@ -22,7 +22,7 @@ from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
-from conftest import ROOT, ferry  # noqa: E402
+from conftest import ROOT, ferry, make  # noqa: E402
 from ferry import runindex  # noqa: E402
 from ferry.gui import app as gui_app  # noqa: E402
 from ferry.gui import project as projects  # noqa: E402
@@ -38,9 +38,7 @@ WAIT_MS = 120_000
 @pytest.fixture(scope="session")
 def demo():
     """examples/build/demo, built (`make -C examples`) if needed."""
-    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples")], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, f"make -C examples failed:\n{r.stdout}\n{r.stderr}"
+    make(ROOT / "examples")
     return DEMO
 
 

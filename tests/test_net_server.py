@@ -16,7 +16,7 @@ import threading
 import pytest
 
 import httpload
-from conftest import FERRY, ROOT, proc_records, read_record
+from conftest import FERRY, ROOT, make, proc_records, read_record
 from ferry import aggdata
 
 SERVER = ROOT / "examples" / "build" / "net_server"
@@ -30,10 +30,7 @@ START_TIMEOUT = 180
 
 @pytest.fixture(scope="session")
 def net_server():
-    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples")], capture_output=True, text=True,
-                       timeout=300)
-    if r.returncode != 0:
-        raise AssertionError(f"make -C examples failed:\n{r.stdout}\n{r.stderr}")
+    make(ROOT / "examples")
     return SERVER
 
 

@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 import httpload
-from conftest import FERRY, ROOT, ferry
+from conftest import FERRY, ROOT, ferry, make
 from test_net_server import BAD_ARGUMENTS, NET_PROFILE, PAGE, Server, aggregation_area, raw_exchange, split_responses
 from test_pe_run import ferry_dll_built  # noqa: F401 (fixture)
 
@@ -29,10 +29,7 @@ MODELS = NATIVE + ["cluster"]
 
 @pytest.fixture(scope="session")
 def net_server_exe(wine):
-    r = subprocess.run(["make", "-s", "-C", str(ROOT / "examples"), "build/net_server.exe"],
-                       capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise AssertionError(f"make -C examples build/net_server.exe failed:\n{r.stdout}\n{r.stderr}")
+    make(ROOT / "examples", "build/net_server.exe")
     return SERVER
 
 
