@@ -256,14 +256,22 @@ def test_fiber_moves_to_an_idle_carrier(profile, test_programs, tmp_path):
     a thread of the other carrier, and a tgkill and a process-directed kill
     interrupt its blocking reads, their handlers running in it."""
     argv = [test_programs / "fib_steal"]
-    cmd = under(profile, tmp_path / "run", argv)
-    r = subprocess.run(cmd, capture_output=True, cwd=tmp_path, timeout=WORKLOAD_TIMEOUT, preexec_fn=no_core)
-    parts, obs = split_obs(r.stdout)
-    assert r.returncode == 0 and all(p.endswith(" ok") for p in parts) and len(parts) == 6, describe(r)
     want = STEAL_OBS[None if profile is None else "fibers2"]
+    # A steal needs the idle carrier's thread to get a CPU before the busy
+    # carrier's own tick (1 ms of its CPU) takes the reader back: with other
+    # tests' processes on both CPUs (pytest-xdist), a run once lost all of its
+    # 200 tries.  Such a run is made again, twice at most.
+    for attempt in range(3):
+        run_dir = tmp_path / f"run{attempt}"
+        cmd = under(profile, run_dir, argv)
+        r = subprocess.run(cmd, capture_output=True, cwd=tmp_path, timeout=WORKLOAD_TIMEOUT, preexec_fn=no_core)
+        parts, obs = split_obs(r.stdout)
+        assert r.returncode == 0 and all(p.endswith(" ok") for p in parts) and len(parts) == 6, describe(r)
+        if obs == want:
+            break
     assert obs == want, describe(r)
     if profile is not None:
-        assert_fibers_used(profile, tmp_path / "run", 2)
+        assert_fibers_used(profile, run_dir, 2)
 
 
 # How many scheduler rounds fib_accept_burst may take to answer its 128 clients
