@@ -42,14 +42,21 @@ HEADER_SIZE = HEADER.size
 NR_MAX = constant("FERRY_NR_MAX")
 MAX_BLOCKS = constant("FERRY_MAX_BLOCKS")
 HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
-# Where a block's tables lie, by the record's version: 2 (now) is the
+# Where a block's tables lie, by the record's version: 3 (now) and 2 are the
 # header's; 1 kept each number's figures at index nr of a fixed table
-# (no nr_slot).  Version 1 is still read so that earlier runs can be reported.
-# Version 1 kept exec_path after the command line (a page more for each exec).
+# (no nr_slot).  Earlier versions are still read so that earlier runs can be
+# reported.  Version 1 kept exec_path after the command line (a page more for
+# each exec); versions 1 and 2 had a longer exe and counted all the shim's own
+# calls in `internal`, where version 3 counts its first numbers in `own`, in
+# the first page.
 HEADER_V1 = {"cmdline_len": (1280, "<I"), "cmdline": (1288, "4096s"), "exec_path": (5384, "1024s")}
+HEADER_V2 = {"exe": (256, "1024s")}
+OWN_COUNT = (1 << 48) - 1
+_TABLES = {m: BLOCK.offset(m) for m in ("nr_slot", "nr", "sites", "errnos", "events")}
 BLOCK_TABLES = {
     1: {"nr": 4224, "sites": 151680, "errnos": 249984, "events": 266368},
-    VERSION: {m: BLOCK.offset(m) for m in ("nr_slot", "nr", "sites", "errnos", "events")},
+    2: _TABLES,
+    VERSION: _TABLES,
 }
 NAME_SIZE = constant("FERRY_CALL_NAME_SIZE")     # a Windows process's call names
 MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
@@ -361,6 +368,9 @@ def _parse(path, st, data, names, extents=None):
     if data[:len(MAGIC)] != MAGIC:
         raise ProcFileError(path, "not a Ferry process file")
     h = HEADER.unpack_only(data, _HEAD)
+    if h["version"] in (1, 2):
+        h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V2.items()})
+        h["own"] = ()
     if h["version"] == 1:
         h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V1.items()})
     tables = BLOCK_TABLES.get(h["version"])
@@ -387,6 +397,10 @@ def _parse(path, st, data, names, extents=None):
         modules = [(exe if name == cut else name, n, base) for name, n, base in modules]
     waits = [(w["pid"], w["status"], w["mono_ns"]) for w in HEADER.rows(data, 0, "waits", WAIT, h["nwaits"])]
     internal = nonzero(h["internal"])
+    for entry in h["own"]:
+        nr = (entry >> 48) - 1
+        if 0 <= nr < NR_MAX:
+            internal[nr] = internal.get(nr, 0) + (entry & OWN_COUNT)
     blocks = []
     mode, state = h["mode"], h["state"]
     count = min(h["nblocks"], h["max_blocks"])

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, ROOT
+from conftest import FERRY, PROGRAMS, ROOT
 from ferry.rundata import load_run
 
 LINE = re.compile(r"^(\d+) +(?:<\.\.\. (\w+) resumed>|(\w+)\()")
@@ -100,3 +100,17 @@ def test_report_states_what_it_did_not_see(tmp_path):
     _, run_dir = _trace(tmp_path, ["true"])
     model = load_run(run_dir)
     assert "not seen" in model["preinit"]["note"]
+
+
+def test_threads_that_start_at_once_are_counted_as_strace_sees_them(tmp_path):
+    """64 threads that start together each make the shim's own calls (their
+    blocks of the record mapped, the catch-all armed), tallied from every
+    thread in the same entries of the header: each is counted as strace
+    sees it, with the program's."""
+    import strace_counts
+    log = tmp_path / "strace.log"
+    run_dir = tmp_path / "run"
+    subprocess.run(["strace", "-f", "-qq", "-o", str(log), *FERRY, "run", "-o", str(run_dir), "--",
+                    str(PROGRAMS / "many_threads"), "64", "20"], check=True, capture_output=True, timeout=300)
+    counted = strace_counts.check(log, run_dir)
+    assert counted["getppid"] == 64 * 20, counted

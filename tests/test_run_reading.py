@@ -5,8 +5,11 @@ cache, zeroed, for it.  A run of a thousand processes took seconds so."""
 import os
 import subprocess
 
+import pytest
+
 from conftest import ferry
 from ferry import procfile
+from ferry.base.syscall_table import NUMBERS
 from ferry.rundata import load_run
 
 
@@ -111,45 +114,50 @@ def test_a_tables_rows_are_looked_for_only_where_data_was_read():
         assert [i for i, _ in whole] == sorted(marks)
 
 
-# The last commit whose shim wrote version 1 of the process record (each
-# number's figures at a fixed place in a block).
-LAST_V1 = "c3d6b22"
+# The last commits whose shims wrote the earlier versions of the process
+# record: 1, each number's figures at a fixed place in a block; 2, the
+# shim's own calls all in the header's table of every number.
+EARLIER_SHIMS = {1: "c3d6b22", 2: "1a8f670"}
 
 
-def test_runs_recorded_by_a_version_1_shim_still_read(tmp_path):
-    """A run recorded before the block's figures were kept in order of first
-    use reads as it did: the same calls, figures and errnos as the same
-    program recorded now."""
+@pytest.mark.parametrize("version", sorted(EARLIER_SHIMS))
+def test_runs_recorded_by_an_earlier_shim_still_read(tmp_path, version):
+    """A run recorded by the shim of an earlier version of the record reads
+    as it did: the same processes, calls, figures and errnos as the same
+    program recorded now, and the shim's own calls."""
     import shutil
     import tarfile
 
-    import pytest
     from conftest import ROOT, ferry_env
+    commit = EARLIER_SHIMS[version]
     if shutil.which("git") is None or subprocess.run(
-            ["git", "-C", str(ROOT), "cat-file", "-e", LAST_V1], capture_output=True).returncode:
-        pytest.skip("needs the source's git history to build the version 1 shim")
-    archive = tmp_path / "v1.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), LAST_V1, "shim"], check=True)
+            ["git", "-C", str(ROOT), "cat-file", "-e", commit], capture_output=True).returncode:
+        pytest.skip(f"needs the source's git history to build the version {version} shim")
+    archive = tmp_path / "old.tar"
+    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), commit, "shim"], check=True)
     with tarfile.open(archive) as t:
-        t.extractall(tmp_path / "v1", filter="data")
-    subprocess.run(["make", "-s", "-C", str(tmp_path / "v1" / "shim"), "build/libferry.so"],
+        t.extractall(tmp_path / "old", filter="data")
+    subprocess.run(["make", "-s", "-C", str(tmp_path / "old" / "shim"), "build/libferry.so"],
                    check=True, capture_output=True, timeout=300)
     argv = ["--", "sh", "-c", "exec ls -l /usr/bin /nonexistent"]
     runs = {}
-    for name, env in (("v1", ferry_env(FERRY_SHIM=tmp_path / "v1/shim/build/libferry.so",
-                                       FERRY_CACHE=tmp_path / "cache-v1")),
+    for name, env in (("old", ferry_env(FERRY_SHIM=tmp_path / "old/shim/build/libferry.so",
+                                        FERRY_CACHE=tmp_path / "cache-old")),
                       ("now", ferry_env(FERRY_CACHE=tmp_path / "cache-now"))):
         r = ferry("run", "-p", "trace", "--no-learn", "-o", tmp_path / f"run-{name}", *argv, env=env, timeout=120)
         assert r.returncode == 2, r.stderr
         procs = procfile.read_dir(tmp_path / f"run-{name}" / "proc")
         (ls,) = [p for p in procs if p.exe == "/usr/bin/ls"]
         with open(ls.file, "rb") as f:
-            version = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE, ls.offset))["version"]
-        runs[name] = (version, ls.blocks[0], sorted((p.exe, p.argv, p.exec_path) for p in procs))
-    assert runs["v1"][0] == 1 and runs["now"][0] == procfile.VERSION
-    assert runs["v1"][2] == runs["now"][2]
+            version_read = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE, ls.offset))["version"]
+        runs[name] = (version_read, ls.blocks[0], sorted((p.exe, p.argv, p.exec_path) for p in procs), ls.internal)
+    assert runs["old"][0] == version and runs["now"][0] == procfile.VERSION
+    assert runs["old"][2] == runs["now"][2]
+    # the image's claim of its slot: its file's lock taken and given back
+    flock = NUMBERS["flock"]
+    assert runs["old"][3].get(flock) == runs["now"][3].get(flock) == 2, (runs["old"][3], runs["now"][3])
     assert ("/usr/bin/dash", ["sh", "-c", "exec ls -l /usr/bin /nonexistent"], "/usr/bin/ls") in runs["now"][2]
-    old, new = runs["v1"][1], runs["now"][1]
+    old, new = runs["old"][1], runs["now"][1]
     assert old.calls == new.calls
     assert sorted(old.nr) == sorted(new.nr) and len(old.nr) >= 10
     for nr in new.nr:

@@ -574,3 +574,21 @@ def test_an_exec_writes_no_header_page_but_the_first_for_its_path(tmp_path):
         pages[name] = sorted(p - shell.offset // 4096 for p in head)
     for name, written in pages.items():
         assert 1 not in written and 0 in written, (name, written)
+
+
+def test_the_shims_own_calls_are_counted_in_the_first_page(tmp_path):
+    """The shim's own calls of every record of a shell's command (the shell,
+    its vfork child, the program) are counted in the header's first page:
+    the table of every number, a page of its own, was one more page of each
+    record to fault in (or write) and read back.  The counts are whole: the
+    same as a tracer sees of the shim's calls is checked elsewhere."""
+    for name, script in (("exec", "exec /bin/true"), ("vfork", "/bin/true; :")):
+        run_dir = tmp_path / name
+        r = ferry("run", "-p", "trace", "--no-learn", "-o", run_dir, "--", "sh", "-c", script, timeout=120)
+        assert r.returncode == 0, r.stderr
+        records = procfile.read_dir(run_dir / "proc")
+        assert {p.exe for p in records} == {"/usr/bin/dash", "/usr/bin/true"}, records
+        for p in records:
+            assert sum(p.internal.values()) >= 5, (name, p.exe, p.internal)
+            table = p.offset + procfile.HEADER.offset("internal")
+            assert not _pages_with_data(p.file, table, table + procfile.HEADER.span("internal")), (name, p.exe)

@@ -458,9 +458,7 @@ static void caught_call(int sig, siginfo_t *si, void *ucv);
 static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 {
     caught_call(sig, si, ucv);
-    uint64_t *own = ferry_tally();
-    if (own)
-        own[SYS_rt_sigreturn]++;
+    ferry_tally_one(SYS_rt_sigreturn);
 }
 
 static void caught_call(int sig, siginfo_t *si, void *ucv)

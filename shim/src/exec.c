@@ -684,9 +684,7 @@ static void exec_image(const char *image, char *const *argv, char *const *envp)
 {
     ferry_pass6(SYS_execve, (long)image, (long)argv, (long)envp, 0, 0, 0);
     ferry_store_exec_failed();  /* a vfork child's counters are its own again */
-    uint64_t *own = ferry_tally();
-    if (own)
-        own[SYS_execve]++;
+    ferry_tally_one(SYS_execve);
 }
 
 /* Run what the cache holds (`c`, `image`, of status `img`) for the file

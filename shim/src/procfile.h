@@ -25,10 +25,11 @@
 #include "layout.h"
 
 #define FERRY_PROC_MAGIC "FERRYPROC\0v1\0\0\0\0"
-/* 2: a block's figures per call number in order of first use (nr_slot),
+/* 3: the shim's own calls counted in the first page (own), exe 768 bytes;
+ * 2: a block's figures per call number in order of first use (nr_slot),
  * exec_path before cmdline; 1: figures at a fixed place per number, exec_path
- * after cmdline (ferry/procfile.py reads both) */
-#define FERRY_PROC_VERSION 2
+ * after cmdline (ferry/procfile.py reads all three) */
+#define FERRY_PROC_VERSION 3
 #define FERRY_PROC_HEADER_SIZE 65536
 #define FERRY_MAX_BLOCKS 1024
 #define FERRY_MAX_SITES 4096
@@ -36,6 +37,7 @@
 #define FERRY_MAX_WAITS 512
 #define FERRY_ERRNO_SLOTS 1024
 #define FERRY_HIST_BUCKETS 32
+#define FERRY_OWN_KINDS 32          /* numbers the header's first page tallies */
 /* platform: whose call numbers the file counts; a Windows process's name
  * table holds one NUL-padded name of FERRY_CALL_NAME_SIZE bytes a number */
 #define FERRY_PLATFORM_LINUX 0
@@ -146,7 +148,14 @@ struct ferry_proc_header {
                                        executed by (AT_EXECFN, made absolute), not
                                        resolved, and it named this inode on exe_dev:
                                        the reader resolves its symlinks */
-    char exe[1024];                 /* 256: as /proc/self/exe says, or as above */
+    char exe[768];                  /* 256: as /proc/self/exe says, or as above */
+    uint64_t own[FERRY_OWN_KINDS];  /* 1024: the shim's own calls, an entry per number
+                                       (placed from the number, or the next one free):
+                                       (nr + 1) << 48 | count; the numbers beyond them count in
+                                       internal[].  Every process makes a few, and
+                                       internal[]'s page was one more page of the
+                                       record to write in each (version 2: all
+                                       there, exe 1024 bytes) */
     char exec_path[1024];           /* 1280: in the first page with the rest
                                        that a process always writes (version 1:
                                        after cmdline, a page more for each exec) */
@@ -156,7 +165,8 @@ struct ferry_proc_header {
     char reserved2[8192 - 6408];    /* 6408 */
     struct ferry_module_entry modules[FERRY_MAX_MODULES];   /* 8192 */
     struct ferry_wait_entry waits[FERRY_MAX_WAITS];         /* 40960 */
-    uint64_t internal[FERRY_NR_MAX];                        /* 49152: the shim's own calls */
+    uint64_t internal[FERRY_NR_MAX];                        /* 49152: the shim's own calls
+                                                               beyond own[]'s numbers */
     char catchall[4096];            /* 53248: sites caught by the catch-all (catchall.h) */
     char aggregate[8192];           /* 57344: aggregation statistics (aggarea.h) */
 };
@@ -295,6 +305,7 @@ _Static_assert(__builtin_offsetof(struct ferry_proc_header, start_spans) == 160,
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, catchall_on) == 240, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe_ino) == 248, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, own) == 1024, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe_dev) == 2308, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 1280, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 2312, "header layout");

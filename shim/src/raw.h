@@ -9,12 +9,16 @@
 #include <linux/errno.h>  /* the kernel's E* values: what a raw call returns, negated */
 #include <stdint.h>
 
+#include "procfile.h"
 #include "thread.h"
 
 /* The shim's own calls are tallied (in the process file once it exists), so
  * that a tracer's view of a process can be matched call for call against
- * what the shim counted: strace's count = the program's + the shim's own. */
+ * what the shim counted: strace's count = the program's + the shim's own.
+ * The header's own[] entries (its first page) take the first numbers used,
+ * internal[] the rest. */
 extern uint64_t *ferry_internal;
+extern uint64_t *ferry_own;
 
 /* A call made on the program's behalf: not tallied as the shim's own. */
 static inline long ferry_pass6(long nr, long a, long b, long c, long d, long e, long f)
@@ -38,22 +42,33 @@ struct ferry_ksigaction {
     uint64_t mask;
 };
 
-/* Where the calling thread's own calls are tallied: a vfork child's apart
- * (its parent's other threads go on tallying theirs, in the process file);
- * NULL before the process file exists. */
-static inline uint64_t *ferry_tally(void)
+/* Where the calling thread's own calls are tallied: the table, and in
+ * `*own` the entries before it; a vfork child's apart (its spare's table,
+ * then its entries: its parent's other threads go on tallying theirs, in
+ * the process file); NULL before the process file exists. */
+static inline uint64_t *ferry_tally(uint64_t **own)
 {
     uint64_t *t = ferry_internal;
-    if (t && FERRY_THR->internal)
+    *own = ferry_own;
+    if (t && FERRY_THR->internal) {
         t = FERRY_THR->internal;
+        *own = t + FERRY_NR_MAX;
+    }
     return t;
 }
 
+/* `n` calls of `nr` (< FERRY_NR_MAX) in the entry of `own` that holds the
+ * number, taken for it at its first call, else in table[nr] once every
+ * entry is taken (store.c). */
+void ferry_tally_add(uint64_t *own, uint64_t *table, unsigned long nr, uint64_t n);
+
+/* One call of `nr` as the shim's own, made (or to be made) untallied: out
+ * of line, as every call site of the shim's own calls has it. */
+void ferry_tally_one(long nr);
+
 static inline long ferry_raw6(long nr, long a, long b, long c, long d, long e, long f)
 {
-    uint64_t *t = ferry_tally();
-    if (t && (unsigned long)nr < 512)
-        t[nr]++;
+    ferry_tally_one(nr);
     return ferry_pass6(nr, a, b, c, d, e, f);
 }
 

@@ -24,6 +24,40 @@ enum { VFORK_SLOT = 1, VFORK_OWN = 2 };
 
 struct ferry_proc_header *ferry_hdr FERRY_HOT;
 uint64_t *ferry_internal FERRY_HOT;
+uint64_t *ferry_own FERRY_HOT;
+
+/* `n` calls of `nr` (< FERRY_NR_MAX) in the entry of `own` that holds the
+ * number, taken for it at its first call, else in table[nr] once every
+ * entry is taken.  The search starts at a place the number gives (the
+ * engine's carriers tally a crossing each: a scan from the first entry read
+ * the lines the other carriers write).  Another thread, or a handler
+ * interrupting this one, may take an entry at the same moment: taking it is
+ * a compare-and-swap, and the count's add is atomic (48 bits of count: no
+ * carry reaches the number). */
+void ferry_tally_add(uint64_t *own, uint64_t *table, unsigned long nr, uint64_t n)
+{
+    uint64_t key = (uint64_t)(nr + 1) << 48;
+    unsigned start = (unsigned)((nr * 0x9E3779B1UL) >> 11);
+    for (unsigned k = 0; k < FERRY_OWN_KINDS; k++) {
+        unsigned i = (start + k) % FERRY_OWN_KINDS;
+        uint64_t v = __atomic_load_n(&own[i], __ATOMIC_RELAXED);
+        /* a failed swap leaves in v the number the winner took it for */
+        if (!v && __atomic_compare_exchange_n(&own[i], &v, key, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            v = key;
+        if ((v >> 48) == nr + 1) {
+            __atomic_fetch_add(&own[i], n, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    table[nr] += n;
+}
+
+void ferry_tally_one(long nr)
+{
+    uint64_t *own, *t = ferry_tally(&own);
+    if (t && (unsigned long)nr < FERRY_NR_MAX)
+        ferry_tally_add(own, t, (unsigned long)nr, 1);
+}
 
 /* What every start sets, in .data with the shim's other small variables:
  * each page of .bss a start writes is a fault in every process, and this,
@@ -218,15 +252,17 @@ static int open_backing(void)
             /* Tallied from the first file the shim opened: that openat is
              * where a tracer sees the shim start. */
             ferry_internal = ferry_hdr->internal;
+            ferry_own = ferry_hdr->own;
             for (uint32_t k = 0; k < tally.kinds; k++)
                 if (tally.of[k].nr < FERRY_NR_MAX)
-                    ferry_internal[tally.of[k].nr] += tally.of[k].count;
+                    ferry_tally_add(ferry_own, ferry_internal, tally.of[k].nr, tally.of[k].count);
             st.in_file = 1;
             return 0;
         }
     }
     ferry_hdr = map(FERRY_PROC_HEADER_SIZE, -1, 0);
     ferry_internal = ferry_hdr ? ferry_hdr->internal : 0;
+    ferry_own = ferry_hdr ? ferry_hdr->own : 0;
     return ferry_hdr ? 0 : -ENOMEM;
 }
 
@@ -402,6 +438,7 @@ void ferry_store_after_fork(void)
     FERRY_THR->vfork_handed_back = 0;
     FERRY_THR->internal = 0;
     ferry_internal = 0;
+    ferry_own = 0;
     struct ferry_proc_header *parent = ferry_hdr;
     if (open_backing() != 0) {
         ferry_hdr = 0;
@@ -430,11 +467,14 @@ void ferry_store_after_fork(void)
 }
 
 /* A vfork child's own calls (its exec hook's, its file's): they follow the
- * spare block, so that its file can say them like any process's. */
+ * spare block, so that its file can say them like any process's, the table
+ * first and then the entries (ferry_tally). */
 static uint64_t *spare_internal(void)
 {
     return (uint64_t *)((char *)FERRY_THR->spare + st.block_size);
 }
+
+#define SPARE_TALLY (sizeof(ferry_hdr->internal) + sizeof(ferry_hdr->own))
 
 /* Memory above the spare for a vfork child's exec hook: its environment
  * and argument arrays.  On posix_spawn's stack (about 32 KiB plus argv),
@@ -451,7 +491,7 @@ void *ferry_vfork_scratch(void)
 {
     if (!FERRY_THR->in_vfork_child)
         return 0;
-    return (char *)spare_internal() + sizeof(ferry_hdr->internal);
+    return (char *)spare_internal() + SPARE_TALLY;
 }
 
 void *ferry_vfork_stack(void)
@@ -464,7 +504,7 @@ void *ferry_vfork_stack(void)
 int ferry_blk_spare_prepare(void)
 {
     if (!FERRY_THR->spare)
-        FERRY_THR->spare = map(st.block_size + sizeof(ferry_hdr->internal) + SPARE_SCRATCH + SPARE_STACK,
+        FERRY_THR->spare = map(st.block_size + SPARE_TALLY + SPARE_SCRATCH + SPARE_STACK,
                                -1, 0);
     return FERRY_THR->spare ? 0 : -ENOMEM;
 }
@@ -481,7 +521,7 @@ static void spare_clear(const uint64_t *used)
     for (size_t i = 0; i < SPARE_PAGES; i++)
         if (used[i / 64] >> (i % 64) & 1)
             ferry_memset(p + i * 4096, 0, 4096);
-    ferry_memset(spare_internal(), 0, sizeof(ferry_hdr->internal));
+    ferry_memset(spare_internal(), 0, SPARE_TALLY);
 }
 
 void ferry_blk_enter_vfork_child(void)
@@ -497,7 +537,7 @@ void ferry_blk_enter_vfork_child(void)
      * took longer than the rest of the child's work. */
     int madvised = !FERRY_THR->spare_used_known;
     if (madvised)
-        ferry_pass6(SYS_madvise, (long)FERRY_THR->spare, st.block_size + sizeof(ferry_hdr->internal),
+        ferry_pass6(SYS_madvise, (long)FERRY_THR->spare, st.block_size + SPARE_TALLY,
                     MADV_DONTNEED, 0, 0, 0);
     else
         spare_clear(FERRY_THR->spare_used);
@@ -513,7 +553,8 @@ void ferry_blk_enter_vfork_child(void)
     /* the child's own calls are not the parent's (zeroed above); the
      * parent's other threads run on, and tally theirs as before */
     FERRY_THR->internal = spare_internal();
-    FERRY_THR->internal[SYS_madvise] += madvised;  /* the child's first own call */
+    if (madvised)  /* the child's first own call */
+        ferry_tally_add(FERRY_THR->internal + FERRY_NR_MAX, FERRY_THR->internal, SYS_madvise, 1);
 }
 
 void ferry_blk_leave_vfork_child(void)
@@ -670,7 +711,8 @@ static int vfork_child_record(int pid, uint64_t *base, uint32_t *seq, int image_
 #define HEAD_OWN 256
 _Static_assert(HEAD_AT(start_spans) + sizeof(((struct ferry_proc_header *)0)->start_spans) <= HEAD_OWN,
                "a vfork child's own fields");
-_Static_assert(HEAD_AT(exec_path) >= HEAD_OWN && HEAD_AT(cmdline) > HEAD_AT(exec_path) &&
+_Static_assert(HEAD_AT(own) >= HEAD_OWN && HEAD_AT(exec_path) >= HEAD_AT(own) + sizeof(((struct ferry_proc_header *)0)->own) &&
+               HEAD_AT(cmdline) > HEAD_AT(exec_path) &&
                HEAD_AT(cmdline) + sizeof(((struct ferry_proc_header *)0)->cmdline) <= HEAD_PAGES,
                "a vfork child's head: its exec path, then the command line, before the modules");
 #define PUT(buf, field, value)                                                  \
@@ -725,10 +767,14 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     PUT(own, uid, uid);
     PUT(own, exec_uid, uid);
-    struct iovec iov[4];
+    /* not the parent's tally: the child's goes in last (vfork_child_write) */
+    static const uint64_t no_tally[FERRY_OWN_KINDS];
+    struct iovec iov[6];
     int n = 0;
     iov[n++] = (struct iovec){own, HEAD_OWN};
-    size_t rest = HEAD_OWN;
+    iov[n++] = (struct iovec){(void *)(h + HEAD_OWN), HEAD_AT(own) - HEAD_OWN};
+    iov[n++] = (struct iovec){(void *)no_tally, sizeof(no_tally)};
+    size_t rest = HEAD_AT(own) + sizeof(no_tally);
     if (exec_path) {
         size_t len = ferry_strlen(exec_path);
         if (len >= sizeof(path))
@@ -778,14 +824,20 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
     FERRY_THR->spare_used[0] = used[0];
     FERRY_THR->spare_used[1] = used[1];
     FERRY_THR->spare_used_known = FERRY_THR->blk->event_head == 0;
-    /* The tally goes last, with the two calls that write it and close the
-     * file already in it; they are made untallied. */
-    uint64_t *own = ferry_tally();
-    if (own) {
-        own[SYS_pwrite64]++;
-        own[SYS_close]++;
-        ferry_pass6(SYS_pwrite64, fd, (long)own, sizeof(ferry_hdr->internal),
-                    AT(internal), 0, 0);
+    /* The tally goes last, with the calls that write it and close the file
+     * already in it; they are made untallied.  Its entries lie in the page
+     * the head was written to; the table beyond them, a page of its own, is
+     * written only when a number went there. */
+    uint64_t *own, *table = ferry_tally(&own);
+    if (table) {
+        ferry_tally_add(own, table, SYS_pwrite64, 1);
+        ferry_tally_add(own, table, SYS_close, 1);
+        int whole = !all_zero((const char *)table, sizeof(ferry_hdr->internal));
+        if (whole) {
+            ferry_tally_add(own, table, SYS_pwrite64, 1);
+            ferry_pass6(SYS_pwrite64, fd, (long)table, sizeof(ferry_hdr->internal), AT(internal), 0, 0);
+        }
+        ferry_pass6(SYS_pwrite64, fd, (long)own, sizeof(ferry_hdr->own), AT(own), 0, 0);
         ferry_pass6(SYS_close, fd, 0, 0, 0, 0, 0);
     } else {
         ferry_raw1(SYS_close, fd);
