@@ -7,6 +7,7 @@ first (`room`).  LIEF's other strategy shifts the whole image by a page,
 which we refuse, because trampolines and windows are computed from the
 original addresses.
 """
+import faulthandler
 import os
 import signal
 import tempfile
@@ -109,6 +110,10 @@ def _write_isolated(binary, tmp, source):
     naming the file, with nothing left behind, not as a dead `ferry`."""
     pid = os.fork()
     if pid == 0:
+        # the crash is reported as that one line: Python's fault handler
+        # (PYTHONFAULTHANDLER, -X faulthandler) would dump the child's stack
+        # before it
+        faulthandler.disable()
         try:
             binary.write(tmp)
             os._exit(0)

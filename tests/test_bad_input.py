@@ -233,6 +233,31 @@ def test_a_crash_inside_the_writer_is_an_error_not_a_dead_ferry(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+CRASHING_WRITE = """
+import os, signal, sys
+from ferry.rewriter import patcher
+from ferry.base.errors import FerryError
+class CrashingWriter:
+    def write(self, path):
+        os.kill(os.getpid(), signal.SIGFPE)
+try:
+    patcher._write_isolated(CrashingWriter(), sys.argv[1], "/input")
+except FerryError as e:
+    print(e)
+"""
+
+
+def test_a_crash_inside_the_writer_dumps_no_python_traceback(tmp_path):
+    # Python's fault handler (PYTHONFAULTHANDLER, -X faulthandler, pytest's
+    # workers) printed "Fatal Python error" and the writer child's stack
+    # before the one-line error that the crash is.
+    import sys
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", CRASHING_WRITE, str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60)
+    assert "corrupt ELF file: LIEF crashed" in r.stdout, (r.stdout, r.stderr)
+    assert r.stderr == "", r.stderr
+
+
 def test_library_name_that_is_not_text_is_reported(tmp_path):
     # Found by fuzzing: LIEF decodes DT_NEEDED names as UTF-8.
     path = tmp_path / "prog"
