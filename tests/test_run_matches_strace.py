@@ -107,7 +107,7 @@ def test_threads_that_start_at_once_are_counted_as_strace_sees_them(tmp_path):
     blocks of the record mapped, the catch-all armed), tallied from every
     thread in the same entries of the header: each is counted as strace
     sees it, with the program's."""
-    import strace_counts
+    import strace_counts  # here: it imports this module's LINE
     log = tmp_path / "strace.log"
     run_dir = tmp_path / "run"
     subprocess.run(["strace", "-f", "-qq", "-o", str(log), *FERRY, "run", "-o", str(run_dir), "--",

@@ -554,7 +554,7 @@ void ferry_blk_enter_vfork_child(void)
      * parent's other threads run on, and tally theirs as before */
     FERRY_THR->internal = spare_internal();
     if (madvised)  /* the child's first own call */
-        ferry_tally_add(FERRY_THR->internal + FERRY_NR_MAX, FERRY_THR->internal, SYS_madvise, 1);
+        ferry_tally_one(SYS_madvise);
 }
 
 void ferry_blk_leave_vfork_child(void)
