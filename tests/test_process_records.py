@@ -102,3 +102,29 @@ def test_threads_beyond_the_block_table_are_counted_once_each(tmp_path, profile)
     assert record.overflow == threads + 1 - record.max_blocks
     (entry,) = load_run(run_dir)["processes"]
     assert entry["reason"].startswith(f"{threads + 1 - 1024} threads beyond"), entry["reason"]
+
+
+@pytest.mark.parametrize("profile", ["trace", "count", "fibers"])
+def test_a_vfork_childs_record_holds_its_own_start_and_figures_not_its_parents(tmp_path, profile):
+    # A vfork child's record is written from its parent's header with the
+    # child's identity put in.  It kept the parent's start (the child
+    # seemed to have lived as long as its parent had) and the parent's
+    # catch-all and aggregation figures so far, which a report counted once
+    # more for each child.
+    run_dir = _run(tmp_path, [str(PROGRAMS / "spawn_later"), "50", "300"], profile)
+    procs = procfile.read_dir(run_dir / "proc")
+    (parent,) = [p for p in procs if p.exe.endswith("/spawn_later") and not p.exec_path]
+    children = [p for p in procs if p.pid != parent.pid and p.exec_path == "/bin/true"]
+    assert len(children) == 2, [(p.pid, p.exe, p.exec_path) for p in procs]
+    assert parent.caught and parent.caught["caught"] >= 50, parent.caught
+    if profile == "fibers":
+        assert parent.aggregation and parent.aggregation["native"] + parent.aggregation["aggregated"] >= 50
+    for child in children:
+        # it began after its parent slept, and ended after it began
+        assert child.start_mono_ns - parent.start_mono_ns >= 300_000_000, (child.start_mono_ns,
+                                                                         parent.start_mono_ns)
+        assert child.start_mono_ns <= child.end_mono_ns and child.start_real_ns <= child.end_real_ns
+        assert child.start_tsc <= child.end_tsc
+        assert not (child.caught or {}).get("caught"), child.caught
+        assert child.aggregation is None, child.aggregation
+        assert child.overflow == 0

@@ -176,11 +176,10 @@ static long map_slot(long fd, uint32_t uid, uint32_t k, uint64_t stride, uint64_
     return p;
 }
 
-struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint64_t stride, uint64_t map_size,
-                                                 const struct ferry_slot_hint *hint,
+struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint32_t uid, uint64_t stride,
+                                                 uint64_t map_size, const struct ferry_slot_hint *hint,
                                                  struct ferry_slot *slot, struct ferry_tally *tally)
 {
-    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     if (hint->uid != uid || hint->stride != stride || hint->file >= MAX_FILES)
         return 0;
     long fd = open_file(dir, uid, hint->file, O_RDWR, 0);
@@ -199,10 +198,9 @@ struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint64_t strid
     return IS_ERR(p) ? 0 : (struct ferry_proc_header *)p;
 }
 
-struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint64_t map_size,
+struct ferry_proc_header *ferry_slot_map(const char *dir, uint32_t uid, uint64_t stride, uint64_t map_size,
                                          struct ferry_slot *slot, struct ferry_tally *tally)
 {
-    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     struct ferry_tally *t = 0;  /* nothing tallied before the first file is open */
     uint32_t k = (cur.valid && cur.uid == uid && cur.stride == stride) ? cur.file : 0;
     int moved = 0;
@@ -235,10 +233,9 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint6
     return 0;
 }
 
-int ferry_slot_open(const char *dir, uint64_t stride, uint32_t count, struct ferry_slot *slot,
+int ferry_slot_open(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot,
                     struct ferry_tally *tally)
 {
-    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     if (!cur.valid || cur.uid != uid || cur.stride != stride)
         return -ENOENT;
     long fd;
@@ -258,10 +255,9 @@ int ferry_slot_open(const char *dir, uint64_t stride, uint32_t count, struct fer
     return (int)fd;
 }
 
-int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, struct ferry_tally *tally, int sized,
-                      uint64_t *size)
+int ferry_slot_reopen(const char *dir, uint32_t uid, const struct ferry_slot *slot, struct ferry_tally *tally,
+                      int sized, uint64_t *size)
 {
-    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     long fd = open_file(dir, uid, slot->file, O_WRONLY, tally);
     if (fd < 0)
         return (int)fd;

@@ -28,18 +28,22 @@ struct ferry_tally {
     } of[FERRY_TALLY_KINDS];
 };
 
+/* Each takes `uid`, the caller's effective user ID (geteuid), which names
+ * and owns the files: read once by the caller, for the record it writes
+ * too. */
+
 /* A slot of `stride` bytes in `<dir>/proc/u<euid>-<k>.ferry`, its first
  * `map_size` bytes mapped shared (MADV_RANDOM); NULL when none could be had.
  * `tally` counts the calls made from the first that opened a file on (the
  * one a tracer sees as the shim's start), by number. */
-struct ferry_proc_header *ferry_slot_map(const char *dir, uint64_t stride, uint64_t map_size,
+struct ferry_proc_header *ferry_slot_map(const char *dir, uint32_t uid, uint64_t stride, uint64_t map_size,
                                          struct ferry_slot *slot, struct ferry_tally *tally);
 
 /* For a vfork child, which must map nothing (its memory is its parent's):
  * `count` slots of the file its parent last mapped, if the child's user is
  * that file's (`slot` is the first).  A descriptor open for writing, or
  * -errno. */
-int ferry_slot_open(const char *dir, uint64_t stride, uint32_t count, struct ferry_slot *slot,
+int ferry_slot_open(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot,
                     struct ferry_tally *tally);
 
 /* A slot that a vfork child's exec hook claimed for the program it execs,
@@ -59,14 +63,14 @@ uint32_t ferry_slot_uid(void);
 /* The slot of `hint`, its first `map_size` bytes mapped shared, if it is
  * one of this user's for records of `stride` bytes; NULL otherwise (the
  * caller claims one as usual). */
-struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint64_t stride, uint64_t map_size,
-                                                 const struct ferry_slot_hint *hint,
+struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint32_t uid, uint64_t stride,
+                                                 uint64_t map_size, const struct ferry_slot_hint *hint,
                                                  struct ferry_slot *slot, struct ferry_tally *tally);
 
 /* The file of a slot, open for writing, or -errno; `sized`: the slot was
  * claimed before, and the file reaches past its header.  `size` (if not
  * NULL): the file's size. */
-int ferry_slot_reopen(const char *dir, const struct ferry_slot *slot, struct ferry_tally *tally, int sized,
-                      uint64_t *size);
+int ferry_slot_reopen(const char *dir, uint32_t uid, const struct ferry_slot *slot, struct ferry_tally *tally,
+                      int sized, uint64_t *size);
 
 #endif

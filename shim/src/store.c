@@ -68,6 +68,7 @@ static struct {
     int mode;
     uint32_t event_capacity;
     uint32_t block_size;
+    uint32_t uid;             /* effective user ID when the header was made */
     struct ferry_blk *first;  /* block 0, mapped with the header (0: not so) */
     int first_claimed;        /* `first` is blocks[0], published */
     const char *dir;          /* the run directory: the setting kept for children */
@@ -199,7 +200,7 @@ static int header_init(char **argv, int keep_cmdline, const char *exe_hint)
     h->mode = st.mode;
     h->event_capacity = st.event_capacity;
     h->state = FERRY_STATE_RUNNING;
-    h->uid = (uint32_t)ferry_raw0(SYS_geteuid);
+    h->uid = st.uid;  /* read by open_backing, just before */
     if (!keep_cmdline)
         fill_identity(h, argv, exe_hint);
     else {
@@ -232,6 +233,8 @@ static int claimed_set FERRY_HOT;
  * on. */
 static int open_backing(void)
 {
+    /* the files' user and the header's: one call for both */
+    st.uid = (uint32_t)ferry_raw0(SYS_geteuid);
     st.in_file = 0;
     st.first = 0;
     st.first_claimed = 0;
@@ -240,12 +243,12 @@ static int open_backing(void)
         tally.kinds = 0;
         struct ferry_slot slot;
         uint64_t stride = block_offset(FERRY_MAX_BLOCKS);
-        ferry_hdr = claimed_set ? ferry_slot_map_claimed(st.dir, stride, block_offset(1), &claimed, &slot,
-                                                         &tally)
+        ferry_hdr = claimed_set ? ferry_slot_map_claimed(st.dir, st.uid, stride, block_offset(1), &claimed,
+                                                         &slot, &tally)
                                 : 0;
         claimed_set = 0;
         if (!ferry_hdr)
-            ferry_hdr = ferry_slot_map(st.dir, stride, block_offset(1), &slot, &tally);
+            ferry_hdr = ferry_slot_map(st.dir, st.uid, stride, block_offset(1), &slot, &tally);
         if (ferry_hdr) {
             st.first = (struct ferry_blk *)((char *)ferry_hdr + block_offset(0));
             ferry_hdr->seq = slot.index;
@@ -543,6 +546,7 @@ void ferry_blk_enter_vfork_child(void)
         spare_clear(FERRY_THR->spare_used);
     FERRY_THR->spare_used_known = 0;
     FERRY_THR->vfork_unseen = 0;
+    FERRY_THR->vfork_start_tsc = ferry_rdtsc();
     FERRY_THR->spare->in_use = 1;
     FERRY_THR->spare->tid = (int32_t)ferry_raw0(SYS_gettid);
     FERRY_THR->vfork_saved = FERRY_THR->blk;
@@ -668,12 +672,12 @@ static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off, cons
  * before one succeeds (a PATH search): each write replaces the last, so the
  * child's calls are in the run once.  A descriptor, and the record's offset
  * and number in it. */
-static int vfork_child_record(int pid, uint64_t *base, uint32_t *seq, int image_slot)
+static int vfork_child_record(int pid, uint32_t uid, uint64_t *base, uint32_t *seq, int image_slot)
 {
     uint64_t stride = block_offset(FERRY_MAX_BLOCKS);
     int fd;
     if (FERRY_THR->vfork_file == VFORK_SLOT)
-        fd = ferry_slot_reopen(st.dir, &FERRY_THR->vfork_slot, 0, 1, 0);
+        fd = ferry_slot_reopen(st.dir, uid, &FERRY_THR->vfork_slot, 0, 1, 0);
     else if (FERRY_THR->vfork_file == VFORK_OWN) {
         char path[2300];
         fd = file_name(path, sizeof(path), st.dir, pid, FERRY_THR->vfork_slot.index)
@@ -684,7 +688,7 @@ static int vfork_child_record(int pid, uint64_t *base, uint32_t *seq, int image_
          * the next: one claim under the file's lock where the program made
          * a second (open, lock, fstat, pread, ftruncate, unlock: ~4 us of
          * its start).  Execs that fail leave it to the one that succeeds. */
-        fd = ferry_slot_open(st.dir, stride, image_slot ? 2 : 1, &FERRY_THR->vfork_slot, 0);
+        fd = ferry_slot_open(st.dir, uid, stride, image_slot ? 2 : 1, &FERRY_THR->vfork_slot, 0);
         if (fd >= 0) {
             FERRY_THR->vfork_file = VFORK_SLOT;
             FERRY_THR->vfork_image = image_slot ? FERRY_THR->vfork_slot.index + 2 : 0;
@@ -738,6 +742,26 @@ static size_t head_used(void)
     return HEAD_AT(cmdline) + len;
 }
 
+struct ferry_clock_pair {
+    uint64_t real_ns, mono_ns, tsc;
+};
+
+/* The clocks when the TSC read `tsc`, a moment between the start of `h`'s
+ * image and `end`: the TSC's rate over that span is the clocks' (it runs
+ * at a constant rate), the wall clock then is the wall clock at `end` less
+ * the time since.  Out of that span: its nearest end. */
+static struct ferry_clock_pair child_start(const struct ferry_proc_header *h,
+                                           const struct ferry_clock_pair *end, uint64_t tsc)
+{
+    uint64_t t0 = h->start_tsc, m0 = h->start_mono_ns;
+    if (tsc >= end->tsc || end->tsc <= t0 || end->mono_ns < m0)
+        return *end;
+    if (tsc <= t0)
+        tsc = t0;
+    uint64_t mono = m0 + (uint64_t)((unsigned __int128)(tsc - t0) * (end->mono_ns - m0) / (end->tsc - t0));
+    return (struct ferry_clock_pair){end->real_ns - (end->mono_ns - mono), mono, tsc};
+}
+
 /* The first pages of a vfork child's record: the parent's, with the child's
  * identity, state, end and exec path in place (written field by field, they
  * were eight more system calls for every child), as far as the parent's
@@ -745,8 +769,8 @@ static size_t head_used(void)
  * it holds entries, in another: a page between them that holds nothing
  * (the command line's room) is not written, one page less for every
  * child. */
-static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int ppid, uint32_t state,
-                             int exit_code, const char *exec_path, uint32_t kind)
+static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int ppid, uint32_t uid,
+                             uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
 {
     const char *h = (const char *)ferry_hdr;
     char own[HEAD_OWN], path[sizeof(ferry_hdr->exec_path)];
@@ -758,13 +782,21 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     PUT(own, exit_code, exit_code);
     PUT(own, nwaits, 0);
     PUT(own, seq, seq);
-    PUT(own, end_real_ns, ferry_real_ns());
-    PUT(own, end_mono_ns, ferry_mono_ns());
-    PUT(own, end_tsc, ferry_rdtsc());
+    PUT(own, overflow, 0);  /* the parent's threads, not the child's */
+    struct ferry_clock_pair end = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
+    PUT(own, end_real_ns, end.real_ns);
+    PUT(own, end_mono_ns, end.mono_ns);
+    PUT(own, end_tsc, end.tsc);
+    /* The child began at its vfork, not when its parent's image did: its
+     * clocks then, from the TSC's progress between the parent's start and
+     * the child's end (no calls at the vfork; in count mode there is no
+     * calibration to convert with). */
+    struct ferry_clock_pair began = child_start(ferry_hdr, &end, FERRY_THR->vfork_start_tsc);
+    PUT(own, start_real_ns, began.real_ns);
+    PUT(own, start_mono_ns, began.mono_ns);
+    PUT(own, start_tsc, began.tsc);
     PUT(own, exec_kind, kind);
     PUT(own, start_spans[FERRY_SPAN_EXEC_HOOK], FERRY_THR->vfork_hook_tsc);
-    /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it). */
-    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
     PUT(own, uid, uid);
     PUT(own, exec_uid, uid);
     /* not the parent's tally: the child's goes in last (vfork_child_write) */
@@ -805,17 +837,20 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
         return;
     uint64_t base;
     uint32_t seq;
-    int fd = vfork_child_record(pid, &base, &seq, image_slot);
+    /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it): its
+     * file's and its record's user, read once for both. */
+    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
+    int fd = vfork_child_record(pid, uid, &base, &seq, image_slot);
     if (fd < 0)
         return;
-    write_child_head(fd, base, seq, pid, ppid, state, exit_code, exec_path, kind);
-    /* The rest of the parent's header but its waits (the child waited for
-     * none: nwaits is 0) and its tally (the child's own goes last). */
-    const char *h = (const char *)ferry_hdr;
-    size_t mods = HEAD_PAGES + modules_used();
-    pwrite_used(fd, h + mods, HEAD_AT(waits) - mods, base + mods, 0, 0);
-    pwrite_used(fd, h + HEAD_AT(catchall), FERRY_PROC_HEADER_SIZE - HEAD_AT(catchall),
-                base + HEAD_AT(catchall), 0, 0);
+    write_child_head(fd, base, seq, pid, ppid, uid, state, exit_code, exec_path, kind);
+    /* Nothing more of the parent's header: the rest of its module table
+     * holds no entries, its waits and tally are its own, and so are the
+     * catch-all's and the engine's areas, which the parent's calls wrote
+     * (a child's caught calls count there too: the memory is the
+     * parent's).  Copied, every vfork child repeated the parent's figures
+     * so far: a report's calls caught and aggregated counted them once
+     * more for each child.  Reading them for zeros was ~40 KiB a child. */
     uint64_t touched[SPARE_PAGES], used[2] = {0, 0};
     pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE,
                 spare_touched(FERRY_THR->blk, touched) ? touched : 0, used);

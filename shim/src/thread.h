@@ -34,6 +34,7 @@ struct ferry_thread {
     int vfork_handed_back;          /* the child gave them back for its exit or exec */
     uint32_t vfork_file;
     struct ferry_slot vfork_slot;
+    uint64_t vfork_start_tsc;       /* when a vfork child began (its record's start) */
     uint64_t vfork_hook_tsc;        /* when a vfork child's exec hook began */
     uint64_t *internal;             /* a vfork child's tally of the shim's own calls (raw.h) */
     uint64_t spare_used[2];         /* pages of the spare block the last child wrote, */
