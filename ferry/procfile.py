@@ -40,24 +40,29 @@ MAGIC = constant("FERRY_PROC_MAGIC")
 VERSION = constant("FERRY_PROC_VERSION")
 HEADER_SIZE = HEADER.size
 NR_MAX = constant("FERRY_NR_MAX")
+MAX_SITES = constant("FERRY_MAX_SITES")
 MAX_BLOCKS = constant("FERRY_MAX_BLOCKS")
 HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
-# Where a block's tables lie, by the record's version: 3 (now) and 2 are the
+# Where a block's tables lie, by the record's version: 4 (now) is the
 # header's; 1 kept each number's figures at index nr of a fixed table
-# (no nr_slot).  Earlier versions are still read so that earlier runs can be
-# reported.  Version 1 kept exec_path after the command line (a page more for
-# each exec); versions 1 and 2 had a longer exe and counted all the shim's own
-# calls in `internal`, where version 3 counts its first numbers in `own`, in
-# the first page.
+# (no nr_slot).  Versions 1-3 kept each site's figures at index site of a
+# table of three words a row (4 looks a site up in a table of entries that
+# name it, which starts a page further on).  Earlier versions are still read
+# so that earlier runs can be reported.  Version 1 kept exec_path after the
+# command line (a page more for each exec); versions 1 and 2 had a longer exe
+# and counted all the shim's own calls in `internal`, where version 3 counts
+# its first numbers in `own`, in the first page.
 HEADER_V1 = {"cmdline_len": (1280, "<I"), "cmdline": (1288, "4096s"), "exec_path": (5384, "1024s")}
 HEADER_V2 = {"exe": (256, "1024s")}
 OWN_COUNT = (1 << 48) - 1
-_TABLES = {m: BLOCK.offset(m) for m in ("nr_slot", "nr", "sites", "errnos", "events")}
+_SITES_V3 = {"sites_span": 4096 * 24, "errnos_span": BLOCK.span("errnos"), "sites_keyed": False}
 BLOCK_TABLES = {
-    1: {"nr": 4224, "sites": 151680, "errnos": 249984, "events": 266368},
-    2: _TABLES,
-    VERSION: _TABLES,
+    1: {"nr": 4224, "sites": 151680, "errnos": 249984, "events": 266368, **_SITES_V3},
+    2: {"nr_slot": 4224, "nr": 5248, "sites": 152704, "errnos": 253952, "events": 270336, **_SITES_V3},
+    VERSION: {**{m: BLOCK.offset(m) for m in ("nr_slot", "nr", "sites", "errnos", "events")},
+              "sites_span": BLOCK.span("sites"), "errnos_span": BLOCK.span("errnos"), "sites_keyed": True},
 }
+BLOCK_TABLES[3] = BLOCK_TABLES[2]
 NAME_SIZE = constant("FERRY_CALL_NAME_SIZE")     # a Windows process's call names
 MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
 PLATFORM_LINUX = constant("FERRY_PLATFORM_LINUX")
@@ -507,13 +512,20 @@ _NR_FIGURES = NR_STATS.codec
 _NR_ERRORS, _NR_TIME, _NR_SHORTEST, _NR_LONGEST = (
     NR_STATS.position(m) for m in ("errors", "time_total", "time_min", "time_max"))
 _NR_HIST = slice(NR_STATS.position("hist"), NR_STATS.position("hist") + HIST_BUCKETS)
-_SITE_AT = tuple(SITE_STATS.position(m) for m in ("calls", "errors", "time_total"))
+_SITE_AT = tuple(SITE_STATS.position(m) for m in ("site", "calls", "errors", "time_total"))
 _ERRNO_AT = (ERRNO_SLOT.position("key"), ERRNO_SLOT.position("count"))
 # the 64-bit word of a row that says it is used: a site's calls, an errno
 # slot's key (with the reserved half beside it, zero)
 _SITE_WORD = SITE_STATS.offset("calls") // 8
 _ERRNO_WORD = ERRNO_SLOT.offset("key") // 8
 assert SITE_STATS.size % 8 == 0 and ERRNO_SLOT.size % 8 == 0
+
+
+class _SitesV3:
+    """A row of the site table of versions 1-3: calls, errors, ticks, at
+    the index of its site."""
+    size = 24
+    codec = struct.Struct("<3Q")
 
 
 def _block(data, off, mode, capacity, tables, extents=None):
@@ -531,12 +543,17 @@ def _block(data, off, mode, capacity, tables, extents=None):
             s = _NR_FIGURES.unpack_from(data, at)
             nr[n] = NrStats(calls[n], s[_NR_ERRORS], s[_NR_TIME], s[_NR_SHORTEST], s[_NR_LONGEST],
                             list(s[_NR_HIST]))
-        ci, ei, ti = _SITE_AT
-        for g, row in _table_rows(SITE_STATS, data, off + tables["sites"], BLOCK.span("sites"), extents,
-                                  _SITE_WORD):
-            sites[g] = (row[ci], row[ei], row[ti])
+        if tables["sites_keyed"]:
+            si, ci, ei, ti = _SITE_AT
+            for _, row in _table_rows(SITE_STATS, data, off + tables["sites"], tables["sites_span"],
+                                      extents, _SITE_WORD):
+                if 0 < row[si] <= MAX_SITES:
+                    sites[row[si] - 1] = (row[ci], row[ei], row[ti])
+        else:
+            for g, row in _table_rows(_SitesV3, data, off + tables["sites"], tables["sites_span"], extents, 0):
+                sites[g] = row
         ki, ni = _ERRNO_AT
-        for _, row in _table_rows(ERRNO_SLOT, data, off + tables["errnos"], BLOCK.span("errnos"), extents,
+        for _, row in _table_rows(ERRNO_SLOT, data, off + tables["errnos"], tables["errnos_span"], extents,
                                   _ERRNO_WORD):
             key, count = row[ki], row[ni]
             if key and count:

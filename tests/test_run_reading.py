@@ -85,13 +85,14 @@ def test_a_tables_used_rows_are_those_whose_word_is_set():
             data = bytearray(8 + size * rows.size)  # the table at 8: not at a page's start
             for m in marks:
                 if 0 <= m < size:
-                    rows.pack_into(data, 8 + m * rows.size, calls=7 << 8, errors=m, time_total=3)
+                    rows.pack_into(data, 8 + m * rows.size, site=m + 1, calls=7 << 8, errors=m, time_total=3)
             if size > 2:
                 rows.pack_into(data, 8 + rows.size, errors=5)  # errors alone: not a used row
             got = procfile._table_rows(rows, data, 8, size * rows.size, None, procfile._SITE_WORD)
             used = sorted({m for m in marks if 0 <= m < size})
             assert [i for i, _ in got] == used, (size, marks)
-            assert all(row == (7 << 8, i, 3) for i, row in got)
+            at_ = [rows.position(f) for f in ("site", "calls", "errors", "time_total")]
+            assert all([row[k] for k in at_] == [i + 1, 7 << 8, i, 3] for i, row in got)
 
 
 def test_a_tables_rows_are_looked_for_only_where_data_was_read():
@@ -103,7 +104,7 @@ def test_a_tables_rows_are_looked_for_only_where_data_was_read():
     for marks in ((), (0,), (n - 1,), (17, n - 3), (4095 // rows.size, 4096 // rows.size + 1)):
         data = bytearray(at + n * rows.size + 50)
         for m in marks:
-            data[at + m * rows.size + 1] = 7
+            data[at + m * rows.size + 8 * procfile._SITE_WORD + 1] = 7
         whole = procfile._table_rows(rows, data, at, n * rows.size, None, procfile._SITE_WORD)
         pages = sorted({(at + m * rows.size) // 4096 for m in marks})
         for extents in ([(p * 4096, 4096) for p in pages],                     # the pages read
@@ -116,8 +117,9 @@ def test_a_tables_rows_are_looked_for_only_where_data_was_read():
 
 # The last commits whose shims wrote the earlier versions of the process
 # record: 1, each number's figures at a fixed place in a block; 2, the
-# shim's own calls all in the header's table of every number.
-EARLIER_SHIMS = {1: "c3d6b22", 2: "1a8f670"}
+# shim's own calls all in the header's table of every number; 3, each
+# site's figures at a fixed place in a block.
+EARLIER_SHIMS = {1: "c3d6b22", 2: "1a8f670", 3: "a9fdb67"}
 
 
 @pytest.mark.parametrize("version", sorted(EARLIER_SHIMS))
@@ -164,4 +166,5 @@ def test_runs_recorded_by_an_earlier_shim_still_read(tmp_path, version):
         assert (old.nr[nr].calls, old.nr[nr].errors, old.nr[nr].errnos) == \
                (new.nr[nr].calls, new.nr[nr].errors, new.nr[nr].errnos), nr
         assert sum(old.nr[nr].hist) == sum(new.nr[nr].hist), nr
-    assert sorted(old.sites) == sorted(new.sites)
+    assert sorted(old.sites) == sorted(new.sites) and len(new.sites) >= 10
+    assert {g: s[:2] for g, s in old.sites.items()} == {g: s[:2] for g, s in new.sites.items()}

@@ -536,8 +536,10 @@ def test_a_traced_process_figures_take_pages_by_use_not_by_number(tmp_path):
     to the last one's, in the order first used: `ls` timed a dozen numbers
     and touched a page of its record for about each (16 pages in all), one
     more page of the run's file to fault in, allocate and write back.  Its
-    errors by errno share the errno table's first page likewise.  What the
-    run reads of them is what the process did."""
+    errors by errno share the errno table's first page likewise, and so do
+    the figures of the sites it called from (each at its site's own place,
+    ~1,700 of libc's alone, they were 4 pages).  What the run reads of them
+    is what the process did."""
     run_dir = tmp_path / "run"
     r = ferry("run", "-p", "trace", "--no-learn", "-o", run_dir, "--", "ls", "-l", "/usr/bin",
               "/nonexistent", timeout=120)
@@ -556,6 +558,10 @@ def test_a_traced_process_figures_take_pages_by_use_not_by_number(tmp_path):
     assert len(figures) <= 2 + len(block.nr) * procfile.NR_STATS.size // 4096, sorted(figures)
     errnos = _pages_with_data(ls.file, base + tables["errnos"], base + tables["events"])
     assert len(errnos) == 1, sorted(errnos)
+    assert len(block.sites) >= 10 and all(calls >= 1 for calls, _, _ in block.sites.values()), block.sites
+    assert sum(errors for _, errors, _ in block.sites.values()) >= 1  # the openat of /nonexistent
+    sites = _pages_with_data(ls.file, base + tables["sites"], base + tables["errnos"])
+    assert len(sites) == 1, sorted(sites)
 
 
 def test_an_exec_writes_no_header_page_but_the_first_for_its_path(tmp_path):

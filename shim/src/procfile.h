@@ -25,11 +25,13 @@
 #include "layout.h"
 
 #define FERRY_PROC_MAGIC "FERRYPROC\0v1\0\0\0\0"
-/* 3: the shim's own calls counted in the first page (own), exe 768 bytes;
+/* 4: a block's figures per site in a table probed from the site's number
+ * (struct ferry_site_stats), the tables after them a page further on;
+ * 3: the shim's own calls counted in the first page (own), exe 768 bytes;
  * 2: a block's figures per call number in order of first use (nr_slot),
  * exec_path before cmdline; 1: figures at a fixed place per number, exec_path
- * after cmdline (ferry/procfile.py reads all three) */
-#define FERRY_PROC_VERSION 3
+ * after cmdline (ferry/procfile.py reads all four) */
+#define FERRY_PROC_VERSION 4
 #define FERRY_PROC_HEADER_SIZE 65536
 #define FERRY_MAX_BLOCKS 1024
 #define FERRY_MAX_SITES 4096
@@ -234,7 +236,18 @@ struct ferry_nr_stats {
     uint64_t hist[FERRY_HIST_BUCKETS];  /* log2 of the duration in ns */
 };
 
+/* A site's figures, in a table keyed by the site: a process's sites lie
+ * anywhere in the numbering of every site its modules have (libc's alone
+ * are ~1,700), and figures at the site's own place (version 3) put each
+ * site a process used on a page of its own: `ls -l` wrote 4 pages of them,
+ * each a fault in the program, a page of the record and one more to read.
+ * Each site is looked for from a place its number gives, first within the
+ * table's first page, then over the whole table, which has an entry for
+ * every site there can be (trace.c); an entry, once taken, stays its
+ * site's. */
 struct ferry_site_stats {
+    uint32_t site;                  /* 1 + the global site index; 0: free */
+    uint32_t reserved;
     uint64_t calls;
     uint64_t errors;
     uint64_t time_total;
@@ -270,10 +283,10 @@ struct ferry_blk {
     uint16_t nr_slot[FERRY_NR_MAX]; /* 4224: 1 + the index in nr[] of a number's
                                        figures; 0: not timed yet */
     struct ferry_nr_stats nr[FERRY_NR_MAX];         /* 5248, in order of first use */
-    struct ferry_site_stats sites[FERRY_MAX_SITES]; /* 152704 */
-    char reserved4[2944];           /* 251008: errnos start a page */
-    struct ferry_errno_slot errnos[FERRY_ERRNO_SLOTS]; /* 253952 */
-    struct ferry_event events[];    /* 270336 */
+    char reserved4[2944];           /* 152704: sites start a page */
+    struct ferry_site_stats sites[FERRY_MAX_SITES]; /* 155648 */
+    struct ferry_errno_slot errnos[FERRY_ERRNO_SLOTS]; /* 286720 */
+    struct ferry_event events[];    /* 303104 */
 };
 
 /* The figures of number `nr` (< FERRY_NR_MAX) in block `b`, given an entry
@@ -322,9 +335,10 @@ _Static_assert(sizeof(struct ferry_module_entry) == 256, "module layout");
 _Static_assert(__builtin_offsetof(struct ferry_blk, calls) == FERRY_BLK_CALLS, "blk layout");
 _Static_assert(__builtin_offsetof(struct ferry_blk, nr_slot) == 4224, "blk layout");
 _Static_assert(__builtin_offsetof(struct ferry_blk, nr) == 5248, "blk layout");
-_Static_assert(__builtin_offsetof(struct ferry_blk, sites) == 152704, "blk layout");
-_Static_assert(__builtin_offsetof(struct ferry_blk, errnos) == 253952, "blk layout");
-_Static_assert(__builtin_offsetof(struct ferry_blk, events) == 270336, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, sites) == 155648, "blk layout");
+_Static_assert(sizeof(struct ferry_site_stats) == 32, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, errnos) == 286720, "blk layout");
+_Static_assert(__builtin_offsetof(struct ferry_blk, events) == 303104, "blk layout");
 _Static_assert(sizeof(struct ferry_event) == 32, "event layout");
 
 #endif

@@ -38,6 +38,47 @@ static void count_errno(struct ferry_blk *b, long nr, long err)
             return;
 }
 
+/* A site's entry: looked for from a place its number gives, a few entries
+ * within the table's first page, then a few within its next four pages,
+ * then over the whole table, which has an entry for every site there can
+ * be: a process's first ~100 sites share a page, its first ~600 five, and
+ * every site finds an entry.  The first free entry met is taken, and
+ * entries are never given back, so a site is always met before a free
+ * entry, where this order put it.  Taken by compare-and-swap: a signal
+ * handler on this thread may time a call in the middle. */
+#define SITE_NEAR (4096 / sizeof(struct ferry_site_stats))
+#define SITE_TRIES 16
+_Static_assert((SITE_NEAR & (SITE_NEAR - 1)) == 0 && (FERRY_MAX_SITES & (FERRY_MAX_SITES - 1)) == 0 &&
+               5 * SITE_NEAR <= FERRY_MAX_SITES, "site tables probed with a mask");
+
+/* Site `site`'s entry among `tries` of the `n` entries (a power of two)
+ * from entry `first` on, looked for from the `from`th; 0 when none of them
+ * is its or free. */
+static struct ferry_site_stats *site_among(struct ferry_blk *b, uint32_t site, uint32_t from, uint32_t first,
+                                           uint32_t n, uint32_t tries)
+{
+    for (uint32_t probe = 0; probe < tries; probe++) {
+        struct ferry_site_stats *ss = &b->sites[first + ((from + probe) & (n - 1))];
+        uint32_t key = __atomic_load_n(&ss->site, __ATOMIC_RELAXED);
+        if (key == site ||
+            (!key && __atomic_compare_exchange_n(&ss->site, &key, site, 0, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED)) ||
+            key == site /* taken for this site meanwhile */)
+            return ss;
+    }
+    return 0;
+}
+
+static struct ferry_site_stats *site_figures(struct ferry_blk *b, uint32_t site)
+{
+    /* the product's high bits depend on all of the number's */
+    uint32_t h = (site * 2654435761u) >> 16;
+    struct ferry_site_stats *ss = site_among(b, site, h, 0, SITE_NEAR, SITE_TRIES);
+    if (!ss)
+        ss = site_among(b, site, h, SITE_NEAR, 4 * SITE_NEAR, SITE_TRIES);
+    return ss ? ss : site_among(b, site, h, 0, FERRY_MAX_SITES, FERRY_MAX_SITES);
+}
+
 void ferry_trace_record(struct ferry_blk *b, long nr, long result, uint64_t t0, uint64_t t1,
                         uint32_t site)
 {
@@ -60,8 +101,8 @@ void ferry_trace_record(struct ferry_blk *b, long nr, long result, uint64_t t0, 
         s->errors++;
         count_errno(b, nr, -result);
     }
-    if (site && site <= FERRY_MAX_SITES) {
-        struct ferry_site_stats *ss = &b->sites[site - 1];
+    struct ferry_site_stats *ss = site && site <= FERRY_MAX_SITES ? site_figures(b, site) : 0;
+    if (ss) {
         ss->calls++;
         ss->errors += failed;
         ss->time_total += d;
