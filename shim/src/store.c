@@ -514,6 +514,13 @@ int ferry_blk_spare_prepare(void)
 
 int ferry_in_vfork_child(void) { return FERRY_THR->in_vfork_child; }
 
+/* A vfork child of a vfork child (which counts with its parent) finds its
+ * parent's pid here: a process of the same memory, as good to read by. */
+long ferry_memory_pid(void)
+{
+    return FERRY_THR->in_vfork_child ? FERRY_THR->spare->tid : ferry_raw0(SYS_getpid);
+}
+
 #define SPARE_PAGES ((sizeof(struct ferry_blk) + 4095) / 4096)
 _Static_assert(SPARE_PAGES <= 64 * sizeof(((struct ferry_thread *)0)->spare_used) / 8, "spare pages");
 

@@ -19,10 +19,15 @@ const char *ferry_env_lookup(char **envp, const char *key)
     return 0;
 }
 
-long ferry_safe_read(void *dst, const void *src, size_t n)
+long ferry_safe_read_as(long pid, void *dst, const void *src, size_t n)
 {
     struct iovec local = {dst, n}, remote = {(void *)src, n};
-    return ferry_raw6(SYS_process_vm_readv, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote, 1, 0);
+    return ferry_raw6(SYS_process_vm_readv, pid, (long)&local, 1, (long)&remote, 1, 0);
+}
+
+long ferry_safe_read(void *dst, const void *src, size_t n)
+{
+    return ferry_safe_read_as(ferry_raw0(SYS_getpid), dst, src, n);
 }
 
 long ferry_safe_write(void *dst, const void *src, size_t n)
