@@ -3,6 +3,7 @@ user: a process start takes a slot, it does not create a file (an inode and a
 directory entry each, 50-170 us on ext4, two per command a shell starts).
 Every process is still recorded whole, concurrent starts included, and a full
 file goes on in the next."""
+import os
 import subprocess
 
 import pytest
@@ -108,9 +109,9 @@ def test_threads_beyond_the_block_table_are_counted_once_each(tmp_path, profile)
 def test_a_vfork_childs_record_holds_its_own_start_and_figures_not_its_parents(tmp_path, profile):
     # A vfork child's record is written from its parent's header with the
     # child's identity put in.  It kept the parent's start (the child
-    # seemed to have lived as long as its parent had) and the parent's
-    # catch-all and aggregation figures so far, which a report counted once
-    # more for each child.
+    # seemed to have lived as long as its parent had), the TSC marks of the
+    # parent's constructor, and the parent's catch-all and aggregation
+    # figures so far, which a report counted once more for each child.
     run_dir = _run(tmp_path, [str(PROGRAMS / "spawn_later"), "50", "300"], profile)
     procs = procfile.read_dir(run_dir / "proc")
     (parent,) = [p for p in procs if p.exe.endswith("/spawn_later") and not p.exec_path]
@@ -128,3 +129,7 @@ def test_a_vfork_childs_record_holds_its_own_start_and_figures_not_its_parents(t
         assert not (child.caught or {}).get("caught"), child.caught
         assert child.aggregation is None, child.aggregation
         assert child.overflow == 0
+        with open(child.file, "rb") as f:
+            spans = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE, child.offset))["start_spans"]
+        hook = procfile.constant("FERRY_SPAN_EXEC_HOOK")
+        assert spans[hook] and not any(t for i, t in enumerate(spans) if i != hook), spans

@@ -803,6 +803,8 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     PUT(own, start_mono_ns, began.mono_ns);
     PUT(own, start_tsc, began.tsc);
     PUT(own, exec_kind, kind);
+    /* the parent's start steps are not the child's: it began at its vfork */
+    ferry_memset(own + HEAD_AT(start_spans), 0, sizeof(((struct ferry_proc_header *)0)->start_spans));
     PUT(own, start_spans[FERRY_SPAN_EXEC_HOOK], FERRY_THR->vfork_hook_tsc);
     PUT(own, uid, uid);
     PUT(own, exec_uid, uid);
