@@ -36,7 +36,11 @@
 
 static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 
-/* Modules this process has patched from a plan, by load address. */
+/* Modules this process has looked for a plan of, by load address: found
+ * and applied or not, each is looked for once.  Every change of the module
+ * list looks again at every module not in here; one with no plan was
+ * looked for (a stat and an openat that fails) at each: a Python that
+ * imported 40 extension modules made 380 of each. */
 static uint64_t planned[MAX_TARGETS];
 static int nplanned FERRY_HOT;
 
@@ -432,6 +436,8 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
     for (int i = 0; i < all.n; i++) {
         if (already_planned(targets[i].base))
             continue;
+        if (nplanned < MAX_TARGETS)
+            planned[nplanned++] = targets[i].base;
         char path[2600];
         struct ferry_plantext_key key;
         ferry_memset(&key, 0, sizeof(key));
@@ -453,8 +459,6 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
         key.plan = st;
         struct ferry_ctl *ctl = apply((const char *)map, (uint64_t)st.st_size, &targets[i], &key);
         ferry_raw2(SYS_munmap, map, st.st_size);
-        if (nplanned < MAX_TARGETS)
-            planned[nplanned++] = targets[i].base;  /* tried once, patched or not */
         if (ctl && ferry_memeq(ctl->magic, FERRY_CTL_MAGIC, FERRY_CTL_MAGIC_LEN)) {
             enable(ctl, targets[i].path, targets[i].base,
                    ferry_module_small_stacks(targets[i].phdr, targets[i].phnum, targets[i].base));
