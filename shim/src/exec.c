@@ -52,14 +52,13 @@ const char *ferry_cache_root(void) { return cache_root; }
 /* A NUL-terminated string from the program's memory, or -1. */
 long ferry_exec_string(char *dst, const char *src, size_t cap)
 {
-    long pid = ferry_memory_pid();
     size_t got = 0;
     while (got + 1 < cap) {
         /* Read up to the end of the current page: never beyond what exists. */
         size_t chunk = 4096 - (((unsigned long)src + got) & 4095);
         if (chunk > cap - 1 - got)
             chunk = cap - 1 - got;
-        if (ferry_safe_read_as(pid, dst + got, src + got, chunk) != (long)chunk)
+        if (ferry_safe_read(dst + got, src + got, chunk) != (long)chunk)
             return -1;
         for (size_t i = got; i < got + chunk; i++)
             if (!dst[i])
@@ -316,7 +315,7 @@ static uint32_t classify(const char *path, const struct stat *st, char *head, si
  * 1 with *p set, 0 at the end, -1 if it cannot be read. */
 int ferry_exec_pointer(char *const *array, size_t i, char **p)
 {
-    if (ferry_safe_read_as(ferry_memory_pid(), p, &array[i], sizeof(*p)) != sizeof(*p))
+    if (ferry_safe_read(p, &array[i], sizeof(*p)) != sizeof(*p))
         return -1;
     return *p != 0;
 }

@@ -242,9 +242,9 @@ struct ferry_nr_stats {
  * site a process used on a page of its own: `ls -l` wrote 4 pages of them,
  * each a fault in the program, a page of the record and one more to read.
  * Each site is looked for from a place its number gives, first within the
- * table's first page, then over the whole table, which has an entry for
- * every site there can be (trace.c); an entry, once taken, stays its
- * site's. */
+ * table's first page, then within its next four, then over the whole table,
+ * which has an entry for every site there can be (trace.c); an entry, once
+ * taken, stays its site's. */
 struct ferry_site_stats {
     uint32_t site;                  /* 1 + the global site index; 0: free */
     uint32_t reserved;

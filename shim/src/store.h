@@ -37,9 +37,9 @@ int ferry_blk_spare_prepare(void);
 void ferry_blk_enter_vfork_child(void);
 void ferry_blk_leave_vfork_child(void);
 int ferry_in_vfork_child(void);
-/* A process whose memory this one's is (a vfork child's parent shares it),
- * for reading it through the kernel: a vfork child's own pid, known since
- * it began, without a getpid; else getpid's. */
+/* The pid to reach this process's memory by through the kernel
+ * (ferry_safe_read): a vfork child's own, known since it began, without a
+ * getpid; else getpid's. */
 long ferry_memory_pid(void);
 /* 64 KiB a vfork child may use instead of its stack (NULL elsewhere): a
  * posix_spawn child's stack is small. */

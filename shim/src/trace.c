@@ -10,73 +10,66 @@ static uint64_t ticks_to_ns(uint64_t ticks)
     return (uint64_t)(((unsigned __int128)ticks * h->cal_ns) / h->cal_tsc);
 }
 
-/* Errno slots probed first within the table's first page (256 slots), then
- * over the whole table: the few (number, errno) pairs of most processes
- * land in one page of the record instead of one page each.  Slots are never
- * given back, so a key is always found where this order put it. */
-#define ERRNO_NEAR (4096 / sizeof(struct ferry_errno_slot))
-
-static int errno_slot(struct ferry_errno_slot *s, uint32_t key)
+/* The entry for `key` (not 0) in a table of entries of `size` bytes, each
+ * beginning with its key (0: free), among `tries` of the `n` entries (a
+ * power of two) from entry `first` on, looked for from the `from`th; 0 when
+ * none of them is its or free.  The first free entry met is taken, and
+ * entries are never given back, so a key is always met before a free entry,
+ * where the same order put it.  Taken by compare-and-swap: a signal handler
+ * on this thread may record a call in the middle. */
+static void *keyed_entry(void *table, size_t size, uint32_t key, uint32_t from, uint32_t first, uint32_t n,
+                         uint32_t tries)
 {
-    if (s->key == key || s->key == 0) {
-        s->key = key;
-        s->count++;
-        return 1;
+    for (uint32_t probe = 0; probe < tries; probe++) {
+        uint32_t *at = (uint32_t *)((char *)table + (first + ((from + probe) & (n - 1))) * size);
+        uint32_t was = __atomic_load_n(at, __ATOMIC_RELAXED);
+        if (was == key ||
+            (!was && __atomic_compare_exchange_n(at, &was, key, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) ||
+            was == key /* taken for this key meanwhile */)
+            return at;
     }
     return 0;
 }
+
+_Static_assert(__builtin_offsetof(struct ferry_errno_slot, key) == 0 &&
+               __builtin_offsetof(struct ferry_site_stats, site) == 0, "keyed tables: the key first");
+
+/* Errno slots probed first within the table's first page (256 slots), then
+ * over the whole table: the few (number, errno) pairs of most processes
+ * land in one page of the record instead of one page each. */
+#define ERRNO_NEAR (4096 / sizeof(struct ferry_errno_slot))
+#define ERRNO_TRIES 16
 
 static void count_errno(struct ferry_blk *b, long nr, long err)
 {
     uint32_t key = (uint32_t)nr << 16 | (uint32_t)err;
     uint32_t h = key * 2654435761u;
-    for (uint32_t probe = 0, i = h % ERRNO_NEAR; probe < 16; probe++, i = (i + 1) % ERRNO_NEAR)
-        if (errno_slot(&b->errnos[i], key))
-            return;
-    for (uint32_t probe = 0, i = h % FERRY_ERRNO_SLOTS; probe < 16; probe++, i = (i + 1) % FERRY_ERRNO_SLOTS)
-        if (errno_slot(&b->errnos[i], key))
-            return;
+    struct ferry_errno_slot *e = keyed_entry(b->errnos, sizeof(*e), key, h, 0, ERRNO_NEAR, ERRNO_TRIES);
+    if (!e)
+        e = keyed_entry(b->errnos, sizeof(*e), key, h, 0, FERRY_ERRNO_SLOTS, ERRNO_TRIES);
+    if (e)
+        e->count++;
 }
 
-/* A site's entry: looked for from a place its number gives, a few entries
- * within the table's first page, then a few within its next four pages,
- * then over the whole table, which has an entry for every site there can
- * be: a process's first ~100 sites share a page, its first ~600 five, and
- * every site finds an entry.  The first free entry met is taken, and
- * entries are never given back, so a site is always met before a free
- * entry, where this order put it.  Taken by compare-and-swap: a signal
- * handler on this thread may time a call in the middle. */
+/* A site's entry: a few entries within the table's first page, then a few
+ * within its next four pages, then the whole table, which has an entry for
+ * every site there can be: a process's first ~100 sites share a page, its
+ * first ~600 five, and every site finds an entry. */
 #define SITE_NEAR (4096 / sizeof(struct ferry_site_stats))
 #define SITE_TRIES 16
 _Static_assert((SITE_NEAR & (SITE_NEAR - 1)) == 0 && (FERRY_MAX_SITES & (FERRY_MAX_SITES - 1)) == 0 &&
-               5 * SITE_NEAR <= FERRY_MAX_SITES, "site tables probed with a mask");
-
-/* Site `site`'s entry among `tries` of the `n` entries (a power of two)
- * from entry `first` on, looked for from the `from`th; 0 when none of them
- * is its or free. */
-static struct ferry_site_stats *site_among(struct ferry_blk *b, uint32_t site, uint32_t from, uint32_t first,
-                                           uint32_t n, uint32_t tries)
-{
-    for (uint32_t probe = 0; probe < tries; probe++) {
-        struct ferry_site_stats *ss = &b->sites[first + ((from + probe) & (n - 1))];
-        uint32_t key = __atomic_load_n(&ss->site, __ATOMIC_RELAXED);
-        if (key == site ||
-            (!key && __atomic_compare_exchange_n(&ss->site, &key, site, 0, __ATOMIC_RELAXED,
-                                                 __ATOMIC_RELAXED)) ||
-            key == site /* taken for this site meanwhile */)
-            return ss;
-    }
-    return 0;
-}
+               (ERRNO_NEAR & (ERRNO_NEAR - 1)) == 0 && (FERRY_ERRNO_SLOTS & (FERRY_ERRNO_SLOTS - 1)) == 0 &&
+               5 * SITE_NEAR <= FERRY_MAX_SITES, "keyed tables probed with a mask");
 
 static struct ferry_site_stats *site_figures(struct ferry_blk *b, uint32_t site)
 {
     /* the product's high bits depend on all of the number's */
     uint32_t h = (site * 2654435761u) >> 16;
-    struct ferry_site_stats *ss = site_among(b, site, h, 0, SITE_NEAR, SITE_TRIES);
+    size_t size = sizeof(struct ferry_site_stats);
+    struct ferry_site_stats *ss = keyed_entry(b->sites, size, site, h, 0, SITE_NEAR, SITE_TRIES);
     if (!ss)
-        ss = site_among(b, site, h, SITE_NEAR, 4 * SITE_NEAR, SITE_TRIES);
-    return ss ? ss : site_among(b, site, h, 0, FERRY_MAX_SITES, FERRY_MAX_SITES);
+        ss = keyed_entry(b->sites, size, site, h, SITE_NEAR, 4 * SITE_NEAR, SITE_TRIES);
+    return ss ? ss : keyed_entry(b->sites, size, site, h, 0, FERRY_MAX_SITES, FERRY_MAX_SITES);
 }
 
 void ferry_trace_record(struct ferry_blk *b, long nr, long result, uint64_t t0, uint64_t t1,

@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include "raw.h"
+#include "store.h"
 
 const char *ferry_env_lookup(char **envp, const char *key)
 {
@@ -19,21 +20,16 @@ const char *ferry_env_lookup(char **envp, const char *key)
     return 0;
 }
 
-long ferry_safe_read_as(long pid, void *dst, const void *src, size_t n)
-{
-    struct iovec local = {dst, n}, remote = {(void *)src, n};
-    return ferry_raw6(SYS_process_vm_readv, pid, (long)&local, 1, (long)&remote, 1, 0);
-}
-
 long ferry_safe_read(void *dst, const void *src, size_t n)
 {
-    return ferry_safe_read_as(ferry_raw0(SYS_getpid), dst, src, n);
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    return ferry_raw6(SYS_process_vm_readv, ferry_memory_pid(), (long)&local, 1, (long)&remote, 1, 0);
 }
 
 long ferry_safe_write(void *dst, const void *src, size_t n)
 {
     struct iovec local = {(void *)src, n}, remote = {dst, n};
-    long r = ferry_raw6(SYS_process_vm_writev, ferry_raw0(SYS_getpid), (long)&local, 1, (long)&remote,
+    long r = ferry_raw6(SYS_process_vm_writev, ferry_memory_pid(), (long)&local, 1, (long)&remote,
                         1, 0);
     return r == (long)n ? 0 : -EFAULT;
 }

@@ -38,8 +38,6 @@ const char *ferry_env_lookup(char **envp, const char *key);
 /* Copy from the program's memory the way the kernel does: a bad pointer is
  * a negative errno, not a crash in the shim. */
 long ferry_safe_read(void *dst, const void *src, size_t n);
-/* ... through process `pid`, which must share this process's memory */
-long ferry_safe_read_as(long pid, void *dst, const void *src, size_t n);
 /* ... and write into it: 0, or -EFAULT when not all of it could be written. */
 long ferry_safe_write(void *dst, const void *src, size_t n);
 
