@@ -141,6 +141,27 @@ def test_the_shim_is_mapped_in_two_pieces(tmp_path):
     assert len(maps) == 2, maps
 
 
+def test_the_shims_data_is_one_page_that_the_loader_writes_first(tmp_path):
+    """The shim's file-backed data (.dynamic, the GOT, .data) lies in one
+    page with the head of .bss, which ld.so zeroes when it maps it: one
+    fault.  With RELRO the first part ended a page of its own, which ld.so
+    read (.dynamic) and then wrote (its relocations), two faults, and made
+    read-only, an mprotect and one mapping more in every process."""
+    proc = subprocess.Popen([*FERRY, "run", "-p", "trace", "--no-learn", "-o", str(tmp_path / "run"), "--",
+                             "sleep", "31"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid = None
+    try:
+        pid = _sleep_started(proc, 31, enabled=True)
+        with open(f"/proc/{pid}/maps") as f:
+            shim = [line.split() for line in f if line.rstrip().endswith("/libferry.so")]
+        assert sorted(parts[1] for parts in shim) == ["r-xp", "rw-p"], shim
+        (data,) = [parts for parts in shim if parts[1] == "rw-p"]
+        lo, hi = (int(x, 16) for x in data[0].split("-"))
+        assert hi - lo == 4096, data
+    finally:
+        _end(proc, pid)
+
+
 def _strace_run(tmp_path, calls, *command, learn=False, cwd=None):
     """The lines of `strace -f -e trace=CALLS` of `ferry run [--no-learn] --
     COMMAND` (in `cwd`), and the run directory."""
@@ -338,7 +359,9 @@ def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
     run directory point at the kept settings and the store's fields live
     in .data: RELRO, .data with the small variables and the settings'
     head, the plans' table (planned), the plans' ranges (avoid,
-    remapped)."""
+    remapped).  Without RELRO the first two are one page and the
+    settings' tail one more: still four, but the first is written before
+    it is read, one fault where there were two."""
     out = tmp_path / "run"
     ready = tmp_path / "ready"
     proc = subprocess.Popen([*FERRY, "run", "-p", "trace", "--no-learn", "-o", str(out), "--", "sh", "-c",
