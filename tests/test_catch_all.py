@@ -92,6 +92,47 @@ def test_an_identical_copy_of_a_planned_library_is_planned_too(tmp_path, test_pr
     assert not [s for s in second["catch_all"]["sites"] if s["path"] == str(learned)]
 
 
+def test_every_library_of_a_process_with_many_is_patched_once_planned(tmp_path, test_programs, monkeypatch):
+    # The shim's table of modules to plan held 64: in a process with more
+    # (a Python with many extension modules), those loaded after the 64th
+    # were never patched, and their calls were caught on every run.  Each
+    # run learns the libraries whose calls the catch-all's table of sites
+    # had room for; once every one is planned, every call is patched.
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    libs = [tmp_path / f"libsite{i:02d}.so" for i in range(72)]
+    for lib in libs:
+        shutil.copy(PROGRAMS / "libsite.so", lib)
+    caught = None
+    for run in range(8):
+        r = ferry("run", "-o", tmp_path / f"run{run}", "--", PROGRAMS / "dlopen_many", 3, *libs, check=True)
+        assert "216 of 216" in r.stdout
+        model = load_run(tmp_path / f"run{run}")
+        assert calls(model, "getppid") == 216
+        caught = {s["path"] for s in model["catch_all"]["sites"] if "libsite" in s["path"]}
+        if not caught and not model["catch_all"]["overflow"]:
+            break
+    assert not caught, f"{len(caught)} libraries still caught after {run + 1} runs"
+    assert _library_sites(model) == {lib.name: 3 for lib in libs}
+
+
+def test_a_library_loaded_where_an_unloaded_one_was_is_planned_too(tmp_path, test_programs, monkeypatch):
+    # Modules are told apart by where they are loaded; after a dlclose the
+    # next library often lands at the same address, and must not pass for
+    # the one that was there (looked for once already, so never planned).
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    first, second = tmp_path / "libsite_a.so", tmp_path / "libsite_b.so"
+    for lib in (first, second):
+        shutil.copy(PROGRAMS / "libsite.so", lib)
+        ferry("instrument", lib, check=True, text=False)
+    r = ferry("run", "--no-learn", "-o", tmp_path / "run", "--", PROGRAMS / "dlopen_many", 20, "-c", first,
+              second, check=True)
+    assert "40 of 40" in r.stdout
+    assert "1 loaded where the one before was" in r.stdout  # else this shows nothing
+    model = load_run(tmp_path / "run")
+    assert _library_sites(model) == {"libsite_a.so": 20, "libsite_b.so": 20}
+    assert not [s for s in model["catch_all"]["sites"] if "libsite" in s["path"]]
+
+
 def test_libraries_loaded_by_threads_at_once_are_patched_as_they_appear(tmp_path, test_programs,
                                                                        monkeypatch):
     # ld.so's hook is written at the first call the catch-all catches; here

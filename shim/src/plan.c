@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stddef.h>
 #include <link.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -40,16 +41,19 @@ static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
  * and applied or not, each is looked for once.  Every change of the module
  * list looks again at every module not in here; one with no plan was
  * looked for (a stat and an openat that fails) at each: a Python that
- * imported 40 extension modules made 380 of each. */
-static uint64_t planned[MAX_TARGETS];
+ * imported 40 extension modules made 380 of each.  Past its end a module
+ * is still planned, and looked for again at each change. */
+#define MAX_PLANNED 1024
+static uint64_t planned[MAX_PLANNED] FERRY_COLD;
 static int nplanned FERRY_HOT;
 
-static int already_planned(uint64_t base)
+/* Its index in planned[], or -1. */
+static int planned_index(uint64_t base)
 {
     for (int i = 0; i < nplanned; i++)
         if (planned[i] == base)
-            return 1;
-    return 0;
+            return i;
+    return -1;
 }
 
 /* The module's name is ld.so's own string (its link_map's), as its phdr is:
@@ -66,7 +70,7 @@ struct target {
 
 /* Text mapped from a plan's copy: /proc/self/maps names the copy there, and
  * whoever reads it for the module's file (the catch-all) is told this. */
-#define MAX_REMAPPED 64
+#define MAX_REMAPPED 512     /* two a planned module: its text and its trampolines */
 static struct {
     uint64_t lo, hi;
     char path[256];
@@ -213,23 +217,54 @@ static int has_slash(const char *s)
     return 0;
 }
 
-/* The modules to plan, filled in by dl_iterate_phdr.  Only the entries used
- * are written: clearing the whole table faulted in fresh stack pages on
- * every process start. */
+/* The modules to plan, filled in by dl_iterate_phdr, those looked for
+ * already left out: a scan takes at most MAX_TARGETS of them, and the next
+ * scan the rest (the table once held every module but the loaded copies of
+ * Ferry's, so a process's modules after the 64th were never planned and
+ * their calls caught on every run).  Only the entries used are written:
+ * clearing the whole table faulted in fresh stack pages on every process
+ * start. */
 struct targets {
     int n;
+    int seen;               /* modules looked at */
+    int unloaded;           /* a module was unloaded since the last scan */
+    uint64_t present[MAX_PLANNED / 64];     /* planned[i] is still loaded */
     struct target t[MAX_TARGETS];
 };
 
+/* Unloads so far (dl_iterate_phdr's dlpi_subs) at the last scan: an
+ * unloaded module leaves its address to the next one, which must not pass
+ * for it (ld.so calls the hook once a dlclose is done, too). */
+static unsigned long long planned_subs FERRY_HOT;
+
+/* planned[] keeps the modules the last scan found still loaded. */
+static void forget_unloaded(const struct targets *all)
+{
+    int kept = 0;
+    for (int i = 0; i < nplanned; i++)
+        if (all->present[i / 64] >> (i % 64) & 1)
+            planned[kept++] = planned[i];
+    nplanned = kept;
+}
+
 static int collect(struct dl_phdr_info *info, size_t size, void *data)
 {
-    (void)size;
     struct targets *all = data;
+    if (!all->seen++ && size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs) &&
+        info->dlpi_subs != planned_subs) {
+        planned_subs = info->dlpi_subs;
+        all->unloaded = 1;
+    }
+    int k = planned_index(info->dlpi_addr);
+    if (k >= 0) {
+        all->present[k / 64] |= 1ULL << (k % 64);
+        return 0;
+    }
     /* The main program has no name here and the vDSO no file ("linux-vdso.so.1",
      * no directory in it): a plan is for a file, found by its path; the shim
      * never patches itself (a program may link it for its API). */
-    if (!info->dlpi_name || !has_slash(info->dlpi_name) || ferry_module_has_ctl(info) ||
-        info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start || all->n >= MAX_TARGETS ||
+    if (!info->dlpi_name || !has_slash(info->dlpi_name) || all->n >= MAX_TARGETS ||
+        ferry_module_has_ctl(info) || info->dlpi_addr == (uint64_t)(uintptr_t)__ehdr_start ||
         (deferred && ferry_module_holds_code(info, deferred)))
         return 0;
     struct target *t = &all->t[all->n++];
@@ -424,19 +459,12 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, const struct tar
     return (struct ferry_ctl *)(at + dist);
 }
 
-int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t, int))
+static int apply_all(const char *cache_root, const struct target *targets, int n,
+                     void (*enable)(struct ferry_ctl *, const char *, uint64_t, int))
 {
-    if (!dl_iterate_phdr || !cache_root || !cache_root[0])
-        return 0;
-    struct targets all;
-    all.n = 0;
-    dl_iterate_phdr(collect, &all);
-    struct target *targets = all.t;
     int applied = 0;
-    for (int i = 0; i < all.n; i++) {
-        if (already_planned(targets[i].base))
-            continue;
-        if (nplanned < MAX_TARGETS)
+    for (int i = 0; i < n; i++) {
+        if (nplanned < MAX_PLANNED)
             planned[nplanned++] = targets[i].base;
         char path[2600];
         struct ferry_plantext_key key;
@@ -465,5 +493,24 @@ int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *,
             applied++;
         }
     }
+    return applied;
+}
+
+int ferry_plans_apply(const char *cache_root, void (*enable)(struct ferry_ctl *, const char *, uint64_t, int))
+{
+    if (!dl_iterate_phdr || !cache_root || !cache_root[0])
+        return 0;
+    struct targets all;
+    int applied = 0;
+    do {
+        all.n = all.seen = all.unloaded = 0;
+        ferry_memset(all.present, 0, sizeof(all.present));
+        dl_iterate_phdr(collect, &all);
+        if (all.unloaded)
+            forget_unloaded(&all);
+        applied += apply_all(cache_root, all.t, all.n, enable);
+        /* a full table leaves modules for another scan; each full scan
+         * remembers MAX_TARGETS more until the memory is full */
+    } while (all.n == MAX_TARGETS && nplanned < MAX_PLANNED);
     return applied;
 }
