@@ -11,6 +11,7 @@ import pytest
 from conftest import PROGRAMS, ferry
 from ferry import procfile
 from ferry.base import syscall_table
+from ferry.base.sparse import data_extents
 from ferry.rundata import load_run
 
 
@@ -67,7 +68,10 @@ def test_a_full_file_goes_on_in_the_next(tmp_path):
 def test_the_file_is_as_large_as_the_slots_claimed(tmp_path):
     # Growing the file allocates nothing (fallocate took a block of disk per
     # process), and it is no larger than the slots claimed: a copy of the
-    # run that fills holes (shutil.copytree does) writes no room nobody took.
+    # run that fills holes (shutil.copytree does) writes little room nobody
+    # took.  A process claims slots ahead for its next vfork children, for
+    # one child, then two, four ...: those never used are holes, fewer than
+    # the slots used.
     run_dir = _run(tmp_path, ["sh", "-c", "/bin/true; " * 10 + "echo done"])
     records = procfile.read_dir(run_dir / "proc")
     fallocate = syscall_table.NUMBERS["fallocate"]
@@ -75,7 +79,37 @@ def test_the_file_is_as_large_as_the_slots_claimed(tmp_path):
     (slots,) = (run_dir / "proc").iterdir()
     with open(slots, "rb") as f:
         head = procfile.SLOTS.unpack(f.read(procfile.SLOTS_HEAD))
-    assert slots.stat().st_size == procfile.SLOTS_HEAD + len(records) * head["stride"]
+        stride = head["stride"]
+        claimed = (slots.stat().st_size - procfile.SLOTS_HEAD) // stride
+        assert slots.stat().st_size == procfile.SLOTS_HEAD + claimed * stride
+        used = {(r.offset - procfile.SLOTS_HEAD) // stride for r in records}
+        assert len(used) == len(records) == 21
+        unused = set(range(claimed)) - used
+        assert len(unused) < len(used), (claimed, sorted(used))
+        written = {(first - procfile.SLOTS_HEAD) // stride
+                   for first, stop in data_extents(f.fileno(), procfile.SLOTS_HEAD, slots.stat().st_size)
+                   for first in range(first, stop, 4096)}
+        assert not written & unused
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_vfork_children_of_threads_and_of_a_fork_child_take_slots_of_their_own(tmp_path, fork):
+    # A process claims slots ahead for its vfork children, which take them
+    # from its memory: children of several threads take them at once, and a
+    # fork child, which starts with a copy of that memory, must not take the
+    # ones its parent still holds.
+    argv = [str(PROGRAMS / "spawn_threads"), "4", "12", "/bin/true", *(["fork"] if fork else [])]
+    run_dir = _run(tmp_path, argv)
+    records = procfile.read_dir(run_dir / "proc")
+    spawned = 2 + 2 * 48 if fork else 48
+    trues = [p for p in records if p.exe == "/usr/bin/true"]
+    children = [p for p in records if p.exec_path == "/bin/true"]
+    assert len(trues) == len(children) == spawned
+    assert all(p.state == procfile.STATE_EXITED and p.exit_code == 0 for p in trues)
+    assert len({p.pid for p in trues}) == spawned
+    assert {p.pid for p in children} == {p.pid for p in trues}
+    slots = [(p.file, p.offset) for p in records]
+    assert len(slots) == len(set(slots))
 
 
 def test_a_slot_file_still_being_made_holds_no_record_yet(tmp_path):

@@ -35,6 +35,26 @@ static struct {
     uint64_t stride;
 } cur;
 
+/* Slots of `cur`'s file claimed ahead for this process's vfork children,
+ * [next, end) packed in one word that their claims take from with a
+ * compare-and-swap (children of several threads claim at once; a vfork
+ * child's memory is its parent's, so the word is the parent's).  Each
+ * child's claim under the file's lock was four calls of its own (flock,
+ * pread, ftruncate, flock) in every command a shell ran; a claim takes
+ * slots for `ahead_children` children now, twice as many each time up to
+ * AHEAD_MAX, so that a process that starts one child leaves no slot
+ * unused, and one that starts more at most as many as it used (a slot
+ * never written is skipped by the reader, and costs the sparse file
+ * nothing).  A fork child starts with none: those left are its parent's. */
+#define AHEAD_MAX 16
+#define AHEAD(file, next, end) (1ULL << 63 | (uint64_t)(file) << 32 | (uint64_t)(next) << 16 | (end))
+#define AHEAD_FILE(a) ((uint32_t)((a) >> 32 & 0x7fff))
+#define AHEAD_NEXT(a) ((uint32_t)((a) >> 16 & 0xffff))
+#define AHEAD_END(a) ((uint32_t)((a) & 0xffff))
+_Static_assert(FERRY_SLOTS_MAX <= 0xffff && MAX_FILES <= 0x7fff, "slots claimed ahead fit their word");
+static uint64_t ahead FERRY_HOT;
+static uint32_t ahead_children FERRY_HOT;
+
 /* Before the first file is open nothing is tallied (`tally` NULL: through
  * ferry_internal, if the caller has one); after it, into `tally`. */
 static long sc(struct ferry_tally *tally, long nr, long a, long b, long c, long d, long e, long f)
@@ -233,26 +253,73 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint32_t uid, uint64_t
     return 0;
 }
 
+/* `count` slots from those claimed ahead, if they hold as many: the
+ * file open for writing (this user's, reaching past them), or -errno. */
+static int take_ahead(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot,
+                      struct ferry_tally *tally)
+{
+    uint64_t a = __atomic_load_n(&ahead, __ATOMIC_RELAXED);
+    for (;;) {
+        if (!a || AHEAD_FILE(a) != cur.file || AHEAD_NEXT(a) + count > AHEAD_END(a))
+            return -ENOENT;
+        uint64_t taken = AHEAD(AHEAD_FILE(a), AHEAD_NEXT(a) + count, AHEAD_END(a));
+        if (__atomic_compare_exchange_n(&ahead, &a, taken, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            break;
+    }
+    uint32_t last = AHEAD_NEXT(a) + count - 1;  /* the file must reach past it */
+    *slot = (struct ferry_slot){cur.file, last, FERRY_SLOTS_HEAD + last * stride};
+    int fd = ferry_slot_reopen(dir, uid, slot, tally, 1, 0);
+    *slot = (struct ferry_slot){cur.file, AHEAD_NEXT(a), FERRY_SLOTS_HEAD + AHEAD_NEXT(a) * stride};
+    if (fd < 0)  /* the file is no longer one to write to: claim anew */
+        __atomic_store_n(&ahead, 0, __ATOMIC_RELAXED);
+    return fd;
+}
+
 int ferry_slot_open(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot,
                     struct ferry_tally *tally)
 {
     if (!cur.valid || cur.uid != uid || cur.stride != stride)
         return -ENOENT;
-    long fd;
+    int fd = take_ahead(dir, uid, stride, count, slot, tally);
+    if (fd >= 0)
+        return fd;
+    uint32_t children = ahead_children ? ahead_children : 1;
+    uint32_t want = count * children;
     uint64_t off = 0;
     int rc = -ESTALE;
     for (int moved = 0; rc == -ESTALE && moved < 4; moved++) {
-        fd = open_file(dir, uid, cur.file, O_RDWR, tally);
+        fd = (int)open_file(dir, uid, cur.file, O_RDWR, tally);
         if (fd < 0)
-            return (int)fd;
-        rc = claim(fd, uid, stride, count, &off, tally);
+            return fd;
+        rc = claim(fd, uid, stride, want, &off, tally);
+        if (rc == -ENOSPC && want > count) {    /* the file's last slots: only ours */
+            want = count;
+            rc = claim(fd, uid, stride, want, &off, tally);
+        }
         if (rc)
             sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
     }
     if (rc)
         return rc;
-    *slot = (struct ferry_slot){cur.file, (uint32_t)((off - FERRY_SLOTS_HEAD) / stride), off};
-    return (int)fd;
+    uint32_t index = (uint32_t)((off - FERRY_SLOTS_HEAD) / stride);
+    *slot = (struct ferry_slot){cur.file, index, off};
+    if (want > count) {
+        /* the rest for the next children, unless another claim put its own
+         * there meanwhile (then these stay unused) */
+        uint64_t a = __atomic_load_n(&ahead, __ATOMIC_RELAXED);
+        if (!a || AHEAD_FILE(a) != cur.file || AHEAD_NEXT(a) >= AHEAD_END(a))
+            __atomic_compare_exchange_n(&ahead, &a, AHEAD(cur.file, index + count, index + want), 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    }
+    if (children < AHEAD_MAX)
+        ahead_children = children * 2;
+    return fd;
+}
+
+void ferry_slots_after_fork(void)
+{
+    ahead = 0;
+    ahead_children = 0;
 }
 
 int ferry_slot_reopen(const char *dir, uint32_t uid, const struct ferry_slot *slot, struct ferry_tally *tally,

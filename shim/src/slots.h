@@ -46,6 +46,10 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint32_t uid, uint64_t
 int ferry_slot_open(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot,
                     struct ferry_tally *tally);
 
+/* In a fork child: the slots its parent claimed ahead for its vfork
+ * children stay the parent's. */
+void ferry_slots_after_fork(void);
+
 /* A slot that a vfork child's exec hook claimed for the program it execs,
  * beside its own (the program's shim is handed it in FERRY_SLOT): claimed
  * once, under one lock, where the program would take the file's lock again

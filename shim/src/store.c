@@ -442,6 +442,7 @@ void ferry_store_after_fork(void)
     FERRY_THR->internal = 0;
     ferry_internal = 0;
     ferry_own = 0;
+    ferry_slots_after_fork();
     struct ferry_proc_header *parent = ferry_hdr;
     if (open_backing() != 0) {
         ferry_hdr = 0;
