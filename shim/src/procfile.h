@@ -193,6 +193,8 @@ struct ferry_slots_head {
     uint64_t stride;                /* 24: bytes per slot */
     uint32_t next;                  /* 32: 0 (earlier versions: slots claimed) */
     uint32_t ready;                 /* 36: 1 once the file is sized and this head written */
+    uint32_t in_memory;             /* 40: 1: the file is on a tmpfs, whose faults read
+                                       nothing ahead: its mappings need no MADV_RANDOM */
 };
 
 /* The catch-all's record (header offset 53248): every site outside the

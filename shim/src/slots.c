@@ -11,9 +11,11 @@
 #include "slots.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 
 #include "raw.h"
@@ -32,6 +34,7 @@ static struct {
     int valid;
     uint32_t file;
     uint32_t uid;
+    uint32_t in_memory;     /* the file's head says it is on a tmpfs */
     uint64_t stride;
 } cur;
 
@@ -117,6 +120,10 @@ static int make_head(long fd, uint64_t stride, struct ferry_tally *tally)
     h.capacity = (uint32_t)cap;
     h.stride = stride;
     h.ready = 1;
+    /* `ferry run` keeps the records on a tmpfs while the program runs: said
+     * once for the file, where each mapping of it asked MADV_RANDOM */
+    struct statfs fs;
+    h.in_memory = sc(tally, SYS_fstatfs, fd, (long)&fs, 0, 0, 0, 0) == 0 && fs.f_type == TMPFS_MAGIC;
     if (sc(tally, SYS_ftruncate, fd, FERRY_SLOTS_HEAD, 0, 0, 0, 0) ||
         sc(tally, SYS_pwrite64, fd, (long)&h, sizeof(h), 0, 0, 0) != (long)sizeof(h))
         return -EIO;
@@ -132,7 +139,7 @@ static int make_head(long fd, uint64_t stride, struct ferry_tally *tally)
  * *off set; -ENOSPC when the file is full; another -errno when it is not
  * a file this process may use (someone else's, another stride). */
 static int claim(long fd, uint32_t uid, uint64_t stride, uint32_t count, uint64_t *off,
-                 struct ferry_tally *tally)
+                 uint32_t *in_memory, struct ferry_tally *tally)
 {
     long rc = sc(tally, SYS_flock, fd, LOCK_EX, 0, 0, 0, 0);
     if (rc)
@@ -157,6 +164,7 @@ static int claim(long fd, uint32_t uid, uint64_t stride, uint32_t count, uint64_
         rc = -EINVAL;
     uint64_t idx = 0;
     if (!rc) {
+        *in_memory = h.in_memory == 1;
         idx = ((uint64_t)s.st_size - FERRY_SLOTS_HEAD + stride - 1) / stride;
         if (idx + count > h.capacity)
             rc = -ENOSPC;
@@ -174,24 +182,31 @@ uint32_t ferry_slot_uid(void)
     return cur.uid;
 }
 
-static void remember(uint32_t k, uint32_t uid, uint64_t stride)
+int ferry_slot_in_memory(void)
+{
+    return cur.valid && cur.in_memory;
+}
+
+static void remember(uint32_t k, uint32_t uid, uint64_t stride, uint32_t in_memory)
 {
     cur.valid = 1;
     cur.file = k;
     cur.uid = uid;
     cur.stride = stride;
+    cur.in_memory = in_memory;
 }
 
 /* Slot `off` of file k, open as `fd`, mapped; -errno if it could not be. */
 static long map_slot(long fd, uint32_t uid, uint32_t k, uint64_t stride, uint64_t off, uint64_t map_size,
-                     struct ferry_slot *slot, struct ferry_tally *tally)
+                     uint32_t in_memory, struct ferry_slot *slot, struct ferry_tally *tally)
 {
     long p = sc(tally, SYS_mmap, 0, (long)map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (long)off);
     if (!IS_ERR(p)) {
         /* before the first touch: no readahead over the slot's holes */
-        sc(tally, SYS_madvise, p, (long)map_size, MADV_RANDOM, 0, 0, 0);
+        if (!in_memory)
+            sc(tally, SYS_madvise, p, (long)map_size, MADV_RANDOM, 0, 0, 0);
         *slot = (struct ferry_slot){k, (uint32_t)((off - FERRY_SLOTS_HEAD) / stride), off};
-        remember(k, uid, stride);
+        remember(k, uid, stride, in_memory);
     }
     return p;
 }
@@ -213,7 +228,7 @@ struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint32_t uid, 
     long p = -1;
     if (sc(tally, SYS_fstat, fd, (long)&s, 0, 0, 0, 0) == 0 && trusted(&s, uid) && s.st_nlink &&
         (uint64_t)s.st_size >= off + stride)
-        p = map_slot(fd, uid, hint->file, stride, off, map_size, slot, tally);
+        p = map_slot(fd, uid, hint->file, stride, off, map_size, hint->in_memory, slot, tally);
     sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
     return IS_ERR(p) ? 0 : (struct ferry_proc_header *)p;
 }
@@ -237,8 +252,9 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint32_t uid, uint64_t
             break;
         t = tally;
         uint64_t off = 0;
-        int rc = claim(fd, uid, stride, 1, &off, t);
-        long p = rc ? -1 : map_slot(fd, uid, k, stride, off, map_size, slot, t);
+        uint32_t in_memory = 0;
+        int rc = claim(fd, uid, stride, 1, &off, &in_memory, t);
+        long p = rc ? -1 : map_slot(fd, uid, k, stride, off, map_size, in_memory, slot, t);
         sc(t, SYS_close, fd, 0, 0, 0, 0, 0);
         if (!IS_ERR(p))
             return (struct ferry_proc_header *)p;
@@ -291,10 +307,10 @@ int ferry_slot_open(const char *dir, uint32_t uid, uint64_t stride, uint32_t cou
         fd = (int)open_file(dir, uid, cur.file, O_RDWR, tally);
         if (fd < 0)
             return fd;
-        rc = claim(fd, uid, stride, want, &off, tally);
+        rc = claim(fd, uid, stride, want, &off, &cur.in_memory, tally);
         if (rc == -ENOSPC && want > count) {    /* the file's last slots: only ours */
             want = count;
-            rc = claim(fd, uid, stride, want, &off, tally);
+            rc = claim(fd, uid, stride, want, &off, &cur.in_memory, tally);
         }
         if (rc)
             sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);

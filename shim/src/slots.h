@@ -58,11 +58,16 @@ struct ferry_slot_hint {
     uint32_t uid;
     uint32_t file;
     uint32_t index;
+    uint32_t in_memory;     /* the file is on a tmpfs (its head's in_memory) */
     uint64_t stride;
 };
 
 /* The user whose file slots were last claimed from (by the caller). */
 uint32_t ferry_slot_uid(void);
+
+/* Whether that file is on a tmpfs: a mapping of it reads nothing ahead, and
+ * needs no MADV_RANDOM. */
+int ferry_slot_in_memory(void);
 
 /* The slot of `hint`, its first `map_size` bytes mapped shared, if it is
  * one of this user's for records of `stride` bytes; NULL otherwise (the

@@ -106,7 +106,8 @@ uint64_t ferry_real_ns(void)
  * cache for its holes, ~2 ms on the first touch of the header. */
 static void no_readahead(long p, size_t size)
 {
-    ferry_raw3(SYS_madvise, p, (long)size, MADV_RANDOM);
+    if (!ferry_slot_in_memory())  /* a tmpfs reads nothing ahead */
+        ferry_raw3(SYS_madvise, p, (long)size, MADV_RANDOM);
 }
 
 static void *map(size_t size, int fd, uint64_t off)
@@ -301,10 +302,10 @@ static struct ferry_blk *map_file_block(uint32_t idx)
 int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
                      const char *tsc_rate, const char *exe_hint, const char *slot_hint)
 {
-    uint64_t v[4];
-    if (slot_hint && ferry_parse_numbers(slot_hint, v, 4) && v[0] <= UINT32_MAX && v[1] <= UINT32_MAX &&
+    uint64_t v[5];
+    if (slot_hint && ferry_parse_numbers(slot_hint, v, 5) && v[0] <= UINT32_MAX && v[1] <= UINT32_MAX &&
         v[2] < FERRY_SLOTS_MAX) {
-        claimed = (struct ferry_slot_hint){(uint32_t)v[0], (uint32_t)v[1], (uint32_t)v[2], v[3]};
+        claimed = (struct ferry_slot_hint){(uint32_t)v[0], (uint32_t)v[1], (uint32_t)v[2], v[4] == 1, v[3]};
         claimed_set = 1;
     }
     st.mode = mode;
@@ -944,6 +945,7 @@ static void image_slot_entry(char *entry, size_t cap)
         ferry_buf_u64(&b, image - 1);
         ferry_buf_str(&b, ":");
         ferry_buf_u64(&b, block_offset(FERRY_MAX_BLOCKS));
+        ferry_buf_str(&b, ferry_slot_in_memory() ? ":1" : ":0");
     }
     entry[b.overflow ? head : b.len] = 0;
 }
