@@ -11,6 +11,7 @@ import platform
 import resource
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -189,10 +190,13 @@ def new_info(command, profile, program, images, pid=None, **extra):
     }
 
 
-def finish_info(info, started, exit_=None):
-    """Mark `info` finished, `started` (time.time()) seconds ago."""
-    ended = time.time()
-    info.update(end=_iso(ended), duration_s=round(ended - started, 6), state="finished", exit=exit_)
+def finish_info(info, started, exit_=None, ended=None):
+    """Mark `info` finished: it ran from `started` to `ended` (time.monotonic()
+    readings; `ended` None: now)."""
+    now = time.monotonic()
+    ended = now if ended is None else ended
+    info.update(end=_iso(time.time() - (now - ended)), duration_s=round(ended - started, 6),
+                state="finished", exit=exit_)
 
 
 def _is_cached_image(path):
@@ -310,6 +314,30 @@ def _images(launch):
     return images
 
 
+class _AfterStart(threading.Thread):
+    """What `ferry run` does once the program started, beside it: the run it
+    replaced goes, and info.json says the program's pid.  In a thread, so
+    that the program's end is seen when it comes."""
+
+    def __init__(self, rotation, info_path, info):
+        super().__init__(name="ferry-after-start", daemon=True)
+        self.rotation, self.info_path, self.info = rotation, info_path, dict(info)
+        self.error = None
+
+    def run(self):
+        try:
+            self.rotation.commit()
+            write_json(self.info_path, self.info)
+        except BaseException as e:  # raised again by the thread that waits
+            self.error = e
+
+
+def _after_start(rotation, info_path, info):
+    work = _AfterStart(rotation, info_path, info)
+    work.start()
+    return work
+
+
 def _child_setup(parent):
     """In the child, before exec: it must not outlive `ferry run` silently
     (it is killed with `ferry run` if that dies, e.g. of SIGKILL; the run is
@@ -353,7 +381,6 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
     lock, child = None, []
     try:
         lock = runlock.hold(out_dir)
-        started = time.time()
         info = new_info(argv, profile,
                         {"original": launch.original, "executable": launch.executable,
                          "enabled": launch.enabled, "reason": launch.reason, "how": launch.how,
@@ -389,26 +416,35 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
             if saved[s] is not signal.SIG_IGN:
                 signal.signal(s, survive)
         try:
+            setup = _child_setup(os.getpid())
+            # The program's duration is its own: from its start to the moment
+            # its end is known, without `ferry run`'s work around it (writing
+            # info.json, removing the run it replaced: ~1-5 ms, which a short
+            # program's duration counted as its own).
+            started = time.monotonic()
             try:
                 # Descriptors `ferry run` inherited go on to the program, as they
                 # would natively; ferry's own are close-on-exec.
                 proc = subprocess.Popen(launch.argv, executable=launch.executable, env=env,
-                                        close_fds=False, preexec_fn=_child_setup(os.getpid()))
+                                        close_fds=False, preexec_fn=setup)
             except OSError as e:
                 raise FerryError(launch.executable, f"cannot start: {e.strerror.lower()}") from None
             child.append(proc)
-            rotation.commit()
             for sig in held:
                 forward(sig, None)
             info["pid"] = proc.pid
-            write_json(out_dir / "info.json", info)
+            started_work = _after_start(rotation, out_dir / "info.json", info)
             returncode = proc.wait()
+            ended = time.monotonic()
+            started_work.join()
+            if started_work.error:
+                raise started_work.error
         finally:
             for s, handler in saved.items():
                 if handler is not None:
                     signal.signal(s, handler)
         finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
-                    else {"code": None, "signal": _signal_name(-returncode)})
+                    else {"code": None, "signal": _signal_name(-returncode)}, ended)
         write_json(out_dir / "info.json", info)
     except BaseException:
         if not child:

@@ -177,6 +177,26 @@ def test_a_program_that_cannot_be_started_leaves_the_runs_there_as_they_were(tmp
     assert _runs_there(tmp_path) == before
 
 
+def test_a_programs_duration_leaves_out_what_ferry_run_does_beside_it(tmp_path, monkeypatch):
+    """duration_s is the program's: removing the run it replaced and writing
+    info.json happen while it runs, and its end is taken when it comes (a
+    short program's duration was mostly that work, ~1-5 ms).  Here that
+    work is made to take 3 s; /bin/true takes a few ms."""
+    from ferry import runner
+    from ferry.profiles import load
+    ferry_run(tmp_path, "true", check=True)
+    ferry_run(tmp_path, "true", check=True)   # a run.old to replace: commit has work
+    slow = runner._Rotation.commit
+
+    def commit(self):
+        time.sleep(3)
+        slow(self)
+    monkeypatch.setattr(runner._Rotation, "commit", commit)
+    info, code = runner.run(["/bin/true"], load("trace"), tmp_path / "run", index=False)
+    assert code == 0 and info["duration_s"] < 1.5, info
+    assert _names(tmp_path) == ["run", "run.old"]
+
+
 def test_a_directory_that_is_not_a_run_is_never_replaced(tmp_path):
     precious = tmp_path / "run"
     precious.mkdir()

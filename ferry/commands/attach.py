@@ -43,7 +43,7 @@ def attach_command(profile_name, out_dir, pid):
         raise FerryError(pid, "no such process")
     result = instrument(exe)  # leaves the patch plans of its libraries in the cache
     out = runner.open_run_dir(out_dir, result.manifest, profile)
-    started = time.time()
+    started = time.monotonic()
     info = runner.new_info(_cmdline(pid), profile,
                            {"original": exe, "executable": exe, "enabled": True, "reason": None},
                            {}, pid=pid, attached=True)
