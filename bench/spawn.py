@@ -23,7 +23,12 @@ the wall clock moves with the other load, CPU time much less.
 
 Native and strace are timed from spawn to reap; ferry's figure is the
 program's own `duration_s` from info.json (also spawn to reap), so ferry's
-Python start-up and the image-cache lookup are not counted.  What a user's
+Python start-up and the image-cache lookup are not counted.  The
+per-process costs (`per_process_us`, `preload_floor_us`) are each mode's
+time of the loop less its time of the same loop running no command, above
+the same difference natively: what a command adds, without what a run
+costs whatever it runs (the shell's start; ferry run's fork of its Python,
+~3 ms, where the native loop is started with vfork).  What a user's
 `time ferry run ...` shows is also given, for the spawn loop under trace:
 the whole command against native (`wall_spawn_ratio`), and what `ferry run`
 does after the program ended, per process (reading and indexing the
@@ -69,6 +74,11 @@ ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
 SPAWNS = 300
 SPAWN_LOOP = f'i=0; while [ $i -lt {SPAWNS} ]; do /bin/true; i=$((i+1)); done'
+# The same loop running no command: what a run costs whatever it runs (the
+# shell's own start; under ferry run, starting the program from a fork of
+# ferry run's Python), subtracted in each mode from the loop's time, so that
+# the per-process figures are what each command adds.
+EMPTY_LOOP = 'i=0; while [ $i -lt 0 ]; do /bin/true; i=$((i+1)); done'
 C_FILES = 25
 ROUNDS = int(os.environ.get("SPAWN_ROUNDS", "5"))
 MODES = ("off", "count", "trace")
@@ -343,6 +353,9 @@ def main():
         preload_env = dict(env, LD_PRELOAD=str(make_empty_library(work)))
         times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
         times[("spawn", "preload")] = []
+        empty = ["sh", "-c", EMPTY_LOOP]
+        for mode in ("native", "preload") + modes:
+            times[("empty", mode)] = []
         cpu_modes = ("trace", "disk") + (("baseline",) if BASELINE else ())
         cpu = {m: [] for m in ("native",) + cpu_modes}
         walls = {"spawn": [], "one": []}
@@ -361,9 +374,13 @@ def main():
                 times[(name, "native")].append(timed(cmd, env))
                 if name == "spawn":
                     times[(name, "preload")].append(timed(cmd, preload_env))
+                    times[("empty", "native")].append(timed(empty, env))
+                    times[("empty", "preload")].append(timed(empty, preload_env))
                 for mode in order:
                     wall = walls["spawn"] if (name, mode) == ("spawn", "trace") else None
                     times[(name, mode)].append(ferry_run(cmd, mode, work / f"run-{mode}", env, wall))
+                    if name == "spawn":
+                        times[("empty", mode)].append(ferry_run(empty, mode, work / f"run-{mode}", env))
                 times[(name, "strace")].append(
                     timed(["strace", "-f", "-c", "-o", "/dev/null", *cmd], env))
             ferry_run(["/bin/true"], "trace", work / "run-one", env, walls["one"])
@@ -392,11 +409,14 @@ def main():
         ferry_dirty = libc_private_dirty(env, "trace", work / "smaps")
         print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
               f"{ferry_dirty} kB")
-        per_mode = {m: (med[("spawn", m)] - med[("spawn", "native")]) / (SPAWNS + 1) * 1e6
-                    for m in modes}
-        print("per-process cost above native (µs): " +
-              ", ".join(f"{m} {v:.0f}" for m, v in per_mode.items()))
-        floor = (med[("spawn", "preload")] - med[("spawn", "native")]) / (SPAWNS + 1) * 1e6
+        def per_command(m):
+            return (med[("spawn", m)] - med[("empty", m)]) / SPAWNS
+        per_mode = {m: (per_command(m) - per_command("native")) * 1e6 for m in modes}
+        print("per-process cost above native (µs; each mode's loop less the same loop running "
+              "no command): " + ", ".join(f"{m} {v:.0f}" for m, v in per_mode.items()))
+        print("a run of no command (the shell alone), ms: " +
+              ", ".join(f"{m} {med[('empty', m)] * 1e3:.1f}" for m in ("native",) + modes))
+        floor = (per_command("preload") - per_command("native")) * 1e6
         print(f"of which any preloaded library costs (an empty one, natively): {floor:.0f} µs; "
               f"the shim above that, trace: {per_mode['trace'] - floor:.0f} µs")
         cpu_us = {m: (median(cpu[m]) - median(cpu["native"])) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
