@@ -17,9 +17,10 @@ Trace mode also runs with `--no-stage` ("disk": the process records written
 into the run directory as the program runs, not kept in memory until it
 ended), alternated with the default in every round: disk_* in RESULT.
 
-The spawn loop also reports the CPU the shell and its children used (its
-`times`), native and traced, alternated in each round: on a loaded machine
-the wall clock moves with the other load, CPU time much less.
+The spawn loop also reports the CPU the shell and its children used
+(getrusage of a reporter's children, µs resolution), native and traced,
+alternated in each round: on a loaded machine the wall clock moves with the
+other load, CPU time much less.
 
 Native and strace are timed from spawn to reap; ferry's figure is the
 program's own `duration_s` from info.json (also spawn to reap), so ferry's
@@ -150,31 +151,35 @@ def timed(cmd, env):
     return dt
 
 
-def shell_cpu(text):
-    """Seconds of CPU the shell and its children used, from its `times`."""
-    return sum(float(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", text))
+# The spawn loop as the child of a process that reports what the loop and
+# every process it started used (getrusage of its children): CPU time and
+# page faults.  Under `ferry run` that reporter is enabled too, but what it
+# uses itself is not its children's.  (The shell's own `times` counts CPU in
+# steps of 10 ms, 33 us of a process of the loop.)
+REPORTER = ("import resource, subprocess, sys; "
+            "subprocess.run(['sh', '-c', sys.argv[1]], check=True); "
+            "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print('cpu', r.ru_utime + r.ru_stime); print('minflt', r.ru_minflt)")
+
+
+def _report(mode, out, env, loop):
+    """{'cpu': seconds, 'minflt': faults} of `loop` and its processes,
+    natively (mode None) or under ferry run -p mode."""
+    cmd = [sys.executable, "-c", REPORTER, loop]
+    if mode:
+        cmd, env = _under(mode, out, env, cmd)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    found = dict(re.findall(r"^(cpu|minflt) ([\d.]+)$", r.stdout, re.M))
+    if r.returncode != 0 or len(found) != 2:
+        raise SystemExit(f"spawn bench: {cmd[:3]} failed: {r.stderr[-500:]}")
+    return {"cpu": float(found["cpu"]), "minflt": int(found["minflt"])}
 
 
 def spawn_cpu(mode, out, env):
     """CPU seconds of the spawn loop natively (mode None) or under ferry run
     -p mode: the wall clock of a loaded machine says more about the other
     load than about us; the CPU the processes used does not."""
-    cmd = ["sh", "-c", SPAWN_LOOP + "; times"]
-    if mode:
-        cmd, env = _under(mode, out, env, cmd)
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"spawn bench: {cmd[:3]} failed: {r.stderr[-500:]}")
-    return shell_cpu(r.stdout)
-
-
-# The spawn loop as the child of a process that reports what the loop and
-# every process it started used (getrusage of its children): page faults.
-# Under `ferry run` that reporter is enabled too, but its own faults are not
-# its children's.
-FAULTS_REPORTER = ("import resource, subprocess, sys; "
-                   "subprocess.run(['sh', '-c', sys.argv[1]], check=True); "
-                   "print('minflt', resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt)")
+    return _report(mode, out, env, SPAWN_LOOP)["cpu"]
 
 
 def spawn_faults(mode, out, env, loop=SPAWN_LOOP):
@@ -182,14 +187,7 @@ def spawn_faults(mode, out, env, loop=SPAWN_LOOP):
     or under ferry run -p mode.  A count, not a time: it moves with each page
     a start touches or spares, by the same amount on an idle or a loaded
     machine, where the µs figures need many rounds to show a cut of 5 us."""
-    cmd = [sys.executable, "-c", FAULTS_REPORTER, loop]
-    if mode:
-        cmd, env = _under(mode, out, env, cmd)
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    m = re.search(r"^minflt (\d+)$", r.stdout, re.M)
-    if r.returncode != 0 or not m:
-        raise SystemExit(f"spawn bench: {cmd[:3]} failed: {r.stderr[-500:]}")
-    return int(m.group(1))
+    return _report(mode, out, env, loop)["minflt"]
 
 
 def shim_calls(run_dir):
@@ -420,7 +418,7 @@ def main():
         print(f"of which any preloaded library costs (an empty one, natively): {floor:.0f} µs; "
               f"the shim above that, trace: {per_mode['trace'] - floor:.0f} µs")
         cpu_us = {m: (median(cpu[m]) - median(cpu["native"])) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
-        print("CPU per process above native, spawn loop (µs, the shell's `times`): " +
+        print("CPU per process above native, spawn loop (µs, getrusage of the loop's processes): " +
               ", ".join(f"{m} {v:.0f}" for m, v in cpu_us.items()))
         whole = median([w for w, _ in walls["spawn"]])
         wall_ratio = whole / med[("spawn", "native")]
