@@ -415,6 +415,7 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
         for s in FROM_TERMINAL:
             if saved[s] is not signal.SIG_IGN:
                 signal.signal(s, survive)
+        started_work = None
         try:
             setup = _child_setup(os.getpid())
             # The program's duration is its own: from its start to the moment
@@ -436,13 +437,14 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
             started_work = _after_start(rotation, out_dir / "info.json", info)
             returncode = proc.wait()
             ended = time.monotonic()
-            started_work.join()
-            if started_work.error:
-                raise started_work.error
         finally:
+            if started_work is not None:
+                started_work.join()   # not cut off half done, whatever ended the wait
             for s, handler in saved.items():
                 if handler is not None:
                     signal.signal(s, handler)
+        if started_work.error:
+            raise started_work.error
         finish_info(info, started, {"code": returncode, "signal": None} if returncode >= 0
                     else {"code": None, "signal": _signal_name(-returncode)}, ended)
         write_json(out_dir / "info.json", info)
