@@ -108,6 +108,11 @@ def test_vfork_children_of_threads_and_of_a_fork_child_take_slots_of_their_own(t
     assert all(p.state == procfile.STATE_EXITED and p.exit_code == 0 for p in trues)
     assert len({p.pid for p in trues}) == spawned
     assert {p.pid for p in children} == {p.pid for p in trues}
+    # a child's pid and parent as the kernel gave them to the program it ran
+    # (the child's own come from its stamp and its parent's record)
+    assert {(p.pid, p.ppid) for p in children} == {(p.pid, p.ppid) for p in trues}
+    spawners = {p.pid for p in records if p.exe.endswith("/spawn_threads") and not p.exec_path}
+    assert len(spawners) == (2 if fork else 1) and {p.ppid for p in children} == spawners
     slots = [(p.file, p.offset) for p in records]
     assert len(slots) == len(set(slots))
 

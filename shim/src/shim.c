@@ -526,7 +526,7 @@ void ferry_post(long result)
             FERRY_THR->pending_nr = 0;
         } else {
             if (flags & CLONE_VFORK) {
-                ferry_blk_enter_vfork_child();
+                ferry_blk_enter_vfork_child(flags);
                 agg_vfork_child();
             }
             ferry_catchall_thread();

@@ -2,6 +2,7 @@
 #include "store.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 #include <sys/syscall.h>
@@ -536,7 +537,7 @@ static void spare_clear(const uint64_t *used)
     ferry_memset(spare_internal(), 0, SPARE_TALLY);
 }
 
-void ferry_blk_enter_vfork_child(void)
+void ferry_blk_enter_vfork_child(unsigned long clone_flags)
 {
     if (FERRY_THR->in_vfork_child || !FERRY_THR->spare)
         return;  /* nested, or no spare: count with the parent, as before */
@@ -563,6 +564,10 @@ void ferry_blk_enter_vfork_child(void)
     FERRY_THR->in_vfork_child = 1;
     FERRY_THR->vfork_file = 0;
     FERRY_THR->vfork_image = 0;
+    /* its parent is the process whose memory it runs in, whose record
+     * says its pid (a getppid less at its end), unless the clone gave it
+     * another parent or a pid namespace of its own */
+    FERRY_THR->vfork_ppid = ferry_hdr && !(clone_flags & (CLONE_PARENT | CLONE_NEWPID)) ? ferry_hdr->pid : 0;
     /* the child's own calls are not the parent's (zeroed above); the
      * parent's other threads run on, and tally theirs as before */
     FERRY_THR->internal = spare_internal();
@@ -913,8 +918,9 @@ void ferry_store_detached(void)
 static void vfork_child_ends(uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
                              int image_slot)
 {
-    vfork_child_write(ferry_raw0(SYS_getpid), ferry_raw0(SYS_getppid), state, exit_code, exec_path, kind,
-                      image_slot);
+    /* its pid is the tid it stamped when it began */
+    int ppid = FERRY_THR->vfork_ppid ? FERRY_THR->vfork_ppid : (int)ferry_raw0(SYS_getppid);
+    vfork_child_write(FERRY_THR->spare->tid, ppid, state, exit_code, exec_path, kind, image_slot);
     vfork_hand_back();
 }
 

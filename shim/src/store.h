@@ -34,7 +34,7 @@ void ferry_store_after_fork(void);
  * or exits: it counts into a spare block its parent prepared, and writes a
  * file of its own (with write(2), never touching the shared mappings). */
 int ferry_blk_spare_prepare(void);
-void ferry_blk_enter_vfork_child(void);
+void ferry_blk_enter_vfork_child(unsigned long clone_flags);
 void ferry_blk_leave_vfork_child(void);
 int ferry_in_vfork_child(void);
 /* The pid to reach this process's memory by through the kernel

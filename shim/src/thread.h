@@ -41,6 +41,7 @@ struct ferry_thread {
     int spare_used_known;           /* ...when it wrote its record last: zeroed by hand */
     const char *vfork_unseen;       /* the path of an exec the child made unrecorded (store.c) */
     uint32_t vfork_image;           /* 1 + the slot claimed for the program the child execs, or 0 */
+    int32_t vfork_ppid;             /* the child's parent: its parent's record's pid (0: unknown) */
     int no_block;                   /* every block was taken when this thread looked (store.c), */
     uint32_t no_block_at;           /* ...and how many had been given back then */
     /* shim.c: the clone-like call handed to the trampoline, for ferry_post
