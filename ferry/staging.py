@@ -124,16 +124,28 @@ def staged_dir(run_dir):
     return target if (target / BACKLINK).is_file() else None
 
 
-def _mapped_anywhere(directory):
-    """Whether a process maps a file of `directory` (every process the shim
-    enabled maps its record until it ends)."""
+def _recording(run_dir, directory):
+    """Whether a process of the run still records: it maps a file of
+    `directory` (every process the shim enabled maps its record until it
+    ends), or it is a program of the run that has not mapped its record
+    yet.  From its exec to its shim's mapping of the record (ld.so loading
+    the libraries, the shim's first steps: a millisecond on a loaded
+    machine), a process maps nothing of the run; its environment then
+    still holds the run's setting (FERRY_RUN_DIR, which the shim takes out
+    only once the record is mapped).  Looking at the maps alone, a run
+    whose program ended while a child it started in the background was
+    in that window had its records moved away under the child."""
     needle = str(directory).encode() + b"/"
+    setting = b"\0FERRY_RUN_DIR=" + str(Path(run_dir).absolute()).encode() + b"\0"
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/maps", "rb") as f:
                 if needle in f.read():
+                    return True
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if setting in b"\0" + f.read():
                     return True
         except OSError:
             continue    # gone, or another user's (not a process of ours)
@@ -180,7 +192,7 @@ def finish(run_dir):
         fcntl.flock(guard, fcntl.LOCK_EX)
         if staged_dir(run_dir) != src:
             return None
-        if _mapped_anywhere(src):
+        if _recording(run_dir, src):
             return "live"
         _move(run_dir, src)
     finally:

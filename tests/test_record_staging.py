@@ -111,6 +111,26 @@ def test_records_of_a_process_that_outlives_the_run_move_once_it_ended(tmp_path)
     assert [p["state"] for p in sleeps] == ["exited"]
 
 
+def test_a_program_of_the_run_that_has_not_mapped_its_record_yet_keeps_the_records_in_memory(tmp_path):
+    # Between a program's exec and its shim's mapping of its record, it maps
+    # nothing of the run: a run whose program ended while a child it started
+    # in the background was there had its records moved away under the child
+    # (seen once, in a CI under load).  Its environment still names the run.
+    out = tmp_path / "run"
+    out.mkdir()
+    held = staging.stage(out)                   # a staged run, as ferry run makes it
+    assert held is not None
+    between = subprocess.Popen(["sleep", "30"], env=dict(os.environ, FERRY_RUN_DIR=str(out)))
+    try:
+        assert staging.finish(out) == "live"
+        assert (out / "proc").is_symlink() and held.is_dir()
+    finally:
+        between.kill()
+        between.wait()
+    assert staging.finish(out) == "moved"
+    assert (out / "proc").is_dir() and not held.exists()
+
+
 def test_removing_a_run_while_a_process_still_records_frees_its_records(tmp_path):
     out = tmp_path / "run"
     sleeper = int(run(tmp_path, "sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!").stdout)
