@@ -282,10 +282,13 @@ static int take_ahead(const char *dir, uint32_t uid, uint64_t stride, uint32_t c
         if (__atomic_compare_exchange_n(&ahead, &a, taken, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             break;
     }
-    uint32_t last = AHEAD_NEXT(a) + count - 1;  /* the file must reach past it */
-    *slot = (struct ferry_slot){cur.file, last, FERRY_SLOTS_HEAD + last * stride};
-    int fd = ferry_slot_reopen(dir, uid, slot, tally, 1, 0);
     *slot = (struct ferry_slot){cur.file, AHEAD_NEXT(a), FERRY_SLOTS_HEAD + AHEAD_NEXT(a) * stride};
+    uint64_t size = 0;
+    int fd = ferry_slot_reopen(dir, uid, slot, tally, 0, &size);
+    if (fd >= 0 && size < slot->off + count * stride) {  /* it must reach past them all */
+        sc(tally, SYS_close, fd, 0, 0, 0, 0, 0);
+        fd = -ESTALE;
+    }
     if (fd < 0)  /* the file is no longer one to write to: claim anew */
         __atomic_store_n(&ahead, 0, __ATOMIC_RELAXED);
     return fd;

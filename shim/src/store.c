@@ -918,9 +918,8 @@ void ferry_store_detached(void)
 static void vfork_child_ends(uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
                              int image_slot)
 {
-    /* its pid is the tid it stamped when it began */
     int ppid = FERRY_THR->vfork_ppid ? FERRY_THR->vfork_ppid : (int)ferry_raw0(SYS_getppid);
-    vfork_child_write(FERRY_THR->spare->tid, ppid, state, exit_code, exec_path, kind, image_slot);
+    vfork_child_write((int)ferry_memory_pid(), ppid, state, exit_code, exec_path, kind, image_slot);
     vfork_hand_back();
 }
 

@@ -23,9 +23,9 @@ static void *keyed_entry(void *table, size_t size, uint32_t key, uint32_t from, 
     for (uint32_t probe = 0; probe < tries; probe++) {
         uint32_t *at = (uint32_t *)((char *)table + (first + ((from + probe) & (n - 1))) * size);
         uint32_t was = __atomic_load_n(at, __ATOMIC_RELAXED);
-        if (was == key ||
-            (!was && __atomic_compare_exchange_n(at, &was, key, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) ||
-            was == key /* taken for this key meanwhile */)
+        if (!was && __atomic_compare_exchange_n(at, &was, key, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return at;
+        if (was == key)  /* its own, or taken for it meanwhile (was: what the swap found) */
             return at;
     }
     return 0;
