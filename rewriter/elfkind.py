@@ -119,8 +119,10 @@ def header_problem(data):
         if p_type == PT_LOAD and p_offset + p_filesz > len(data):
             return "truncated: a loadable segment extends past the end of the file"
         # The kernel reads only PT_LOAD's bytes, but LIEF reads every
-        # segment's when it rewrites: one claiming a gigabyte is refused here.
-        if p_filesz and p_offset + p_filesz > len(data):
+        # segment's when it rewrites, and lays the file out up to where each
+        # one starts, empty or not: one claiming or placed a gigabyte away is
+        # refused here.
+        if p_offset > len(data) or (p_filesz and p_offset + p_filesz > len(data)):
             return (f"corrupt program header: segment {i} ({_segment_name(p_type)}) "
                     f"extends past the end of the file")
         if p_type == PT_LOAD and (p_align == 0 or p_align & (p_align - 1)):

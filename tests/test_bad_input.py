@@ -162,6 +162,16 @@ def test_a_segment_reaching_past_the_file_is_refused_not_loaded(tmp_path):
     assert "DYNAMIC" in r.stderr and "past the end of the file" in r.stderr
 
 
+def test_a_segment_placed_past_the_file_is_refused_not_loaded(tmp_path):
+    # Found by hypothesis (a CI run): a qword over libc's PT_GNU_STACK header
+    # put its p_offset ~1 GB past the file, p_filesz still 0; LIEF making
+    # room for the new segments then allocated up to it (std::bad_alloc,
+    # "internal error").  Whether it failed depended on the address space
+    # left, so it was flaky.
+    r = _instrument_with_a_header_byte(tmp_path, 0x6474E551, 11, 0x40)  # PT_GNU_STACK p_offset += 1 GiB
+    assert "GNU_STACK" in r.stderr and "past the end of the file" in r.stderr
+
+
 mutation = st.one_of(
     st.tuples(st.just("truncate"), st.integers(0, len(SMALL_PROGRAM) - 1), st.just(0)),
     st.tuples(st.just("byte"), st.integers(0, 4095), st.integers(0, 255)),
@@ -213,6 +223,7 @@ LIBC_HEAD = Path(LIBC).read_bytes()
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=3))
 @example(mutations=[("byte", 612, 1)])  # found by hypothesis: segments out of the code's reach
+@example(mutations=[("qword", 746, 15710)])  # found by hypothesis: PT_GNU_STACK's p_offset past the file
 def test_damaged_library_never_gives_a_traceback_or_partial_output(tmp_path_factory, mutations):
     _instrument_mutated(tmp_path_factory, "libc.so.6", LIBC_HEAD, mutations)
 
