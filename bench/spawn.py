@@ -56,7 +56,19 @@ natively with an empty shared library in LD_PRELOAD (built here), timed in
 every round beside the native loop.  What one more library costs each
 process (ld.so opening, mapping and relocating it, the kernel's mappings
 made and torn down) is in every enabled process's start, before the shim
-runs a line: `preload_floor_us`, and `shim_above_floor_us` the rest.
+runs a line: `preload_floor_us`, and `shim_above_floor_us` the rest.  The
+empty library is linked as the shim is (two mappings, no RELRO, no libc).
+
+The same cost measured by a C loop (bench/spawn_driver.c, built here):
+1000 `posix_spawn`s of /bin/true a round, natively, natively with the empty
+library preloaded, and under `ferry run -p trace`, the driver timing itself
+(wall and its children's CPU): `driver_us`, `driver_cpu_us` (trace above
+native) and `driver_floor_us` (the library above native).  Its rounds agree
+within ~5 us where the shell loop's slopes move by 20-50; a `posix_spawn`
+child also sets every signal's action (~120 `rt_sigaction`), which the
+shim sees, so it is dearer than a shell's command.  The breakdown gives
+the vfork child's part from its record: from the vfork to the exec hook
+(`child_before_hook`) and the hook to the record's end stamp.
 """
 import json
 import os
@@ -74,6 +86,7 @@ from ferry import procfile
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
 SPAWNS = 300
+DRIVER_SPAWNS = 1000   # posix_spawns per round of bench/spawn_driver.c
 SPAWN_LOOP = f'i=0; while [ $i -lt {SPAWNS} ]; do /bin/true; i=$((i+1)); done'
 # The same loop running no command: what a run costs whatever it runs (the
 # shell's own start; under ferry run, starting the program from a fork of
@@ -134,12 +147,33 @@ def make_configure(top):
 
 
 def make_empty_library(top):
-    """An empty shared library: what preloading any library costs a process."""
+    """An empty shared library linked as libferry.so is (shim/Makefile: no
+    libc, no RELRO, no separate read-only segments: two mappings): what
+    preloading the shim costs a process before it runs a line.  Linked by
+    `cc -shared`'s defaults it was four mappings and RELRO, ~20 us a process
+    more, which no preloaded runtime need pay."""
     src = top / "empty.c"
     src.write_text("int ferry_bench_empty;\n")
     lib = top / "libempty.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(src)], check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-nostdlib", "-Wl,-z,now", "-Wl,-z,norelro",
+                    "-Wl,-z,noseparate-code", "-o", str(lib), str(src)], check=True)
     return lib
+
+
+def make_driver(top):
+    """bench/spawn_driver.c, built here: posix_spawn of a program N times."""
+    exe = top / "spawn_driver"
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(ROOT / "bench" / "spawn_driver.c")], check=True)
+    return exe
+
+
+def driven(argv, env):
+    """(wall µs, CPU µs) per spawn, as spawn_driver measured them."""
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    found = re.findall(r"^([\d.]+) ([\d.]+)$", r.stdout, re.M)
+    if r.returncode != 0 or not found:
+        raise SystemExit(f"spawn bench: {argv[:4]} failed: {r.stderr[-500:]}")
+    return float(found[-1][0]), float(found[-1][1])
 
 
 def timed(cmd, env):
@@ -237,6 +271,7 @@ def read_procs(path):
                 continue
             h = procfile.HEADER.unpack(b)
             yield {"pid": h["pid"], "start": h["start_mono_ns"], "end_tsc": h["end_tsc"],
+                   "start_tsc": h["start_tsc"],
                    "cal": (h["cal_tsc"], h["cal_ns"]), "spans": dict(zip(SPAN_NAMES, h["start_spans"]))}
 
 
@@ -254,13 +289,16 @@ def breakdown(run_dir):
         return {}
     us = lambda ticks: ticks * cal[1] / cal[0] / 1000.0  # noqa: E731
     parts = {k: [] for k in ("exec_hook", "exec_loader", "process_file", "calibration",
-                             "modules", "patching", "catchall", "rest_of_ctor", "shim_start")}
+                             "modules", "patching", "catchall", "rest_of_ctor", "shim_start",
+                             "child_before_hook")}
     for (pid, seq), p in procs.items():
         prev = procs.get((pid, seq - 1))
         s = p["spans"]
         if not prev or not s["ctor"] or not s["ready"] or not prev["spans"]["exec_hook"]:
             continue
         parts["exec_hook"].append(us(prev["end_tsc"] - prev["spans"]["exec_hook"]))
+        if prev["start_tsc"] and prev["start_tsc"] <= prev["spans"]["exec_hook"]:
+            parts["child_before_hook"].append(us(prev["spans"]["exec_hook"] - prev["start_tsc"]))
         parts["exec_loader"].append(us(s["ctor"] - prev["end_tsc"]))
         parts["process_file"].append(us(s["file"] - s["ctor"]))
         parts["calibration"].append(us(s["calibrated"] - s["file"]))
@@ -348,7 +386,10 @@ def main():
             for mode in modes:
                 ferry_run(cmd, mode, work / "warm", env)
         ferry_run(["/bin/true"], "trace", work / "warm", env)  # as `ferry run`'s own program
+        driver = [str(make_driver(work)), str(DRIVER_SPAWNS), "/bin/true"]
+        ferry_run(driver, "trace", work / "warm", env)
         preload_env = dict(env, LD_PRELOAD=str(make_empty_library(work)))
+        drives = {m: [] for m in ("native", "preload", "trace")}
         times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
         times[("spawn", "preload")] = []
         empty = ["sh", "-c", EMPTY_LOOP]
@@ -366,6 +407,10 @@ def main():
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             cpu_order = cpu_modes[r % len(cpu_modes):] + cpu_modes[:r % len(cpu_modes)]
             cpu["native"].append(spawn_cpu(None, None, env))
+            for m in list(drives)[r % 3:] + list(drives)[:r % 3]:
+                argv, denv = ((driver, env) if m == "native" else (driver, preload_env) if m == "preload"
+                              else _under("trace", work / "run-driver", env, driver))
+                drives[m].append(driven(argv, denv))
             for mode in cpu_order:
                 cpu[mode].append(spawn_cpu(mode, work / f"cpu-{mode}", env))
             for name, cmd in loads.items():
@@ -420,6 +465,18 @@ def main():
         cpu_us = {m: (median(cpu[m]) - median(cpu["native"])) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
         print("CPU per process above native, spawn loop (µs, getrusage of the loop's processes): " +
               ", ".join(f"{m} {v:.0f}" for m, v in cpu_us.items()))
+        drive = {m: (median([w for w, _ in v]), median([c for _, c in v])) for m, v in drives.items()}
+        driver_us = drive["trace"][0] - drive["native"][0]
+        driver_cpu_us = drive["trace"][1] - drive["native"][1]
+        driver_floor_us = drive["preload"][0] - drive["native"][0]
+        print(f"posix_spawn of /bin/true by a C loop ({DRIVER_SPAWNS} a round, µs a spawn, wall/CPU): "
+              f"native {drive['native'][0]:.0f}/{drive['native'][1]:.0f}, "
+              f"the empty library preloaded {drive['preload'][0]:.0f}/{drive['preload'][1]:.0f}, "
+              f"trace {drive['trace'][0]:.0f}/{drive['trace'][1]:.0f}: trace above native "
+              f"{driver_us:.0f}/{driver_cpu_us:.0f}, the library's floor {driver_floor_us:.0f}")
+        dparts = breakdown(work / "run-driver")
+        print("start of one /bin/true a C loop's posix_spawn started (median µs): " +
+              ", ".join(f"{k} {v:.1f}" for k, v in dparts.items()))
         whole = median([w for w, _ in walls["spawn"]])
         wall_ratio = whole / med[("spawn", "native")]
         after = {k: median([w - d for w, d in v]) for k, v in walls.items()}
@@ -450,7 +507,9 @@ def main():
               f"disk_cpu_per_process_us={cpu_us['disk']:.0f} "
               f"faults_per_process={faults['trace']:.1f} native_faults_per_process={faults[None]:.1f} "
               f"shim_calls_per_process={calls_per:.1f} "
-              f"wall_spawn_ratio={wall_ratio:.2f} after_us_per_process={after_us:.0f}{baseline}")
+              f"wall_spawn_ratio={wall_ratio:.2f} after_us_per_process={after_us:.0f} "
+              f"driver_us={driver_us:.0f} driver_cpu_us={driver_cpu_us:.0f} "
+              f"driver_floor_us={driver_floor_us:.0f}{baseline}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
