@@ -96,7 +96,7 @@ int agg_signal_call(struct ferry_regs *r)
     }
     /* the kernel still sees the call, as a query, so that a tracer counts it */
     ferry_pass6(SYS_rt_sigaction, AGG_SIGNAL, 0, (long)&scratch, KSIGSET, 0, 0);
-    if (r->rdx && ferry_safe_write((void *)r->rdx, &program_act, sizeof(program_act))) {
+    if (r->rdx && ferry_write_arg(r, (void *)r->rdx, &program_act, sizeof(program_act))) {
         r->rax = -EFAULT_;
         return 1;
     }

@@ -1074,7 +1074,7 @@ static long wait_for_signal(struct agg_fiber *f, struct ferry_regs *r)
             char info[SIGINFO_SIZE];
             if (!take_info(f, sig, info))
                 own_info(sig, -6 /* SI_TKILL */, info);
-            if (r->rsi && ferry_safe_write((void *)r->rsi, info, sizeof(info)))
+            if (r->rsi && ferry_write_arg(r, (void *)r->rsi, info, sizeof(info)))
                 res = -EFAULT_;
             break;
         }
@@ -1175,7 +1175,7 @@ static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
     if (r->rax == SYS_clock_getres) {
         /* as the caller's own clock of that kind */
         r->rax = ferry_raw2(SYS_clock_getres, agg_thread_clock(0, clk & 3), r->rsi ? &ts : 0);
-        if (r->rax == 0 && r->rsi && ferry_safe_write((void *)r->rsi, &ts, sizeof(ts)))
+        if (r->rax == 0 && r->rsi && ferry_write_arg(r, (void *)r->rsi, &ts, sizeof(ts)))
             r->rax = -EFAULT_;
         return 1;
     }
@@ -1185,7 +1185,7 @@ static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
         return r->rax = -EINVAL_, 1;  /* it ended meanwhile */
     ts.tv_sec = (time_t)(ns / 1000000000ULL);
     ts.tv_nsec = (long)(ns % 1000000000ULL);
-    r->rax = ferry_safe_write((void *)r->rsi, &ts, sizeof(ts)) ? -EFAULT_ : 0;
+    r->rax = ferry_write_arg(r, (void *)r->rsi, &ts, sizeof(ts)) ? -EFAULT_ : 0;
     return 1;
 }
 
@@ -1206,7 +1206,7 @@ static int thread_name(struct agg_fiber *f, struct ferry_regs *r)
         return 1;
     }
     if (r->rdi == PR_GET_NAME) {
-        r->rax = ferry_safe_write((void *)r->rsi, f->name, sizeof(f->name)) ? -EFAULT_ : 0;
+        r->rax = ferry_write_arg(r, (void *)r->rsi, f->name, sizeof(f->name)) ? -EFAULT_ : 0;
         return 1;
     }
     return 0;

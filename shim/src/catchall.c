@@ -313,7 +313,7 @@ static long sigaction_call(struct ferry_regs *r)
          * call as it would have (a query), so that a tracer counts it. */
         struct ferry_ksigaction scratch;
         ferry_pass6(SYS_rt_sigaction, SIGSYS, 0, (long)&scratch, KSIGSET, 0, 0);
-        if (r->rdx && ferry_safe_write((void *)r->rdx, &program_sigsys, sizeof(program_sigsys)))
+        if (r->rdx && ferry_write_arg(r, (void *)r->rdx, &program_sigsys, sizeof(program_sigsys)))
             return -EFAULT;
         if (r->rsi)
             program_sigsys = act;

@@ -568,6 +568,26 @@ long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size
     return agg_safe_read(dst, src, n);
 }
 
+/* An answer written into the program's memory: directly when it lies where
+ * ferry_read_arg reads directly, above the entry's own words (the red zone
+ * up to the end of the page holding the program's rsp - 1, which the entry
+ * just wrote: mapped and writable), where libc keeps what a call answers
+ * into (a posix_spawn child asks SIGSYS's action into its stack: a
+ * process_vm_writev, ~1.6 us, in every spawn); elsewhere through the
+ * kernel, so that a bad pointer is EFAULT.  0, or -EFAULT. */
+long ferry_write_arg(const struct ferry_regs *r, void *dst, const void *src, size_t n)
+{
+    if (r->frame) {
+        uintptr_t rsp = (uintptr_t)r->frame + FERRY_FRAME_TO_RSP, d = (uintptr_t)dst;
+        uintptr_t lo = rsp - FERRY_RED_ZONE, hi = ((rsp - 1) | 4095) + 1;
+        if (d >= lo && d < hi && n <= hi - d) {
+            ferry_memcpy(dst, src, n);
+            return 0;
+        }
+    }
+    return ferry_safe_write(dst, src, n);
+}
+
 /* With the program's threads as fibers, signals sent to a fiber are raised
  * here, once the shim is done with the call: a handler that never returns
  * (pthread_cancel's unwinding, siglongjmp) leaves nothing of the shim's

@@ -35,6 +35,10 @@ long ferry_slow(struct ferry_regs *r);
  * below it) are read directly; anything else goes through the kernel, which
  * costs a process_vm_readv (~1.5 us) where a load costs nanoseconds. */
 long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size_t n);
+/* Write `n` bytes where call `r` asked for an answer: 0, or -EFAULT for a
+ * bad pointer.  Directly on the same page as above, from the program's red
+ * zone up (below it are the entry's own words); else through the kernel. */
+long ferry_write_arg(const struct ferry_regs *r, void *dst, const void *src, size_t n);
 void ferry_post(long result);
 void ferry_entry(void);
 void ferry_entry_nocount(void);
