@@ -72,6 +72,28 @@ def test_a_large_environment_is_the_programs_own_in_proc_too(tmp_path, extra):
     assert under.stdout == native.stdout
 
 
+@pytest.mark.parametrize("preset", [{"LD_PRELOAD": ""}, {"LD_LIBRARY_PATH": "/opt/none"},
+                                    {"LD_PRELOAD": "", "LD_LIBRARY_PATH": "/opt/x:/opt/y"}],
+                         ids=["preload", "library-path", "both"])
+def test_a_users_loader_variables_keep_their_place_and_ferrys_stay_out_of_proc(tmp_path, preset):
+    """With LD_PRELOAD or LD_LIBRARY_PATH of the user's own, a program sees
+    them where it would natively, and /proc/PID/environ shows the same
+    strings in the same order (the region ends in the zeros of the settings
+    taken out: its length is the kernel's).  The exec hook put its own
+    entries after the program's variables, so a child of an enabled program
+    found them moved to the end; and the shim measured the strings after
+    rebuilding a marker into the value it gives back (one byte shorter), so
+    they no longer lay back to back and every setting of Ferry's stayed in
+    /proc.  `env` is the enabled program whose exec the hook serves."""
+    env = dict(preset, **{k: v for k, v in os.environ.items() if k not in preset})  # theirs first
+    code = "import sys; sys.stdout.buffer.write(open('/proc/self/environ', 'rb').read().rstrip(b'\\0'))"
+    native, under = native_and_ferry(tmp_path, ["/usr/bin/env", PYTHON, "-c", code], env=env)
+    assert under.returncode == native.returncode == 0, under.stderr
+    assert under.stdout.split(b"\0") == native.stdout.split(b"\0")
+    procs = load_run(tmp_path / "run")["processes"]
+    assert [p["enabled"] for p in procs if p["exe"] in ("/usr/bin/env", os.path.realpath(PYTHON))] == [True, True]
+
+
 @pytest.mark.parametrize("mode", ["env-at-page-end", "env-across-pages"])
 def test_a_childs_environment_array_at_a_mappings_end_or_across_pages_is_read_whole(tmp_path, mode):
     # The exec hook reads the array a batch at a time, each batch as far as

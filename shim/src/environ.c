@@ -23,6 +23,10 @@
 
 static const char *const restored[] = {"LD_PRELOAD", "LD_LIBRARY_PATH"};
 
+/* Entries whose strings the restore measures (and moves, environ.c's
+ * compact_strings); a larger environment keeps its layout. */
+#define MAX_MEASURED 4096
+
 /* The marker for variable `name` in `envp`, or 0. */
 static char *marker_of(char **envp, const char *name)
 {
@@ -33,42 +37,86 @@ static char *marker_of(char **envp, const char *name)
 }
 
 /* /proc/PID/environ shows the strings the kernel laid out, not the array:
- * move the ones kept down over the ones taken out (only when they still lie
- * back to back, as the kernel left them), so that it shows none of Ferry's. */
-static void compact_strings(char **orig, size_t n, char **kept, char *copy, size_t cap)
+ * move the ones kept (`kept`, their lengths `len`) down over the ones taken
+ * out, from `start` (the first string) up to `end` (past the last), so that
+ * it shows none of Ferry's.  Through `copy` (`cap` bytes): the entries kept
+ * are not in address order (a value given back lives where its marker
+ * was). */
+static void compact_strings(char *start, char *end, char **kept, const uint32_t *len, char *copy,
+                            size_t cap)
 {
-    if (!n)
-        return;
-    for (size_t i = 0; i + 1 < n; i++)
-        if (orig[i + 1] != orig[i] + ferry_strlen(orig[i]) + 1)
-            return;
-    char *end = orig[n - 1] + ferry_strlen(orig[n - 1]) + 1;
-    /* Through a copy: the entries kept are not in address order (a value
-     * given back lives where its marker was). */
     size_t used = 0;
-    for (char **k = kept; *k; k++) {
-        if (*k < orig[0] || *k >= end)
+    for (size_t k = 0; kept[k]; k++) {
+        if (kept[k] < start || kept[k] >= end)
             return;  /* a string from elsewhere: leave the layout alone */
-        size_t len = ferry_strlen(*k) + 1;
-        if (used + len > cap)
+        size_t n = (size_t)len[k] + 1;
+        if (used + n > cap)
             return;
-        ferry_memcpy(copy + used, *k, len);
-        used += len;
+        ferry_memcpy(copy + used, kept[k], n);
+        used += n;
     }
-    char *cursor = orig[0];
-    ferry_memcpy(cursor, copy, used);
-    for (char **k = kept; *k; k++) {
-        *k = cursor;
-        cursor += ferry_strlen(cursor) + 1;
+    ferry_memcpy(start, copy, used);
+    char *cursor = start;
+    for (size_t k = 0; kept[k]; k++) {
+        kept[k] = cursor;
+        cursor += (size_t)len[k] + 1;
     }
-    while (cursor < end)
-        *cursor++ = 0;
+    ferry_memset(cursor, 0, (size_t)(end - cursor));
 }
 
 void ferry_environ_restore(char **envp)
 {
     if (!envp)
         return;
+    /* Each string is measured once, as the kernel laid it out, before a
+     * marker is rebuilt into the entry it gives back (one byte shorter: the
+     * strings measured after that no longer lay back to back, and
+     * /proc/PID/environ showed every setting of Ferry's to whoever had
+     * LD_PRELOAD or LD_LIBRARY_PATH set, unless its marker came last).
+     * Once, not four times (a third of the restore's ~7 us): the lengths,
+     * and below them the copy compact_strings makes, in one piece of
+     * memory.  On the stack for an environment of a few KiB, at the
+     * buffer's top end: the pages nearest the caller's frame, which the
+     * start has touched already (its bottom end, or a page of its own, was
+     * a page fault in every start).  Larger ones in a scratch area of
+     * their own. */
+    static uint32_t scratch[MAX_MEASURED + 65536 / sizeof(uint32_t)] FERRY_COLD __attribute__((aligned(4096)));
+    uint32_t local[2048];
+    size_t norig = 0;
+    while (envp[norig])
+        norig++;
+    /* Beyond MAX_MEASURED entries the strings stay where they are, and so
+     * do the slots after the array's end (as before the restore). */
+    int whole = norig <= MAX_MEASURED;
+    uint32_t *len = 0;
+    char *start = envp[0], *end = 0, *copy = 0;
+    size_t room = 0;
+    if (whole && norig) {
+        size_t bytes = 0;
+        int back_to_back = 1;
+        uint32_t *lens = norig <= 512 ? local + 2048 - norig : scratch;
+        for (size_t i = 0; i < norig; i++) {
+            size_t n = ferry_strlen(envp[i]);
+            back_to_back &= !end || envp[i] == end;
+            lens[i] = (uint32_t)n;
+            end = envp[i] + n + 1;
+            bytes += n + 1;
+        }
+        if (lens == scratch) {
+            copy = (char *)(scratch + MAX_MEASURED);
+            room = sizeof(scratch) - MAX_MEASURED * sizeof(uint32_t);
+        } else if (bytes <= (size_t)((char *)lens - (char *)local)) {
+            copy = (char *)lens - bytes;
+            room = bytes;
+        } else {
+            copy = (char *)(scratch + MAX_MEASURED);
+            room = sizeof(scratch) - MAX_MEASURED * sizeof(uint32_t);
+        }
+        /* Only strings that still lie back to back, as the kernel left them,
+         * are moved. */
+        if (back_to_back)
+            len = lens;
+    }
     /* What each restored variable becomes: its old entry (rebuilt inside the
      * marker's own string, which is longer than the entry), or nothing. */
     char *value_of[sizeof(restored) / sizeof(restored[0])];
@@ -90,29 +138,13 @@ void ferry_environ_restore(char **envp)
             value_of[k] = m + WAS_LEN;
         }
     }
-    /* The original order of the strings, for compact_strings, and after
-     * it the copy it makes of them: one piece of memory.  On the stack for
-     * an environment of a few KiB, at the buffer's top end: the pages
-     * nearest the caller's frame, which the start has touched already
-     * (its bottom end, or a page of its own, was a page fault in every
-     * start).  Larger ones in a scratch area of their own. */
-    static char *scratch[4096 + 65536 / sizeof(char *)] FERRY_COLD __attribute__((aligned(4096)));
-    char *local[1024];
-    size_t norig = 0, bytes = 0;
-    for (; envp[norig] && norig < 4096; norig++)
-        bytes += ferry_strlen(envp[norig]) + 1;  /* the copy needs no more */
-    size_t need = norig + (bytes + sizeof(char *) - 1) / sizeof(char *);
-    char **orig = need <= 1024 ? local + 1024 - need : scratch;
-    size_t room = (orig == scratch ? sizeof(scratch) : need * sizeof(char *)) - norig * sizeof(char *);
-    for (size_t i = 0; i < norig; i++)
-        orig[i] = envp[i];
-    int whole = envp[norig] == 0;
     char **out = envp;
-    for (char **e = envp; *e; e++) {
+    size_t i = 0;
+    for (char **e = envp; *e; e++, i++) {
         char *entry = *e;
         if (ferry_is_setting(entry))
             continue;
-        int drop = 0;
+        int drop = 0, given_back = 0;
         for (unsigned k = 0; k < sizeof(restored) / sizeof(restored[0]); k++) {
             if (!handled[k] || !ferry_entry_value(entry, restored[k]))
                 continue;
@@ -120,12 +152,18 @@ void ferry_environ_restore(char **envp)
             if (value_of[k]) {
                 entry = value_of[k];
                 value_of[k] = 0;
+                given_back = 1;
             } else {
                 drop = 1;
             }
         }
-        if (!drop)
-            *out++ = entry;
+        if (drop)
+            continue;
+        /* The kept entries' lengths, in the order they are kept, over the
+         * table: an entry is kept at or before its own place. */
+        if (len)
+            len[out - envp] = given_back ? (uint32_t)ferry_strlen(entry) : len[i];
+        *out++ = entry;
     }
     *out = 0;
     /* Go's runtime, musl and static programs find the auxiliary vector as
@@ -140,6 +178,6 @@ void ferry_environ_restore(char **envp)
             slot[0] = (char *)1;   /* AT_IGNORE */
             slot[1] = 0;
         }
-    if (whole)
-        compact_strings(orig, norig, envp, (char *)(orig + norig), room);
+    if (len)
+        compact_strings(start, end, envp, len, copy, room);
 }

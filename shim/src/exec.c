@@ -513,7 +513,7 @@ static int read_env_batch(char *const *array, size_t from, struct env_batch *b, 
 static char **build_env(char *const *user_envp, char **out, size_t cap, enum env_kind kind,
                         const char *libdir, struct env_extra *x)
 {
-    size_t n = 0;
+    size_t n = 0, none = (size_t)-1, preload_at = none, libpath_at = none;
     int have_preload = 0, have_libpath = 0;
     char old_preload[1024], old_libpath[1024];
     struct env_batch batch;
@@ -526,24 +526,37 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             head[got < ENV_HEAD ? got : ENV_HEAD - 1] = 0;
             if (ferry_is_setting(head))
                 continue;
-            /* The first entry of a name is the one ld.so reads; later ones go. */
-            if ((kind == ENV_PRELOAD || kind == ENV_LIBDIR) && got >= 11 &&
-                ferry_memeq(head, "LD_PRELOAD=", 11)) {
-                if (!have_preload && ferry_exec_string(old_preload, p + 11, sizeof(old_preload)) < 0)
-                    return 0;
-                have_preload = 1;
-                continue;
-            }
-            if (kind == ENV_LIBDIR && got >= 16 && ferry_memeq(head, "LD_LIBRARY_PATH=", 16)) {
-                if (!have_libpath && ferry_exec_string(old_libpath, p + 16, sizeof(old_libpath)) < 0)
-                    return 0;
-                have_libpath = 1;
-                continue;
-            }
             /* room for what goes after them: the settings kept, the hints
              * (exe, slot), the pad, two variables and their markers, the NULL */
             if (n + nsaved + 8 >= cap)
                 return 0;
+            /* The first entry of a name is the one getenv reads, and ld.so
+             * the last: later ones go.  Ours takes the first one's place,
+             * where the new program's shim gives the old value back: one put
+             * after the program's own variables moved a user's LD_PRELOAD or
+             * LD_LIBRARY_PATH to the end of every enabled child's
+             * environment. */
+            if ((kind == ENV_PRELOAD || kind == ENV_LIBDIR) && got >= 11 &&
+                ferry_memeq(head, "LD_PRELOAD=", 11)) {
+                if (!have_preload) {
+                    if (ferry_exec_string(old_preload, p + 11, sizeof(old_preload)) < 0)
+                        return 0;
+                    preload_at = n;
+                    out[n++] = 0;  /* filled in below */
+                }
+                have_preload = 1;
+                continue;
+            }
+            if (kind == ENV_LIBDIR && got >= 16 && ferry_memeq(head, "LD_LIBRARY_PATH=", 16)) {
+                if (!have_libpath) {
+                    if (ferry_exec_string(old_libpath, p + 16, sizeof(old_libpath)) < 0)
+                        return 0;
+                    libpath_at = n;
+                    out[n++] = 0;
+                }
+                have_libpath = 1;
+                continue;
+            }
             out[n++] = p;
         }
         if (batch.last)
@@ -568,7 +581,7 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
      * the strings down in /proc only while they lie back to back. */
     size_t gone = 0;
     for (size_t i = 0; i < n; i++)
-        gone += ferry_is_setting(out[i]);
+        gone += out[i] && ferry_is_setting(out[i]);
     if (kind != ENV_RUN && kind != ENV_WINE)
         gone += 1 + !have_preload;
     if (kind == ENV_LIBDIR)
@@ -589,7 +602,10 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
         if (b.overflow || !add_var("LD_PRELOAD", shim, have_preload ? old_preload : 0, 0, x->preload,
                                    sizeof(x->preload), x->was_preload, sizeof(x->was_preload)))
             return 0;
-        out[n++] = x->preload;
+        if (preload_at != none)
+            out[preload_at] = x->preload;
+        else
+            out[n++] = x->preload;
         out[n++] = x->was_preload;
     }
     if (kind == ENV_LIBDIR) {
@@ -600,7 +616,10 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
         if (!add_var("LD_LIBRARY_PATH", libdir, have_libpath ? old_libpath : 0, 1, x->libpath,
                      sizeof(x->libpath), x->was_libpath, sizeof(x->was_libpath)))
             return 0;
-        out[n++] = x->libpath;
+        if (libpath_at != none)
+            out[libpath_at] = x->libpath;
+        else
+            out[n++] = x->libpath;
         out[n++] = x->was_libpath;
     }
     out[n] = 0;
