@@ -51,9 +51,13 @@ HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
 # so that earlier runs can be reported.  Version 1 kept exec_path after the
 # command line (a page more for each exec); versions 1 and 2 had a longer exe
 # and counted all the shim's own calls in `internal`, where version 3 counts
-# its first numbers in `own`, in the first page.
+# its first numbers in `own`, in the first page.  Versions 2-4 kept the
+# command line where version 5 keeps its first module entries
+# (`first_modules`), and every module entry in `modules`.
 HEADER_V1 = {"cmdline_len": (1280, "<I"), "cmdline": (1288, "4096s"), "exec_path": (5384, "1024s")}
 HEADER_V2 = {"exe": (256, "1024s")}
+HEADER_V4 = {"cmdline": (2312, "4096s")}
+FIRST_MODULES = constant("FERRY_FIRST_MODULES")
 OWN_COUNT = (1 << 48) - 1
 _SITES_V3 = {"sites_span": 4096 * 24, "errnos_span": BLOCK.span("errnos"), "sites_keyed": False}
 BLOCK_TABLES = {
@@ -63,6 +67,7 @@ BLOCK_TABLES = {
               "sites_span": BLOCK.span("sites"), "errnos_span": BLOCK.span("errnos"), "sites_keyed": True},
 }
 BLOCK_TABLES[3] = BLOCK_TABLES[2]
+BLOCK_TABLES[4] = BLOCK_TABLES[VERSION]
 NAME_SIZE = constant("FERRY_CALL_NAME_SIZE")     # a Windows process's call names
 MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
 PLATFORM_LINUX = constant("FERRY_PLATFORM_LINUX")
@@ -360,7 +365,21 @@ def records_of(proc_dir, pid):
 
 # What a record's reader takes of its header; its tables (modules, waits,
 # the catch-all's and the engine's areas) are read apart.
-_HEAD = tuple(m for m in HEADER.members if m not in ("modules", "waits", "catchall", "aggregate", "reserved2"))
+_HEAD = tuple(m for m in HEADER.members
+              if m not in ("modules", "first_modules", "waits", "catchall", "aggregate", "reserved2"))
+
+
+def _module_rows(data, h):
+    """The module entries of a record: from version 5 the first ones lie in
+    the header's first page (`first_modules`), the others in `modules` at
+    their own index."""
+    n = h["nmodules"]
+    if h["version"] < 5:
+        return HEADER.rows(data, 0, "modules", MODULE, n)
+    first = HEADER.rows(data, 0, "first_modules", MODULE, min(n, FIRST_MODULES))
+    if n <= FIRST_MODULES:
+        return first
+    return first + HEADER.rows(data, 0, "modules", MODULE, n)[FIRST_MODULES:]
 
 
 def _parse(path, st, data, names, extents=None):
@@ -376,6 +395,8 @@ def _parse(path, st, data, names, extents=None):
     if h["version"] in (1, 2):
         h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V2.items()})
         h["own"] = ()
+    if h["version"] in (2, 3, 4):
+        h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V4.items()})
     if h["version"] == 1:
         h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V1.items()})
     tables = BLOCK_TABLES.get(h["version"])
@@ -392,8 +413,7 @@ def _parse(path, st, data, names, extents=None):
         table = [_cstr(names[i:i + NAME_SIZE]) for i in range(0, len(names) - NAME_SIZE + 1, NAME_SIZE)]
     argv = [a.decode("utf-8", "surrogateescape")
             for a in h["cmdline"][:h["cmdline_len"]].split(b"\0")[:-1]]
-    modules = [(_cstr(m["name"]), m["nsites"], m["site_base"])
-               for m in HEADER.rows(data, 0, "modules", MODULE, h["nmodules"])]
+    modules = [(_cstr(m["name"]), m["nsites"], m["site_base"]) for m in _module_rows(data, h)]
     exe = _cstr(h["exe"])
     if h["exe_ino"]:
         # the executable's module bears the name the shim had for it (cut to fit)

@@ -118,8 +118,9 @@ def test_a_tables_rows_are_looked_for_only_where_data_was_read():
 # The last commits whose shims wrote the earlier versions of the process
 # record: 1, each number's figures at a fixed place in a block; 2, the
 # shim's own calls all in the header's table of every number; 3, each
-# site's figures at a fixed place in a block.
-EARLIER_SHIMS = {1: "c3d6b22", 2: "1a8f670", 3: "a9fdb67"}
+# site's figures at a fixed place in a block; 4, every module entry in the
+# module table, the command line where version 5 has its first two.
+EARLIER_SHIMS = {1: "c3d6b22", 2: "1a8f670", 3: "a9fdb67", 4: "67b3889"}
 
 
 @pytest.mark.parametrize("version", sorted(EARLIER_SHIMS))
@@ -152,9 +153,12 @@ def test_runs_recorded_by_an_earlier_shim_still_read(tmp_path, version):
         (ls,) = [p for p in procs if p.exe == "/usr/bin/ls"]
         with open(ls.file, "rb") as f:
             version_read = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE, ls.offset))["version"]
-        runs[name] = (version_read, ls.blocks[0], sorted((p.exe, p.argv, p.exec_path) for p in procs), ls.internal)
+        runs[name] = (version_read, ls.blocks[0], sorted((p.exe, p.argv, p.exec_path) for p in procs), ls.internal,
+                      ls.modules)
     assert runs["old"][0] == version and runs["now"][0] == procfile.VERSION
     assert runs["old"][2] == runs["now"][2]
+    modules = {name: [[os.path.basename(m[0]), m[1]] for m in run[4]] for name, run in runs.items()}
+    assert modules["old"] == modules["now"] and modules["now"], modules
     # the image's claim of its slot: its file's lock taken and given back
     flock = NUMBERS["flock"]
     assert runs["old"][3].get(flock) == runs["now"][3].get(flock) == 2, (runs["old"][3], runs["now"][3])

@@ -641,3 +641,34 @@ def test_a_spawn_childs_question_about_sigsys_is_answered_without_the_kernel(tmp
     assert len(children) == 3, [(p.exe, p.exec_path) for p in procfile.read_dir(run_dir / "proc")]
     for p in children:
         assert p.internal.get(writev, 0) == 0, p.internal
+
+
+def test_a_process_with_one_or_two_modules_writes_one_page_of_its_header(tmp_path, test_programs):
+    """A process's first two module entries lie in the header's first page,
+    with the rest every start writes: the module table, a page of its own,
+    was one more page of every record (a fault in each enabled program, a
+    page its vfork child wrote), though most processes have one module or
+    two (the rewritten libc).  The shell's command: the vfork child's record
+    and the image's.  A process with more still has them all, in order."""
+    script = "/bin/true; :"
+    ferry("run", "-p", "trace", "-o", tmp_path / "learn", "--", "sh", "-c", script, check=True, timeout=120)
+    run_dir = tmp_path / "run"
+    r = ferry("run", "-p", "trace", "--no-learn", "-o", run_dir, "--", "sh", "-c", script, timeout=120)
+    assert r.returncode == 0, r.stderr
+    records = procfile.read_dir(run_dir / "proc")
+    command = [p for p in records if p.exec_path == "/bin/true" or p.exe == "/usr/bin/true"]
+    assert len(command) == 2, [(p.exe, p.exec_path) for p in records]
+    for p in command:
+        assert 1 <= len(p.modules) <= 2 and all(name for name, _, _ in p.modules), (p.exe, p.modules)
+        head = _pages_with_data(p.file, p.offset, p.offset + procfile.HEADER_SIZE)
+        assert sorted(q - p.offset // 4096 for q in head) == [0], (p.exe, p.exec_path, sorted(head))
+    libs = [tmp_path / f"libsite{i}.so" for i in range(4)]
+    for lib in libs:
+        shutil.copy(PROGRAMS / "libsite.so", lib)
+    for run in range(2):  # the first run learns the libraries' plans
+        ferry("run", "-o", tmp_path / "many", "--", PROGRAMS / "dlopen_many", 1, *libs, check=True, timeout=120)
+    (many,) = [p for p in procfile.read_dir(tmp_path / "many" / "proc") if p.exe.endswith("/dlopen_many")]
+    names = [os.path.basename(name) for name, _, _ in many.modules]
+    assert [n for n in names if n.startswith("libsite")] == [lib.name for lib in libs], names
+    bases = [base for _, _, base in many.modules]
+    assert bases == sorted(bases) and len(names) > 4, many.modules

@@ -25,17 +25,19 @@
 #include "layout.h"
 
 #define FERRY_PROC_MAGIC "FERRYPROC\0v1\0\0\0\0"
-/* 4: a block's figures per site in a table probed from the site's number
+/* 5: the first modules in the first page (first_modules), the command line
+ * after them; 4: a block's figures per site in a table probed from the site's number
  * (struct ferry_site_stats), the tables after them a page further on;
  * 3: the shim's own calls counted in the first page (own), exe 768 bytes;
  * 2: a block's figures per call number in order of first use (nr_slot),
  * exec_path before cmdline; 1: figures at a fixed place per number, exec_path
- * after cmdline (ferry/procfile.py reads all four) */
-#define FERRY_PROC_VERSION 4
+ * after cmdline (ferry/procfile.py reads all five) */
+#define FERRY_PROC_VERSION 5
 #define FERRY_PROC_HEADER_SIZE 65536
 #define FERRY_MAX_BLOCKS 1024
 #define FERRY_MAX_SITES 4096
 #define FERRY_MAX_MODULES 128
+#define FERRY_FIRST_MODULES 2       /* modules whose entries lie in the header's first page */
 #define FERRY_MAX_WAITS 512
 #define FERRY_ERRNO_SLOTS 1024
 #define FERRY_HIST_BUCKETS 32
@@ -163,15 +165,28 @@ struct ferry_proc_header {
                                        after cmdline, a page more for each exec) */
     uint32_t cmdline_len;           /* 2304 */
     uint32_t exe_dev;               /* 2308: with exe_ino */
-    char cmdline[4096];             /* 2312: NUL-separated arguments */
-    char reserved2[8192 - 6408];    /* 6408 */
-    struct ferry_module_entry modules[FERRY_MAX_MODULES];   /* 8192 */
+    struct ferry_module_entry first_modules[FERRY_FIRST_MODULES];   /* 2312: modules 0 and
+                                       1, in the page every start writes: most processes
+                                       have one or two (a rewritten libc), and the table
+                                       was a page of its own to write in each (a fault in
+                                       the program, a page its vfork child wrote: version
+                                       4); ferry_module_at() says where an entry lies */
+    char cmdline[4096];             /* 2824: NUL-separated arguments */
+    char reserved2[8192 - 6920];    /* 6920 */
+    struct ferry_module_entry modules[FERRY_MAX_MODULES];   /* 8192: modules from
+                                       FERRY_FIRST_MODULES on (the first slots unused) */
     struct ferry_wait_entry waits[FERRY_MAX_WAITS];         /* 40960 */
     uint64_t internal[FERRY_NR_MAX];                        /* 49152: the shim's own calls
                                                                beyond own[]'s numbers */
     char catchall[4096];            /* 53248: sites caught by the catch-all (catchall.h) */
     char aggregate[8192];           /* 57344: aggregation statistics (aggarea.h) */
 };
+
+/* Where module entry `k` of a record lies. */
+static inline struct ferry_module_entry *ferry_module_at(struct ferry_proc_header *h, uint32_t k)
+{
+    return k < FERRY_FIRST_MODULES ? &h->first_modules[k] : &h->modules[k];
+}
 
 /* A slot file: this head, then `capacity` slots of `stride` bytes each, slot
  * i at FERRY_SLOTS_HEAD + i * stride, each a process record as above.  Made
@@ -323,7 +338,8 @@ _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, own) == 1024, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe_dev) == 2308, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 1280, "header layout");
-_Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 2312, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, first_modules) == 2312, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, cmdline) == 2824, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, modules) == 8192, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, waits) == 40960, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, internal) == 49152, "header layout");

@@ -122,7 +122,7 @@ static void describe_module(struct ferry_ctl *c, const char *name, uint64_t base
     }
     if (!h || h->nmodules >= FERRY_MAX_MODULES)
         return;
-    struct ferry_module_entry *m = &h->modules[h->nmodules];
+    struct ferry_module_entry *m = ferry_module_at(h, h->nmodules);
     const char *src = (name && *name) ? name : h->exe;
     size_t n = ferry_strlen(src);
     if (n >= sizeof(m->name))

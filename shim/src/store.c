@@ -464,7 +464,8 @@ void ferry_store_after_fork(void)
     uint32_t nmodules = parent->nmodules;
     if (nmodules > FERRY_MAX_MODULES)
         nmodules = FERRY_MAX_MODULES;
-    ferry_memcpy(ferry_hdr->modules, parent->modules, nmodules * sizeof(parent->modules[0]));
+    for (uint32_t k = 0; k < nmodules; k++)
+        *ferry_module_at(ferry_hdr, k) = *ferry_module_at(parent, k);
     ferry_hdr->nmodules = nmodules;
     ferry_hdr->nsites = parent->nsites;
     ferry_hdr->cal_tsc = parent->cal_tsc;
@@ -739,12 +740,17 @@ _Static_assert(HEAD_AT(own) >= HEAD_OWN && HEAD_AT(exec_path) >= HEAD_AT(own) + 
         ferry_memcpy((buf) + HEAD_AT(field), &v_, sizeof(v_));                  \
     } while (0)
 
-/* Bytes of the module table from its start that hold entries, in whole
- * pages: the pages a child's record needs of it (the parent's modules). */
+/* Bytes of the module table from its first entry beyond the first page's
+ * (MODULES_AT) that hold entries, to the end of their page: what a child's
+ * record needs of it (the parent's modules); 0 for a parent whose modules
+ * all lie in the first page. */
+#define MODULES_AT (HEAD_AT(modules) + FERRY_FIRST_MODULES * sizeof(struct ferry_module_entry))
 static size_t modules_used(void)
 {
     size_t n = ferry_hdr->nmodules < FERRY_MAX_MODULES ? ferry_hdr->nmodules : FERRY_MAX_MODULES;
-    return (n * sizeof(ferry_hdr->modules[0]) + 4095) & ~4095UL;
+    if (n <= FERRY_FIRST_MODULES)
+        return 0;
+    return ((HEAD_AT(modules) + n * sizeof(struct ferry_module_entry) + 4095) & ~4095UL) - MODULES_AT;
 }
 
 /* Where the parent's command line ends in its header: what a child's
@@ -779,10 +785,10 @@ static struct ferry_clock_pair child_start(const struct ferry_proc_header *h,
 /* The first pages of a vfork child's record: the parent's, with the child's
  * identity, state, end and exec path in place (written field by field, they
  * were eight more system calls for every child), as far as the parent's
- * command line goes, in one write; and the parent's module table as far as
- * it holds entries, in another: a page between them that holds nothing
- * (the command line's room) is not written, one page less for every
- * child. */
+ * command line goes, its first modules with it, in one write; and, for a
+ * parent with more modules than the first page holds, the rest of its
+ * module table as far as it holds entries, in another: a page between them
+ * that holds nothing (the command line's room) is not written. */
 static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int ppid, uint32_t uid,
                              uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
 {
@@ -838,7 +844,7 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     ferry_raw6(SYS_pwritev, fd, (long)iov, n, (long)base, 0, 0);
     size_t mods = modules_used();
     if (mods)
-        ferry_raw4(SYS_pwrite64, fd, (long)(h + HEAD_PAGES), (long)mods, (long)(base + HEAD_PAGES));
+        ferry_raw4(SYS_pwrite64, fd, (long)(h + MODULES_AT), (long)mods, (long)(base + MODULES_AT));
 }
 
 #undef PUT

@@ -450,7 +450,7 @@ static int add_module(const char *name, int first, int n, int linked)
 /* Module i's entry and names into the process file. */
 static void publish(int i)
 {
-    struct ferry_module_entry *e = &hdr->modules[hdr->nmodules];
+    struct ferry_module_entry *e = ferry_module_at(hdr, hdr->nmodules);
     ferry_copy(e->name, mods[i].name, sizeof(mods[i].name));
     e->nsites = (uint32_t)mods[i].n;
     e->site_base = (uint32_t)mods[i].first;
