@@ -672,3 +672,31 @@ def test_a_process_with_one_or_two_modules_writes_one_page_of_its_header(tmp_pat
     assert [n for n in names if n.startswith("libsite")] == [lib.name for lib in libs], names
     bases = [base for _, _, base in many.modules]
     assert bases == sorted(bases) and len(names) > 4, many.modules
+
+
+# What every enabled process runs of the shim, whatever its profile: its
+# start, a call, its exit, and the engine's hooks the core calls on the
+# way (shim/src/util.h, FERRY_HOT_TEXT).
+EVERY_PROCESS_RUNS = ("ferry_init", "ferry_start", "ferry_entry", "slow_call", "ferry_store_open",
+                      "ferry_exec_configure", "ferry_wine_configure", "ferry_environ_restore",
+                      "ferry_catchall_start", "ferry_plans_apply", "ferry_trace_record", "ferry_blk_get",
+                      "ferry_store_exit", "ferry_strlen", "agg_exit_cancel", "agg_exit_flush",
+                      "agg_threads_world", "agg_fd_guard", "agg_in_vfork_child")
+
+
+def test_the_code_and_data_every_process_runs_lie_in_the_shims_first_64_kib():
+    """The kernel maps a file's pages 64 KiB at a time around a fault
+    (fault-around), and ld.so faults in the shim's first 64 KiB anyway
+    when it reads its symbol table.  The strings a start reads lay after
+    the text, and the engine's hooks a close and an exit run among the
+    engine's code, 64 KiB further on: two more page faults in every
+    process (2.31 of libferry's text a /bin/true, 1.02 with all of it in
+    the first 64 KiB; shim/text_order.ld, the link order)."""
+    import lief
+    from ferry.rewriter import shimlib
+    lib = lief.ELF.parse(str(shimlib.path()))
+    rodata = lib.get_section(".rodata.ferry")
+    assert rodata is not None and rodata.virtual_address + rodata.size <= 0x10000, rodata
+    ends = {s.name: s.value + s.size for s in lib.symtab_symbols if s.name in EVERY_PROCESS_RUNS}
+    assert set(ends) == set(EVERY_PROCESS_RUNS), set(EVERY_PROCESS_RUNS) - set(ends)
+    assert {name: hex(end) for name, end in ends.items() if end > 0x10000} == {}

@@ -72,7 +72,7 @@ void agg_exit_stop(struct agg_carrier *c)
 }
 
 /* exit_group from a fiber of this process's world (shim.c). */
-void agg_exit_cancel(void)
+FERRY_HOT_TEXT void agg_exit_cancel(void)
 {
     /* A vfork child (or another child sharing the memory) sees its parent's
      * carriers and flags: it must not stop them, nor cancel their calls

@@ -138,13 +138,13 @@ static long close_around(unsigned first, unsigned last, unsigned flags)
 /* A fork child has only the forking thread: a lock another thread held
  * stays held for good.  Stored only when held: a store is a copy of its page
  * (a fault) in every fork child. */
-void agg_fd_guard_after_fork(void)
+FERRY_HOT_TEXT void agg_fd_guard_after_fork(void)
 {
     if (__atomic_load_n(&kept_lock, __ATOMIC_RELAXED))
         __atomic_store_n(&kept_lock, 0, __ATOMIC_RELAXED);
 }
 
-int agg_fd_guard(struct ferry_regs *r)
+FERRY_HOT_TEXT int agg_fd_guard(struct ferry_regs *r)
 {
     long nr = r->rax;
     if ((nr != SYS_close && nr != SYS_dup2 && nr != SYS_dup3 && nr != SYS_close_range) ||

@@ -639,7 +639,7 @@ static void flush_stats(struct agg_carrier *c)
 
 /* exit_group from a fiber: what its carrier counted since it last waited
  * (the last batch's completions) goes to the file before the process ends. */
-void agg_exit_flush(void)
+FERRY_HOT_TEXT void agg_exit_flush(void)
 {
     struct agg_fiber *f = agg_self;
     if (f && f->carrier)

@@ -110,7 +110,7 @@ int agg_signal_call(struct ferry_regs *r)
 
 /* exec resets a handled signal to SIG_DFL but keeps SIG_IGN: what the new
  * program inherits must be what the program set. */
-void agg_signal_before_exec(void)
+FERRY_HOT_TEXT void agg_signal_before_exec(void)
 {
     if (agg_signal_owned && program_act.handler == SIG_IGN)
         ferry_raw4(SYS_rt_sigaction, AGG_SIGNAL, &program_act, 0, KSIGSET);
@@ -131,7 +131,7 @@ static int install(void)
 
 /* Elsewhere the handler's frame stays on the thread's stack: a program's
  * alternate stack is sized for its own handlers, not for the engine's. */
-void agg_signal_small_stacks(void)
+FERRY_HOT_TEXT void agg_signal_small_stacks(void)
 {
     if (__atomic_exchange_n(&small_stacks, 1, __ATOMIC_ACQ_REL))
         return;
@@ -139,7 +139,7 @@ void agg_signal_small_stacks(void)
         install();
 }
 
-void agg_signal_exec_failed(void)
+FERRY_HOT_TEXT void agg_signal_exec_failed(void)
 {
     if (agg_signal_owned && program_act.handler == SIG_IGN)
         install();

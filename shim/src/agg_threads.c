@@ -78,7 +78,7 @@ void ferry_agg_thread_resume(struct agg_thread_start *s) __attribute__((noreturn
 
 static long real_tid(struct agg_carrier *c) { return c->tid; }
 
-int agg_thread_fiber(void) { return agg_self && agg_self->thread; }
+FERRY_HOT_TEXT int agg_thread_fiber(void) { return agg_self && agg_self->thread; }
 
 /* The fiber the tables name `tid`, ended or not.  Without world_lock it
  * may end and be freed as it is read (a pointer store publishes it). */
@@ -153,7 +153,7 @@ static void carrier_altstack(struct agg_carrier *c, const struct agg_altstack *w
 /* sigaltstack from a fiber ran natively at the program's own stack pointer
  * (what SS_ONSTACK and EPERM depend on), in the trampoline (shim.c): what
  * the kernel now has is the fiber's. */
-void agg_altstack_changed(long result)
+FERRY_HOT_TEXT void agg_altstack_changed(long result)
 {
     struct agg_fiber *f = agg_self;
     if (result != 0 || !f || !f->thread)
@@ -709,7 +709,7 @@ static struct agg_carrier *place(struct agg_carrier *mine)
 /* The carriers of the calling process's fiber world, none in a process that
  * shares the world's memory without being its process (a vfork child, a
  * clone(CLONE_VM) child): their carriers are the parent's. */
-unsigned agg_threads_world(struct agg_carrier **out, unsigned cap)
+FERRY_HOT_TEXT unsigned agg_threads_world(struct agg_carrier **out, unsigned cap)
 {
     if (!world_pid || ferry_raw0(SYS_getpid) != world_pid)
         return 0;
@@ -795,15 +795,15 @@ void agg_threads_after_fork(void)
  * sees no fiber; the parent, which waits meanwhile, gets its own back. */
 static __thread struct agg_fiber *vfork_parent __attribute__((tls_model("initial-exec")));
 
-void agg_vfork_child(void)
+FERRY_HOT_TEXT void agg_vfork_child(void)
 {
     vfork_parent = agg_self;
     agg_self = 0;
 }
 
-int agg_in_vfork_child(void) { return vfork_parent != 0; }
+FERRY_HOT_TEXT int agg_in_vfork_child(void) { return vfork_parent != 0; }
 
-void agg_vfork_parent(void)
+FERRY_HOT_TEXT void agg_vfork_parent(void)
 {
     if (vfork_parent)
         agg_self = vfork_parent;

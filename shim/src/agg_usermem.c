@@ -56,7 +56,7 @@ static void remember(struct agg_carrier *c, uintptr_t page, uint64_t gen)
     c->read_pages[c->read_next++ % AGG_READ_PAGES] = page;
 }
 
-long agg_safe_read(void *dst, const void *src, size_t n)
+FERRY_HOT_TEXT long agg_safe_read(void *dst, const void *src, size_t n)
 {
     struct agg_carrier *c = agg_carrier;
     uintptr_t first = (uintptr_t)src & PAGE_MASK_, last = ((uintptr_t)src + n - 1) & PAGE_MASK_;

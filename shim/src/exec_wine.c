@@ -33,7 +33,7 @@
 static const char *launch FERRY_HOT, *dll FERRY_HOT, *detours FERRY_HOT;
 static char room[3][WIN_PATH_MAX] FERRY_COLD;
 
-static void keep(char **envp, const char *name, const char **dst, char *spare)
+FERRY_HOT_TEXT static void keep(char **envp, const char *name, const char **dst, char *spare)
 {
     const char *v = ferry_exec_kept(name);
     if (!v && (v = ferry_env_lookup(envp, name))) {
@@ -45,7 +45,7 @@ static void keep(char **envp, const char *name, const char **dst, char *spare)
     *dst = v && *v ? v : 0;
 }
 
-void ferry_wine_configure(char **envp)
+FERRY_HOT_TEXT void ferry_wine_configure(char **envp)
 {
     keep(envp, "FERRY_WIN_LAUNCH", &launch, room[0]);
     keep(envp, "FERRY_WIN_DLL", &dll, room[1]);

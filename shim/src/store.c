@@ -77,7 +77,7 @@ static struct {
 static char dir_own[2048] FERRY_COLD;  /* its copy, when the setting is not kept */
 /* blocks[0] is `first` when that is set, and left alone: every start claims
  * block 0, and the table's first page is not touched */
-static struct ferry_blk *blocks[FERRY_MAX_BLOCKS];
+static struct ferry_blk *blocks[FERRY_MAX_BLOCKS] FERRY_COLD;
 
 static struct ferry_blk *block_at(uint32_t i)
 {

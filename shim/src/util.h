@@ -84,6 +84,14 @@ void ferry_buf_i64(struct ferry_buf *b, int64_t v);
  * leaves the fast path, was one in every process). */
 #define FERRY_HOT __attribute__((section(".data.ferry_hot")))
 
+/* A function of the aggregation engine that every process runs (a hook
+ * the core calls at a close, an exit, a vfork, an exec), whatever its
+ * profile: placed with the core's code at the front of the text
+ * (text_order.ld), not among the engine's, 64 KiB further on, which was a
+ * page fault of its own in every process (the kernel maps a file's pages
+ * 64 KiB at a time around a fault). */
+#define FERRY_HOT_TEXT __attribute__((section(".text.hot.ferry")))
+
 /* The calling thread's thread pointer (its TCB, where %fs points). */
 static inline unsigned long ferry_tp(void)
 {
