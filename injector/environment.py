@@ -45,8 +45,7 @@ def enabled_env(base, settings, how, shim=None, libdir=None):
     # finds the auxiliary vector right after the environment's NULL, and the
     # shim fills the slots left with ignored pairs: an even count of them
     # (shim/src/environ.c).  The pad goes before the markers, as the exec hook
-    # puts it (build_env): a marker's string is rewritten shorter, and the
-    # shim moves the strings down in /proc only while they lie back to back.
+    # puts it (build_env).
     gone = sum(1 for k in env if is_setting(k)) + sum(1 + (name not in env) for name in prepended)
     if gone % 2:
         env["FERRY_PAD"] = ""

@@ -23,8 +23,8 @@
 
 static const char *const restored[] = {"LD_PRELOAD", "LD_LIBRARY_PATH"};
 
-/* Entries whose strings the restore measures (and moves, environ.c's
- * compact_strings); a larger environment keeps its layout. */
+/* Entries whose strings the restore measures (and moves: compact_strings);
+ * a larger environment keeps its layout. */
 #define MAX_MEASURED 4096
 
 /* The marker for variable `name` in `envp`, or 0. */

@@ -576,9 +576,7 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
     }
     /* What the new program's shim takes out (environ.c): every setting, and
      * below a marker for each variable prepended to, with the variable too
-     * where the marker says it was not set.  The pad goes before the
-     * markers: a marker's string is rewritten shorter, and environ.c moves
-     * the strings down in /proc only while they lie back to back. */
+     * where the marker says it was not set. */
     size_t gone = 0;
     for (size_t i = 0; i < n; i++)
         gone += out[i] && ferry_is_setting(out[i]);

@@ -26,8 +26,9 @@
 
 #define FERRY_PROC_MAGIC "FERRYPROC\0v1\0\0\0\0"
 /* 5: the first modules in the first page (first_modules), the command line
- * after them; 4: a block's figures per site in a table probed from the site's number
- * (struct ferry_site_stats), the tables after them a page further on;
+ * after them; 4: a block's figures per site in a table probed from the
+ * site's number (struct ferry_site_stats), the tables after them a page
+ * further on;
  * 3: the shim's own calls counted in the first page (own), exe 768 bytes;
  * 2: a block's figures per call number in order of first use (nr_slot),
  * exec_path before cmdline; 1: figures at a fixed place per number, exec_path
