@@ -88,8 +88,8 @@ def test_a_member_the_readers_need_is_named_when_missing():
 def test_a_header_the_generator_cannot_read_is_refused(shim_copy):
     header = shim_copy / "src" / "ctl.h"
     header.write_text(header.read_text().replace(
-        "    uint64_t reserved[4];               /* offset 32 */",
-        "    union { uint64_t reserved[4]; char raw[32]; } u;"))
+        "    uint64_t reserved[3];               /* offset 40 */",
+        "    union { uint64_t reserved[3]; char raw[24]; } u;"))
     gen = _generator()
     with pytest.raises(gen.HeaderError, match="struct ferry_ctl: a nested struct or union"):
         gen.measure(shim_copy, "cc")

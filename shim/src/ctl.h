@@ -35,7 +35,9 @@ struct ferry_ctl {
     const struct ferry_vector *vector;  /* offset 16: written by the shim */
     uint32_t nsites;                    /* offset 24 */
     uint32_t version;                   /* offset 28 */
-    uint64_t reserved[4];               /* offset 32 */
+    uint64_t renumbered;                /* offset 32: set by the shim once it wrote a site's
+                                           `global` (the file has each as the first module's) */
+    uint64_t reserved[3];               /* offset 40 */
     struct ferry_site_rec sites[];      /* offset 64 */
 };
 
