@@ -22,7 +22,10 @@ The spawn loop also reports the CPU the shell and its children used
 alternated in each round: on a loaded machine the wall clock moves with the
 other load, CPU time much less.
 
-Native and strace are timed from spawn to reap; ferry's figure is the
+Every figure of a mode against native (ratios, per-process costs) is the
+median over rounds of that round's own comparison: the modes of a round
+run back to back, and the VM's speed drifts between rounds.  Native and
+strace are timed from spawn to reap; ferry's figure is the
 program's own `duration_s` from info.json (also spawn to reap), so ferry's
 Python start-up and the image-cache lookup are not counted.  The
 per-process costs (`per_process_us`, `preload_floor_us`) are each mode's
@@ -104,6 +107,14 @@ SPAN_NAMES = tuple(procfile.SPANS[i] for i in range(len(procfile.SPANS)))   # en
 
 def median(xs):
     return statistics.median(xs) if xs else NAN
+
+
+def paired(xs, ys, f=lambda x, y: x - y):
+    """The median over rounds of f(x, y), each pair measured in the same
+    round: the VM's speed drifts between rounds (the native loop by 10-15 %
+    within one bench), and a mode's median against native's median carried
+    that drift, where a round's own comparison does not."""
+    return median([f(x, y) for x, y in zip(xs, ys)])
 
 
 def make_tree(top):
@@ -453,22 +464,22 @@ def main():
         print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
               f"{ferry_dirty} kB")
         def per_command(m):
-            return (med[("spawn", m)] - med[("empty", m)]) / SPAWNS
-        per_mode = {m: (per_command(m) - per_command("native")) * 1e6 for m in modes}
+            return [(s - e) / SPAWNS for s, e in zip(times[("spawn", m)], times[("empty", m)])]
+        per_mode = {m: paired(per_command(m), per_command("native")) * 1e6 for m in modes}
         print("per-process cost above native (µs; each mode's loop less the same loop running "
               "no command): " + ", ".join(f"{m} {v:.0f}" for m, v in per_mode.items()))
         print("a run of no command (the shell alone), ms: " +
               ", ".join(f"{m} {med[('empty', m)] * 1e3:.1f}" for m in ("native",) + modes))
-        floor = (per_command("preload") - per_command("native")) * 1e6
+        floor = paired(per_command("preload"), per_command("native")) * 1e6
         print(f"of which any preloaded library costs (an empty one, natively): {floor:.0f} µs; "
               f"the shim above that, trace: {per_mode['trace'] - floor:.0f} µs")
-        cpu_us = {m: (median(cpu[m]) - median(cpu["native"])) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
+        cpu_us = {m: paired(cpu[m], cpu["native"]) / (SPAWNS + 1) * 1e6 for m in cpu_modes}
         print("CPU per process above native, spawn loop (µs, getrusage of the loop's processes): " +
               ", ".join(f"{m} {v:.0f}" for m, v in cpu_us.items()))
         drive = {m: (median([w for w, _ in v]), median([c for _, c in v])) for m, v in drives.items()}
-        driver_us = drive["trace"][0] - drive["native"][0]
-        driver_cpu_us = drive["trace"][1] - drive["native"][1]
-        driver_floor_us = drive["preload"][0] - drive["native"][0]
+        driver_us = paired([w for w, _ in drives["trace"]], [w for w, _ in drives["native"]])
+        driver_cpu_us = paired([c for _, c in drives["trace"]], [c for _, c in drives["native"]])
+        driver_floor_us = paired([w for w, _ in drives["preload"]], [w for w, _ in drives["native"]])
         print(f"posix_spawn of /bin/true by a C loop ({DRIVER_SPAWNS} a round, µs a spawn, wall/CPU): "
               f"native {drive['native'][0]:.0f}/{drive['native'][1]:.0f}, "
               f"the empty library preloaded {drive['preload'][0]:.0f}/{drive['preload'][1]:.0f}, "
@@ -478,13 +489,14 @@ def main():
         print("start of one /bin/true a C loop's posix_spawn started (median µs): " +
               ", ".join(f"{k} {v:.1f}" for k, v in dparts.items()))
         whole = median([w for w, _ in walls["spawn"]])
-        wall_ratio = whole / med[("spawn", "native")]
+        wall_ratio = paired([w for w, _ in walls["spawn"]], times[("spawn", "native")], lambda x, y: x / y)
         after = {k: median([w - d for w, d in v]) for k, v in walls.items()}
         after_us = (after["spawn"] - after["one"]) / (SPAWNS + 1) * 1e6
         print(f"`ferry run -p trace` of the spawn loop, whole: {whole:.3f} s "
               f"({wall_ratio:.2f}x native); after the program: {after['spawn']:.3f} s, "
               f"{after['one']:.3f} s for one /bin/true, {after_us:.0f} µs per process")
-        ratio = lambda n, m: med[(n, m)] / med[(n, "native")] if n in loads else NAN  # noqa: E731
+        def ratio(n, m):
+            return paired(times[(n, m)], times[(n, "native")], lambda x, y: x / y) if n in loads else NAN
         baseline = "" if not BASELINE else (
             f" baseline_spawn_ratio={ratio('spawn', 'baseline'):.2f}"
             f" baseline_build_ratio={ratio('build', 'baseline'):.2f}"
