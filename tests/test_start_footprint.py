@@ -700,3 +700,24 @@ def test_the_code_and_data_every_process_runs_lie_in_the_shims_first_64_kib():
     ends = {s.name: s.value + s.size for s in lib.symtab_symbols if s.name in EVERY_PROCESS_RUNS}
     assert set(ends) == set(EVERY_PROCESS_RUNS), set(EVERY_PROCESS_RUNS) - set(ends)
     assert {name: hex(end) for name, end in ends.items() if end > 0x10000} == {}
+
+
+def test_a_shells_command_takes_its_pid_and_parent_from_the_child_that_started_it(tmp_path):
+    """The vfork child that execs a shell's command knows the program's pid
+    (its own) and its parent (the shell): it hands them on with the slot it
+    claimed (FERRY_SLOT), and the program's record asks neither `getpid`
+    nor `getppid` (two calls of the shim's own in every command)."""
+    getpid, getppid = syscall_table.NUMBERS["getpid"], syscall_table.NUMBERS["getppid"]
+    inner = "echo $$ $PPID"
+    script = f"sh -c '{inner}'; :"
+    ferry("run", "-o", tmp_path / "learn", "--", "sh", "-c", script, check=True, timeout=120)
+    run_dir = tmp_path / "run"
+    r = ferry("run", "-p", "trace", "--no-learn", "-o", run_dir, "--", "sh", "-c", script, timeout=120)
+    assert r.returncode == 0, r.stderr
+    pid, ppid = (int(x) for x in r.stdout.split())
+    records = procfile.read_dir(run_dir / "proc")
+    (command,) = [p for p in records if p.argv == ["sh", "-c", inner]]
+    assert (command.pid, command.ppid) == (pid, ppid), command
+    assert command.internal.get(getpid, 0) == command.internal.get(getppid, 0) == 0, command.internal
+    (child,) = [p for p in records if p.exec_path and p.pid == pid]  # the vfork child's record
+    assert child.ppid == ppid and os.path.basename(child.exec_path) == "sh", child

@@ -152,10 +152,22 @@ static int create_file(const char *dir, int pid, uint32_t *seq_out)
     return -EEXIST;
 }
 
+/* Who the image a vfork child starts is, as the child knew (FERRY_SLOT):
+ * its pid and its parent's, a getpid and a getppid fewer in every start it
+ * serves. */
+static int32_t claimed_pid FERRY_HOT, claimed_ppid FERRY_HOT;
+static int claimed_ids FERRY_HOT;
+
 static void fill_identity(struct ferry_proc_header *h, char **argv, const char *exe_hint)
 {
-    h->pid = (int32_t)ferry_raw0(SYS_getpid);
-    h->ppid = (int32_t)ferry_raw0(SYS_getppid);
+    if (claimed_ids) {
+        h->pid = claimed_pid;
+        h->ppid = claimed_ppid;
+        claimed_ids = 0;
+    } else {
+        h->pid = (int32_t)ferry_raw0(SYS_getpid);
+        h->ppid = (int32_t)ferry_raw0(SYS_getppid);
+    }
     uint64_t dev, ino;
     ferry_exe_path(exe_hint, h->exe, sizeof(h->exe), &dev, &ino);
     h->exe_dev = (uint32_t)dev;
@@ -303,11 +315,17 @@ static struct ferry_blk *map_file_block(uint32_t idx)
 int ferry_store_open(const char *run_dir, int mode, uint32_t event_capacity, char **argv,
                      const char *tsc_rate, const char *exe_hint, const char *slot_hint)
 {
-    uint64_t v[5];
-    if (slot_hint && ferry_parse_numbers(slot_hint, v, 5) && v[0] <= UINT32_MAX && v[1] <= UINT32_MAX &&
-        v[2] < FERRY_SLOTS_MAX) {
+    uint64_t v[7];
+    int ids = slot_hint && ferry_parse_numbers(slot_hint, v, 7) && v[5] <= INT32_MAX && v[6] <= INT32_MAX;
+    if (slot_hint && (ids || ferry_parse_numbers(slot_hint, v, 5)) && v[0] <= UINT32_MAX &&
+        v[1] <= UINT32_MAX && v[2] < FERRY_SLOTS_MAX) {
         claimed = (struct ferry_slot_hint){(uint32_t)v[0], (uint32_t)v[1], (uint32_t)v[2], v[4] == 1, v[3]};
         claimed_set = 1;
+        if (ids) {
+            claimed_pid = (int32_t)v[5];
+            claimed_ppid = (int32_t)v[6];
+            claimed_ids = 1;
+        }
     }
     st.mode = mode;
     st.event_capacity = mode == FERRY_MODE_TRACE ? event_capacity : 0;
@@ -919,14 +937,20 @@ void ferry_store_detached(void)
         stamp_end(FERRY_STATE_DETACHED);
 }
 
+struct vfork_who {
+    int pid, ppid;
+};
+
 /* A vfork child's exit or exec: its record, written by itself, and the
- * thread's state given back to its parent. */
-static void vfork_child_ends(uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
-                             int image_slot)
+ * thread's state given back to its parent.  Who the child is. */
+static struct vfork_who vfork_child_ends(uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
+                                         int image_slot)
 {
-    int ppid = FERRY_THR->vfork_ppid ? FERRY_THR->vfork_ppid : (int)ferry_raw0(SYS_getppid);
-    vfork_child_write((int)ferry_memory_pid(), ppid, state, exit_code, exec_path, kind, image_slot);
+    struct vfork_who who = {(int)ferry_memory_pid(),
+                            FERRY_THR->vfork_ppid ? FERRY_THR->vfork_ppid : (int)ferry_raw0(SYS_getppid)};
+    vfork_child_write(who.pid, who.ppid, state, exit_code, exec_path, kind, image_slot);
     vfork_hand_back();
+    return who;
 }
 
 void ferry_store_exit(int status)
@@ -941,8 +965,9 @@ void ferry_store_exit(int status)
     stamp_end(FERRY_STATE_EXITED);
 }
 
-/* The FERRY_SLOT entry for the program a vfork child execs (store.h). */
-static void image_slot_entry(char *entry, size_t cap)
+/* The FERRY_SLOT entry for the program a vfork child execs (store.h):
+ * the slot, and who the program will be (the child's pid and parent). */
+static void image_slot_entry(char *entry, size_t cap, struct vfork_who who)
 {
     struct ferry_buf b = {entry, 0, cap, 0};
     ferry_buf_str(&b, "FERRY_SLOT=");
@@ -956,7 +981,10 @@ static void image_slot_entry(char *entry, size_t cap)
         ferry_buf_u64(&b, image - 1);
         ferry_buf_str(&b, ":");
         ferry_buf_u64(&b, block_offset(FERRY_MAX_BLOCKS));
-        ferry_buf_str(&b, ferry_slot_in_memory() ? ":1" : ":0");
+        ferry_buf_str(&b, ferry_slot_in_memory() ? ":1:" : ":0:");
+        ferry_buf_u64(&b, (uint64_t)who.pid);
+        ferry_buf_str(&b, ":");
+        ferry_buf_u64(&b, (uint64_t)who.ppid);
     }
     entry[b.overflow ? head : b.len] = 0;
 }
@@ -966,9 +994,9 @@ void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, s
     if (FERRY_THR->in_vfork_child) {
         /* Written now: if the exec succeeds nothing of us is left after it.
          * If it fails, the child goes on and its exit rewrites the file. */
-        vfork_child_ends(FERRY_STATE_EXEC, 0, path, kind, slot_entry != 0);
+        struct vfork_who who = vfork_child_ends(FERRY_STATE_EXEC, 0, path, kind, slot_entry != 0);
         if (slot_entry)
-            image_slot_entry(slot_entry, cap);
+            image_slot_entry(slot_entry, cap, who);
         return;
     }
     if (!ferry_hdr)

@@ -52,7 +52,8 @@ void *ferry_vfork_stack(void);
 void ferry_store_exit(int status);
 /* `slot_entry` (`cap` bytes, or NULL): a vfork child's FERRY_SLOT for the
  * new program, filled in here: the child claims the program's slot beside
- * its own and writes "FERRY_SLOT=<uid>:<file>:<index>:<stride>", or
+ * its own and writes "FERRY_SLOT=<uid>:<file>:<index>:<stride>:<in_memory>:
+ * <pid>:<ppid>" (who the program will be), or
  * "FERRY_SLOT=" when it claimed none (the program claims one). */
 void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, size_t cap);
 /* Step `which` (enum ferry_span) of this image's start happened at `tsc`. */
