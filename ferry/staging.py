@@ -21,7 +21,9 @@ once the last of them ended, following the run directory if it is renamed
 (DIR.old) and removing the records if the run directory is removed.  A run
 whose `ferry run` was killed is moved by whoever reads it first with no
 process left (`load_run`, the next run into the same directory).  Records
-left in memory are lost if the machine restarts before they moved.
+left in memory are lost if the machine restarts before they moved; those
+no run leads to any more are removed by the next run that stages, a day
+after their last write (`_sweep`).
 """
 import fcntl
 import os
@@ -40,6 +42,12 @@ from .base.sparse import data_extents
 # its record a SIGBUS, as a full disk does.
 MIN_FREE = 1 << 30
 BACKLINK = ".ferry-run"     # in the staging directory: the run it belongs to
+# Records no run directory leads to any more (a run whose `ferry run` was
+# killed, then removed by hand: nobody is left to move or remove them) stay
+# in memory, a leak until the machine restarts.  They are removed by the
+# next run that stages, once this long without a write: a run moved
+# elsewhere by hand, its link to them with it, is still read whole within it.
+STRANDED_AFTER = 24 * 3600
 
 
 def _is_tmpfs(path):
@@ -104,6 +112,7 @@ def stage(out_dir):
         base = _base(root)
         if base is None:
             continue
+        _sweep(base)
         try:
             d = Path(tempfile.mkdtemp(prefix=out_dir.name[:40] + "-", dir=base))
             (d / BACKLINK).write_text(str(out_dir) + "\n")
@@ -122,6 +131,50 @@ def staged_dir(run_dir):
         return None
     target = Path(os.readlink(link))
     return target if (target / BACKLINK).is_file() else None
+
+
+def _leads_to(run_dir, directory):
+    """Whether the run, by the names ferry gives it (DIR, DIR.old, DIR.old
+    parked while a run replaces it), still leads to its records in
+    `directory`."""
+    names = [run_dir, run_dir.with_name(run_dir.name + ".old")]
+    try:
+        names += run_dir.parent.glob(f".{run_dir.name}.old.replaced-*")
+    except OSError:
+        pass
+    for name in names:
+        try:
+            target = staged_dir(name)
+            if target is not None and os.path.samefile(target, directory):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _sweep(base, now=None):
+    """Remove the staging directories in `base` that no run leads to, where
+    nothing was written for STRANDED_AFTER and no process records."""
+    now = time.time() if now is None else now
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            d = Path(entry.path)
+            run_dir = Path((d / BACKLINK).read_text().strip())
+            if _leads_to(run_dir, d):
+                continue
+            last = max([entry.stat(follow_symlinks=False).st_mtime] +
+                       [e.stat(follow_symlinks=False).st_mtime for e in os.scandir(d)])
+            if now - last < STRANDED_AFTER or _recording(run_dir, d):
+                continue
+        except OSError:
+            continue    # being made or removed meanwhile, or not a staging directory
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _recording(run_dir, directory):

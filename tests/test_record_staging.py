@@ -231,3 +231,44 @@ def blocked_on(ino):
                 if dev_ino.rsplit(":", 1)[-1] == str(ino):
                     return True
     return False
+
+
+def test_records_no_run_leads_to_any_more_are_removed_once_stale(tmp_path):
+    """A run whose `ferry run` was killed, then removed by hand, left its
+    records in memory for good: nothing was left to move or remove them.
+    The next run that stages removes them once nothing was written to them
+    for a day and no process records there; records a run (DIR, DIR.old)
+    still leads to, and recent ones, stay."""
+    shm = Path(tempfile_dir())
+    try:
+        base = shm / f"ferry-{os.geteuid()}"
+        base.mkdir(mode=0o711)
+        old = time.time() - 3 * 24 * 3600   # beyond staging.STRANDED_AFTER
+
+        def staged(name, run_dir, mtime):
+            d = base / name
+            d.mkdir()
+            (d / staging.BACKLINK).write_text(f"{run_dir}\n")
+            (d / "u0-0.ferry").write_bytes(b"x")
+            for p in (d / staging.BACKLINK, d / "u0-0.ferry", d):
+                os.utime(p, (mtime, mtime))
+            return d
+
+        stranded = staged("stranded", tmp_path / "gone", old)
+        recent = staged("recent", tmp_path / "gone-too", time.time())
+        kept_run = tmp_path / "kept"
+        linked = staged("linked", kept_run, old)
+        (kept_run / "proc").parent.mkdir()
+        os.symlink(linked, kept_run / "proc")
+        moved = tmp_path / "moved"
+        via_old = staged("via-old", moved, old)
+        (tmp_path / "moved.old").mkdir()
+        os.symlink(via_old, tmp_path / "moved.old" / "proc")
+        out = tmp_path / "run"
+        ferry("run", "--no-learn", "-p", "trace", "-o", out, "--", "/bin/true", check=True, timeout=120,
+              env=dict(os.environ, XDG_RUNTIME_DIR=str(shm)))
+        assert not stranded.exists()
+        assert recent.is_dir() and linked.is_dir() and via_old.is_dir()
+        assert (out / "proc").is_dir()     # the run itself staged there and moved out
+    finally:
+        subprocess.run(["rm", "-rf", str(shm)])
