@@ -102,15 +102,11 @@ void ferry_environ_restore(char **envp)
             end = envp[i] + n + 1;
             bytes += n + 1;
         }
-        if (lens == scratch) {
-            copy = (char *)(scratch + MAX_MEASURED);
-            room = sizeof(scratch) - MAX_MEASURED * sizeof(uint32_t);
-        } else if (bytes <= (size_t)((char *)lens - (char *)local)) {
+        copy = (char *)(scratch + MAX_MEASURED);
+        room = sizeof(scratch) - MAX_MEASURED * sizeof(uint32_t);
+        if (lens != scratch && bytes <= (size_t)((char *)lens - (char *)local)) {
             copy = (char *)lens - bytes;
             room = bytes;
-        } else {
-            copy = (char *)(scratch + MAX_MEASURED);
-            room = sizeof(scratch) - MAX_MEASURED * sizeof(uint32_t);
         }
         /* Only strings that still lie back to back, as the kernel left them,
          * are moved. */

@@ -563,16 +563,25 @@ static uint32_t site_of(const struct ferry_regs *r)
 
 static long slow_call(struct ferry_regs *r);
 
+/* Whether [p, p + n) lies on the page of the program's stack the call `r`
+ * was made from, `from` bytes or more above the entry's frame: from there
+ * up to the end of the page holding the program's rsp - 1, which the entry
+ * just wrote (mapped and writable).  The catch-all's calls carry no frame:
+ * their stack is the signal's. */
+static int on_call_page(const struct ferry_regs *r, const void *p, size_t n, uintptr_t from)
+{
+    if (!r->frame)
+        return 0;
+    uintptr_t frame = (uintptr_t)r->frame, a = (uintptr_t)p;
+    uintptr_t hi = ((frame + FERRY_FRAME_TO_RSP - 1) | 4095) + 1;
+    return a >= frame + from && a < hi && n <= hi - a;
+}
+
 long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size_t n)
 {
-    /* The catch-all's calls carry no frame: their stack is the signal's. */
-    if (r->frame) {
-        uintptr_t lo = (uintptr_t)r->frame, s = (uintptr_t)src;
-        uintptr_t hi = ((lo + FERRY_FRAME_TO_RSP - 1) | 4095) + 1;
-        if (s >= lo && s < hi && n <= hi - s) {
-            ferry_memcpy(dst, src, n);
-            return (long)n;
-        }
+    if (on_call_page(r, src, n, 0)) {
+        ferry_memcpy(dst, src, n);
+        return (long)n;
     }
     return agg_safe_read(dst, src, n);
 }
@@ -586,13 +595,9 @@ long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size
  * kernel, so that a bad pointer is EFAULT.  0, or -EFAULT. */
 long ferry_write_arg(const struct ferry_regs *r, void *dst, const void *src, size_t n)
 {
-    if (r->frame) {
-        uintptr_t rsp = (uintptr_t)r->frame + FERRY_FRAME_TO_RSP, d = (uintptr_t)dst;
-        uintptr_t lo = rsp - FERRY_RED_ZONE, hi = ((rsp - 1) | 4095) + 1;
-        if (d >= lo && d < hi && n <= hi - d) {
-            ferry_memcpy(dst, src, n);
-            return 0;
-        }
+    if (on_call_page(r, dst, n, FERRY_FRAME_TO_RSP - FERRY_RED_ZONE)) {
+        ferry_memcpy(dst, src, n);
+        return 0;
     }
     return ferry_safe_write(dst, src, n);
 }
