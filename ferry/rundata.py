@@ -140,7 +140,11 @@ def load_run(run_dir, reuse=False):
     learn from it), and a run of a thousand processes takes a second to read."""
     global _last_load
     run_dir = Path(run_dir)
-    key = (str(run_dir.absolute()), _inputs(run_dir))
+    # by its absolute name: the files' names are part of the key, and a run
+    # asked for as `ferry.data` and then as /abs/ferry.data (`ferry run`
+    # indexes the run by one, learns from it by the other) was read twice
+    absolute = run_dir.absolute()
+    key = (str(absolute), _inputs(absolute))
     if reuse and _last_load[0] == key:
         return _last_load[1]
     with procfile.collector_paused():
