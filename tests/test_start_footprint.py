@@ -451,10 +451,7 @@ def _stack_depth(pid):
     with open(f"/proc/{pid}/maps") as f:
         lo, hi = next((int(a, 16), int(b, 16)) for a, b in
                       (line.split()[0].split("-") for line in f if line.rstrip().endswith("[stack]")))
-    with open(f"/proc/{pid}/pagemap", "rb") as f:
-        f.seek(lo // 4096 * 8)
-        entries = f.read((hi - lo) // 4096 * 8)
-    first = next(i for i in range(len(entries) // 8) if entries[i * 8 + 7] & 0x80)  # present
+    first = next(i for i, entry in enumerate(_pagemap(pid, lo, hi)) if _present(entry))
     return start - (lo + first * 4096)
 
 
