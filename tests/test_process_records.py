@@ -172,3 +172,15 @@ def test_a_vfork_childs_record_holds_its_own_start_and_figures_not_its_parents(t
             spans = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE, child.offset))["start_spans"]
         hook = procfile.constant("FERRY_SPAN_EXEC_HOOK")
         assert spans[hook] and not any(t for i, t in enumerate(spans) if i != hook), spans
+
+
+def test_every_numbers_errno_is_counted_however_many_numbers_fail_with_it(tmp_path, test_programs):
+    # The errno table was probed from the low bits of a product, which
+    # depend only on the errno: every number failing with EBADF was looked
+    # for among the same 16 entries, and the errnos of those beyond them
+    # were lost (15 of these 53).
+    run_dir = _run(tmp_path, [str(test_programs / "vfork_calls"), "-53"])
+    (record,) = procfile.read_dir(run_dir / "proc")
+    failing = {nr: s for b in record.blocks for nr, s in b.nr.items() if s.errors}
+    assert len(failing) == 53, sorted(failing)
+    assert {nr: sum(s.errnos.values()) for nr, s in failing.items()} == {nr: 1 for nr in failing}

@@ -43,7 +43,12 @@ _Static_assert(__builtin_offsetof(struct ferry_errno_slot, key) == 0 &&
 static void count_errno(struct ferry_blk *b, long nr, long err)
 {
     uint32_t key = (uint32_t)nr << 16 | (uint32_t)err;
-    uint32_t h = key * 2654435761u;
+    /* The product's high bits, which depend on all of the key's: its low
+     * ones depend only on the key's low ones, the errno, so that every
+     * number failing with one errno was looked for at the same 16 entries,
+     * and the counts of those beyond them were lost (a process whose calls
+     * of 20 numbers failed with EBADF kept the errno of ~16). */
+    uint32_t h = (key * 2654435761u) >> 16;
     struct ferry_errno_slot *e = keyed_entry(b->errnos, sizeof(*e), key, h, 0, ERRNO_NEAR, ERRNO_TRIES);
     if (!e)
         e = keyed_entry(b->errnos, sizeof(*e), key, h, 0, FERRY_ERRNO_SLOTS, ERRNO_TRIES);
