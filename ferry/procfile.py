@@ -53,10 +53,12 @@ HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
 # and counted all the shim's own calls in `internal`, where version 3 counts
 # its first numbers in `own`, in the first page.  Versions 2-4 kept the
 # command line where version 5 keeps its first module entries
-# (`first_modules`), and every module entry in `modules`.
+# (`first_modules`), and every module entry in `modules`.  Versions 3-5 had
+# an exe of 768 bytes, where version 6 keeps where a packed block lies.
 HEADER_V1 = {"cmdline_len": (1280, "<I"), "cmdline": (1288, "4096s"), "exec_path": (5384, "1024s")}
 HEADER_V2 = {"exe": (256, "1024s")}
 HEADER_V4 = {"cmdline": (2312, "4096s")}
+HEADER_V3 = {"exe": (256, "768s")}
 FIRST_MODULES = constant("FERRY_FIRST_MODULES")
 OWN_COUNT = (1 << 48) - 1
 _SITES_V3 = {"sites_span": 4096 * 24, "errnos_span": BLOCK.span("errnos"), "sites_keyed": False}
@@ -67,7 +69,7 @@ BLOCK_TABLES = {
               "sites_span": BLOCK.span("sites"), "errnos_span": BLOCK.span("errnos"), "sites_keyed": True},
 }
 BLOCK_TABLES[3] = BLOCK_TABLES[2]
-BLOCK_TABLES[4] = BLOCK_TABLES[VERSION]
+BLOCK_TABLES[4] = BLOCK_TABLES[5] = BLOCK_TABLES[VERSION]
 NAME_SIZE = constant("FERRY_CALL_NAME_SIZE")     # a Windows process's call names
 MAX_NAMES_SIZE = NR_MAX * NAME_SIZE
 PLATFORM_LINUX = constant("FERRY_PLATFORM_LINUX")
@@ -397,6 +399,10 @@ def _parse(path, st, data, names, extents=None):
         h["own"] = ()
     if h["version"] in (2, 3, 4):
         h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V4.items()})
+    if h["version"] in (3, 4, 5):
+        h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V3.items()})
+    if h["version"] < 6:
+        h["packed_len"] = 0
     if h["version"] == 1:
         h.update({m: struct.unpack_from(fmt, data, at)[0] for m, (at, fmt) in HEADER_V1.items()})
     tables = BLOCK_TABLES.get(h["version"])
@@ -408,6 +414,8 @@ def _parse(path, st, data, names, extents=None):
     platform = h["platform"]
     if platform not in (PLATFORM_LINUX, PLATFORM_WINDOWS):
         raise ProcFileError(path, f"corrupt process file header (platform {platform})")
+    if h["packed_len"]:
+        _unpack_block(path, data, h, tables["events"], extents)
     table = None
     if platform == PLATFORM_WINDOWS:
         table = [_cstr(names[i:i + NAME_SIZE]) for i in range(0, len(names) - NAME_SIZE + 1, NAME_SIZE)]
@@ -446,6 +454,38 @@ def _parse(path, st, data, names, extents=None):
                     h["end_tsc"], h["cal_tsc"], h["cal_ns"], modules, waits, h["overflow"], blocks, internal,
                     h["uid"], h["exec_uid"], st.st_uid, aggregation, catchdata.parse(data), platform, table,
                     h["max_blocks"], start_retries=h["start_retries"])
+
+
+_RUN = struct.Struct("<II")    # struct ferry_packed_run
+assert _RUN.size == layout("ferry_packed_run").size
+
+
+def _unpack_block(path, data, h, tables_end, extents):
+    """Lay out in `data` block 0 of a record whose figures are packed in its
+    header (a vfork child's: runs of the words that are not zero, after its
+    command line), as the block it was: the rest of it is zeros, whatever
+    the block's room in the file holds."""
+    at, end = h["packed_at"], h["packed_at"] + h["packed_len"]
+    after_cmdline = HEADER.offset("cmdline") + min(h["cmdline_len"], HEADER.span("cmdline"))
+    if h["nblocks"] != 1 or at % 8 or at < after_cmdline or end > HEADER.offset("modules"):
+        raise ProcFileError(path, "corrupt process file header (packed block)")
+    block_end = HEADER_SIZE + h["block_size"]
+    if len(data) < block_end:
+        data.extend(bytes(block_end - len(data)))
+    if extents is not None and any(a + n > HEADER_SIZE for a, n in extents):
+        data[HEADER_SIZE:block_end] = bytes(block_end - HEADER_SIZE)
+        extents[:] = [(a, n) for a, n in extents if a + n <= HEADER_SIZE]
+    while at < end:
+        if end - at < _RUN.size:
+            raise ProcFileError(path, "corrupt packed block (a run cut short)")
+        off, n = _RUN.unpack_from(data, at)
+        at += _RUN.size
+        if off % 8 or n % 8 or not n or off + n > tables_end or at + n > end:
+            raise ProcFileError(path, f"corrupt packed block (a run of {n} bytes at {off})")
+        data[HEADER_SIZE + off:HEADER_SIZE + off + n] = data[at:at + n]
+        if extents is not None:
+            extents.append((HEADER_SIZE + off, n))
+        at += n
 
 
 @functools.lru_cache(maxsize=4096)

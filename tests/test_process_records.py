@@ -174,6 +174,65 @@ def test_a_vfork_childs_record_holds_its_own_start_and_figures_not_its_parents(t
         assert spans[hook] and not any(t for i, t in enumerate(spans) if i != hook), spans
 
 
+def _record_pages(p):
+    """Pages of record `p`, from its start, that hold data in its file."""
+    with open(p.file, "rb") as f:
+        end = p.offset + procfile.HEADER_SIZE + procfile.BLOCK.size
+        return sorted({(a - p.offset) // 4096 for s, e in data_extents(f.fileno(), p.offset, end)
+                       for a in range(s, e, 4096)})
+
+
+@pytest.mark.parametrize("numbers, pad, pages", [(3, 0, [0]), (20, 0, [0, 1]), (53, 0, [0, 1]),
+                                                 (20, 4000, None)])
+def test_a_vfork_childs_few_figures_are_packed_into_its_header(tmp_path, test_programs, numbers, pad, pages):
+    # A vfork child's block held its few figures (a shell's command: two
+    # calls) on 3 pages of its own (counts, timings, sites): 3 pages of
+    # tmpfs to allocate and write for every command.  They are packed into
+    # the room after the command line when they fit; when they do not (a
+    # parent's long command line, PAD), the block is written as before.
+    # Either way the record reads the same figures.
+    argv = [str(test_programs / "vfork_calls"), str(numbers)] + (["x" * pad] if pad else [])
+    run_dir = _run(tmp_path, argv)
+    (child,) = [p for p in procfile.read_dir(run_dir / "proc") if p.exec_path == "/bin/true"]
+    (block,) = child.blocks
+    failing = {nr: s for nr, s in block.nr.items() if s.errors}
+    assert len(failing) == numbers, sorted(block.nr)
+    for nr, s in failing.items():
+        assert (s.calls, s.errors, sum(s.hist), sum(s.errnos.values())) == (1, 1, 1, 1), (nr, s)
+        assert 0 < s.min_ticks == s.max_ticks == s.ticks, (nr, s)
+    assert block.nr[syscall_table.NUMBERS["execve"]].calls == 1
+    assert sum(calls for calls, _, _ in block.sites.values()) >= numbers, block.sites
+    written = _record_pages(child)
+    if pages is not None:
+        assert written == pages, written
+    else:
+        assert [p for p in written if p >= procfile.HEADER_SIZE // 4096], written
+
+
+def test_a_corrupt_packed_block_is_reported_by_name(tmp_path, test_programs):
+    import re
+    import struct
+    run_dir = _run(tmp_path, [str(test_programs / "vfork_calls"), "3"])
+    (child,) = [p for p in procfile.read_dir(run_dir / "proc") if p.exec_path == "/bin/true"]
+    with open(child.file, "r+b") as f:
+        head = procfile.HEADER.unpack_only(os.pread(f.fileno(), procfile.HEADER_SIZE, child.offset),
+                                           ("packed_at", "packed_len", "cmdline_len"))
+        assert head["packed_len"], head
+        runs = child.offset + head["packed_at"]
+        cases = [(runs, struct.pack("<II", 4, 8), "corrupt packed block"),       # not a word
+                 (runs, struct.pack("<II", procfile.BLOCK.size, 8), "corrupt packed block"),  # past the tables
+                 (runs, struct.pack("<II", 0, 1 << 20), "corrupt packed block"),  # beyond its room
+                 (child.offset + procfile.HEADER.offset("packed_at"),
+                  struct.pack("<I", procfile.HEADER.offset("cmdline")), "corrupt process file header")]
+        for at, bad, problem in cases:
+            good = os.pread(f.fileno(), len(bad), at)
+            os.pwrite(f.fileno(), bad, at)
+            with pytest.raises(procfile.ProcFileError, match=re.escape(str(child.file)) + ".*" + problem):
+                procfile.read_all(child.file)
+            os.pwrite(f.fileno(), good, at)
+    assert [p.blocks[0].nr for p in procfile.read_all(child.file) if p.exec_path] == [child.blocks[0].nr]
+
+
 def test_every_numbers_errno_is_counted_however_many_numbers_fail_with_it(tmp_path, test_programs):
     # The errno table was probed from the low bits of a product, which
     # depend only on the errno: every number failing with EBADF was looked

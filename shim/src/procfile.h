@@ -25,15 +25,17 @@
 #include "layout.h"
 
 #define FERRY_PROC_MAGIC "FERRYPROC\0v1\0\0\0\0"
-/* 5: the first modules in the first page (first_modules), the command line
+/* 6: a vfork child's block may be packed into its header's first pages
+ * (packed_at, packed_len), exe 760 bytes;
+ * 5: the first modules in the first page (first_modules), the command line
  * after them; 4: a block's figures per site in a table probed from the
  * site's number (struct ferry_site_stats), the tables after them a page
  * further on;
  * 3: the shim's own calls counted in the first page (own), exe 768 bytes;
  * 2: a block's figures per call number in order of first use (nr_slot),
  * exec_path before cmdline; 1: figures at a fixed place per number, exec_path
- * after cmdline (ferry/procfile.py reads all five) */
-#define FERRY_PROC_VERSION 5
+ * after cmdline (ferry/procfile.py reads all six) */
+#define FERRY_PROC_VERSION 6
 #define FERRY_PROC_HEADER_SIZE 65536
 #define FERRY_MAX_BLOCKS 1024
 #define FERRY_MAX_SITES 4096
@@ -153,7 +155,13 @@ struct ferry_proc_header {
                                        executed by (AT_EXECFN, made absolute), not
                                        resolved, and it named this inode on exe_dev:
                                        the reader resolves its symlinks */
-    char exe[768];                  /* 256: as /proc/self/exe says, or as above */
+    char exe[760];                  /* 256: as /proc/self/exe says, or as above */
+    uint32_t packed_at;             /* 1016: not 0: block 0's figures are not in the
+                                       block's room but here, packed (below), in the
+                                       room after the command line: a vfork child's few
+                                       figures took 3 pages of its own (calls, timings,
+                                       sites) in every command a shell started */
+    uint32_t packed_len;            /* 1020: bytes of them */
     uint64_t own[FERRY_OWN_KINDS];  /* 1024: the shim's own calls, an entry per number
                                        (placed from the number, or the next one free):
                                        (nr + 1) << 48 | count; the numbers beyond them count in
@@ -307,6 +315,16 @@ struct ferry_blk {
     struct ferry_event events[];    /* 303104 */
 };
 
+/* A packed block (a vfork child's: the header's packed_at and packed_len):
+ * the words of the block that are not zero, as runs, each this head and
+ * then `len` bytes that lie at `offset` of the block; the rest of the block
+ * is zeros, and its room in the record holds nothing.  Offsets and lengths
+ * are multiples of 8, within the block's tables (events are not packed). */
+struct ferry_packed_run {
+    uint32_t offset;
+    uint32_t len;
+};
+
 /* The figures of number `nr` (< FERRY_NR_MAX) in block `b`, given an entry
  * of their own on first use.  A block is one thread's, but a signal handler
  * on that thread may time a call in the middle of this: the claim is a
@@ -336,6 +354,7 @@ _Static_assert(__builtin_offsetof(struct ferry_proc_header, start_spans) == 160,
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, catchall_on) == 240, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe_ino) == 248, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe) == 256, "header layout");
+_Static_assert(__builtin_offsetof(struct ferry_proc_header, packed_at) == 1016, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, own) == 1024, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exe_dev) == 2308, "header layout");
 _Static_assert(__builtin_offsetof(struct ferry_proc_header, exec_path) == 1280, "header layout");

@@ -511,6 +511,10 @@ static uint64_t *spare_internal(void)
  * for the parent's munmap to give back: ~5 pages, 10-15 us of each spawn.
  * These pages stay mapped and in memory from one vfork child to the next. */
 #define SPARE_STACK (64 * 1024)
+/* ... and above the stack's top, where the child packs its block
+ * (pack_block): at most the header's room after a command line, pages
+ * that stay mapped from one child to the next. */
+#define SPARE_PACKED (8 * 1024)
 
 void *ferry_vfork_scratch(void)
 {
@@ -529,7 +533,7 @@ void *ferry_vfork_stack(void)
 int ferry_blk_spare_prepare(void)
 {
     if (!FERRY_THR->spare)
-        FERRY_THR->spare = map(st.block_size + SPARE_TALLY + SPARE_SCRATCH + SPARE_STACK,
+        FERRY_THR->spare = map(st.block_size + SPARE_TALLY + SPARE_SCRATCH + SPARE_STACK + SPARE_PACKED,
                                -1, 0);
     return FERRY_THR->spare ? 0 : -ENOMEM;
 }
@@ -800,15 +804,70 @@ static struct ferry_clock_pair child_start(const struct ferry_proc_header *h,
     return (struct ferry_clock_pair){end->real_ns - (end->mono_ns - mono), mono, tsc};
 }
 
+_Static_assert(HEAD_PAGES - HEAD_AT(cmdline) <= SPARE_PACKED, "packed room");
+
+static char *spare_packed(void) { return (char *)ferry_vfork_stack(); }
+
+/* Block `b`'s words that are not zero (in the pages `touched`, pagemap
+ * entries as spare_touched gives them, says were touched; every page when
+ * not given), packed as runs of struct ferry_packed_run into `out`: their
+ * length, or 0 when they take more than `cap` bytes.  A gap of one zero
+ * word joins two runs (a run's head is as long).  `used` gets a bit for
+ * each page that held anything. */
+static size_t pack_block(const struct ferry_blk *b, const uint64_t *touched, char *out, size_t cap,
+                         uint64_t *used)
+{
+    const uint64_t *w = (const uint64_t *)b;
+    const size_t words = sizeof(struct ferry_blk) / 8;
+    size_t len = 0, start = 0, end = 0;  /* the run being gathered: words [start, end) */
+    for (size_t page = 0; page < SPARE_PAGES; page++) {
+        if (touched && !(touched[page] & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED)))
+            continue;
+        size_t last = (page + 1) * 512 < words ? (page + 1) * 512 : words;
+        for (size_t i = page * 512; i < last; i++) {
+            if (!w[i])
+                continue;
+            used[page / 64] |= 1ULL << (page % 64);
+            if (end && i <= end + 1) {
+                end = i + 1;
+                continue;
+            }
+            if (end) {
+                size_t n = (end - start) * 8;
+                if (len + sizeof(struct ferry_packed_run) + n > cap)
+                    return 0;
+                struct ferry_packed_run head = {(uint32_t)(start * 8), (uint32_t)n};
+                ferry_memcpy(out + len, &head, sizeof(head));
+                ferry_memcpy(out + len + sizeof(head), w + start, n);
+                len += sizeof(head) + n;
+            }
+            start = i;
+            end = i + 1;
+        }
+    }
+    if (end) {
+        size_t n = (end - start) * 8;
+        if (len + sizeof(struct ferry_packed_run) + n > cap)
+            return 0;
+        struct ferry_packed_run head = {(uint32_t)(start * 8), (uint32_t)n};
+        ferry_memcpy(out + len, &head, sizeof(head));
+        ferry_memcpy(out + len + sizeof(head), w + start, n);
+        len += sizeof(head) + n;
+    }
+    return len;
+}
+
 /* The first pages of a vfork child's record: the parent's, with the child's
- * identity, state, end and exec path in place (written field by field, they
- * were eight more system calls for every child), as far as the parent's
- * command line goes, its first modules with it, in one write; and, for a
- * parent with more modules than the first page holds, the rest of its
- * module table as far as it holds entries, in another: a page between them
- * that holds nothing (the command line's room) is not written. */
+ * identity, state, end, exec path and tally in place (written field by
+ * field, they were eight more system calls for every child), as far as the
+ * parent's command line goes, its first modules with it, and the child's
+ * packed block after it (`packed_len` bytes of `packed`, 0: none), in one
+ * write.  The rest of a parent's module table, beyond the first page's
+ * entries, is written before (modules_used): a page between them that
+ * holds nothing (the command line's room) is not written. */
 static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int ppid, uint32_t uid,
-                             uint32_t state, int exit_code, const char *exec_path, uint32_t kind)
+                             uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
+                             const uint64_t *tally, const char *packed, size_t packed_len)
 {
     const char *h = (const char *)ferry_hdr;
     char own[HEAD_OWN], path[sizeof(ferry_hdr->exec_path)];
@@ -839,14 +898,16 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     PUT(own, start_spans[FERRY_SPAN_EXEC_HOOK], FERRY_THR->vfork_hook_tsc);
     PUT(own, uid, uid);
     PUT(own, exec_uid, uid);
-    /* not the parent's tally: the child's goes in last (vfork_child_write) */
-    static const uint64_t no_tally[FERRY_OWN_KINDS];
-    struct iovec iov[6];
+    size_t used = head_used(), packed_at = (used + 7) & ~7UL;
+    uint32_t where[2] = {packed_len ? (uint32_t)packed_at : 0, (uint32_t)packed_len};
+    static const uint64_t zeros[FERRY_OWN_KINDS];
+    struct iovec iov[10];
     int n = 0;
     iov[n++] = (struct iovec){own, HEAD_OWN};
-    iov[n++] = (struct iovec){(void *)(h + HEAD_OWN), HEAD_AT(own) - HEAD_OWN};
-    iov[n++] = (struct iovec){(void *)no_tally, sizeof(no_tally)};
-    size_t rest = HEAD_AT(own) + sizeof(no_tally);
+    iov[n++] = (struct iovec){(void *)(h + HEAD_OWN), HEAD_AT(packed_at) - HEAD_OWN};
+    iov[n++] = (struct iovec){where, sizeof(where)};
+    iov[n++] = (struct iovec){(void *)(tally ? tally : zeros), sizeof(zeros)};
+    size_t rest = HEAD_AT(own) + sizeof(zeros);
     if (exec_path) {
         size_t len = ferry_strlen(exec_path);
         if (len >= sizeof(path))
@@ -857,12 +918,12 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
         iov[n++] = (struct iovec){path, len + 1};
         rest = HEAD_AT(exec_path) + len + 1;
     }
-    size_t used = head_used();
     iov[n++] = (struct iovec){(void *)(h + rest), used - rest};
-    ferry_raw6(SYS_pwritev, fd, (long)iov, n, (long)base, 0, 0);
-    size_t mods = modules_used();
-    if (mods)
-        ferry_raw4(SYS_pwrite64, fd, (long)(h + MODULES_AT), (long)mods, (long)(base + MODULES_AT));
+    if (packed_len) {
+        iov[n++] = (struct iovec){(void *)zeros, packed_at - used};
+        iov[n++] = (struct iovec){(void *)packed, packed_len};
+    }
+    ferry_pass6(SYS_pwritev, fd, (long)iov, n, (long)base, 0, 0);
 }
 
 #undef PUT
@@ -883,7 +944,6 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
     int fd = vfork_child_record(pid, uid, &base, &seq, image_slot);
     if (fd < 0)
         return;
-    write_child_head(fd, base, seq, pid, ppid, uid, state, exit_code, exec_path, kind);
     /* Nothing more of the parent's header: the rest of its module table
      * holds no entries, its waits and tally are its own, and so are the
      * catch-all's and the engine's areas, which the parent's calls wrote
@@ -891,32 +951,46 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
      * parent's).  Copied, every vfork child repeated the parent's figures
      * so far: a report's calls caught and aggregated counted them once
      * more for each child.  Reading them for zeros was ~40 KiB a child. */
+    size_t mods = modules_used();
+    if (mods)
+        ferry_raw4(SYS_pwrite64, fd, (long)((const char *)ferry_hdr + MODULES_AT), (long)mods,
+                   (long)(base + MODULES_AT));
+    /* The block packed after the command line when it fits there (a few
+     * calls: a shell's command, a spawn), else its pages that hold
+     * anything at the block's place: ~3 pages of the record less in most
+     * children, each a page of tmpfs to allocate and a write. */
     uint64_t touched[SPARE_PAGES], used[2] = {0, 0};
-    pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE,
-                spare_touched(FERRY_THR->blk, touched) ? touched : 0, used);
+    int known = spare_touched(FERRY_THR->blk, touched);
+    size_t room = HEAD_PAGES - ((head_used() + 7) & ~7UL);
+    char *packed = spare_packed();
+    size_t packed_len = pack_block(FERRY_THR->blk, known ? touched : 0, packed, room, used);
+    if (!packed_len) {
+        used[0] = used[1] = 0;
+        pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE,
+                    known ? touched : 0, used);
+    }
     /* What the next child must find zeroed: every page that is not zero is
-     * one written here (events, beyond the block's tables, are not). */
+     * one packed or written here (events, beyond the block's tables, are
+     * not). */
     FERRY_THR->spare_used[0] = used[0];
     FERRY_THR->spare_used[1] = used[1];
     FERRY_THR->spare_used_known = FERRY_THR->blk->event_head == 0;
-    /* The tally goes last, with the calls that write it and close the file
-     * already in it; they are made untallied.  Its entries lie in the page
-     * the head was written to; the table beyond them, a page of its own, is
-     * written only when a number went there. */
+    /* The tally goes in with the head, with the calls that write it and
+     * close the file already in it; they are made untallied.  Its entries
+     * lie in the head's first page; the table beyond them, a page of its
+     * own, is written only when a number went there. */
     uint64_t *own, *table = ferry_tally(&own);
     if (table) {
-        ferry_tally_add(own, table, SYS_pwrite64, 1);
+        ferry_tally_add(own, table, SYS_pwritev, 1);
         ferry_tally_add(own, table, SYS_close, 1);
-        int whole = !all_zero((const char *)table, sizeof(ferry_hdr->internal));
-        if (whole) {
+        if (!all_zero((const char *)table, sizeof(ferry_hdr->internal))) {
             ferry_tally_add(own, table, SYS_pwrite64, 1);
             ferry_pass6(SYS_pwrite64, fd, (long)table, sizeof(ferry_hdr->internal), AT(internal), 0, 0);
         }
-        ferry_pass6(SYS_pwrite64, fd, (long)own, sizeof(ferry_hdr->own), AT(own), 0, 0);
-        ferry_pass6(SYS_close, fd, 0, 0, 0, 0, 0);
-    } else {
-        ferry_raw1(SYS_close, fd);
     }
+    write_child_head(fd, base, seq, pid, ppid, uid, state, exit_code, exec_path, kind, table ? own : 0,
+                     packed, packed_len);
+    ferry_pass6(SYS_close, fd, 0, 0, 0, 0, 0);
 }
 
 #undef AT
