@@ -43,7 +43,7 @@ NR_MAX = constant("FERRY_NR_MAX")
 MAX_SITES = constant("FERRY_MAX_SITES")
 MAX_BLOCKS = constant("FERRY_MAX_BLOCKS")
 HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
-# Where a block's tables lie, by the record's version: 4 (now) is the
+# Where a block's tables lie, by the record's version: 4-6 (6 now) have the
 # header's; 1 kept each number's figures at index nr of a fixed table
 # (no nr_slot).  Versions 1-3 kept each site's figures at index site of a
 # table of three words a row (4 looks a site up in a table of entries that
@@ -57,8 +57,8 @@ HIST_BUCKETS = constant("FERRY_HIST_BUCKETS")
 # an exe of 768 bytes, where version 6 keeps where a packed block lies.
 HEADER_V1 = {"cmdline_len": (1280, "<I"), "cmdline": (1288, "4096s"), "exec_path": (5384, "1024s")}
 HEADER_V2 = {"exe": (256, "1024s")}
-HEADER_V4 = {"cmdline": (2312, "4096s")}
 HEADER_V3 = {"exe": (256, "768s")}
+HEADER_V4 = {"cmdline": (2312, "4096s")}
 FIRST_MODULES = constant("FERRY_FIRST_MODULES")
 OWN_COUNT = (1 << 48) - 1
 _SITES_V3 = {"sites_span": 4096 * 24, "errnos_span": BLOCK.span("errnos"), "sites_keyed": False}

@@ -119,7 +119,8 @@ def test_a_tables_rows_are_looked_for_only_where_data_was_read():
 # record: 1, each number's figures at a fixed place in a block; 2, the
 # shim's own calls all in the header's table of every number; 3, each
 # site's figures at a fixed place in a block; 4, every module entry in the
-# module table, the command line where version 5 has its first two.
+# module table, the command line where version 5 has its first two; 5, a
+# vfork child's block in pages of its own, never packed into its header.
 EARLIER_SHIMS = {1: "c3d6b22", 2: "1a8f670", 3: "a9fdb67", 4: "67b3889", 5: "5f123a8"}
 
 

@@ -808,6 +808,20 @@ _Static_assert(HEAD_PAGES - HEAD_AT(cmdline) <= SPARE_PACKED, "packed room");
 
 static char *spare_packed(void) { return (char *)ferry_vfork_stack(); }
 
+/* Words [start, end) of `w` as a run at `*len` of `out`; 0 when it does
+ * not fit in `cap` bytes. */
+static int put_run(const uint64_t *w, size_t start, size_t end, char *out, size_t *len, size_t cap)
+{
+    size_t n = (end - start) * 8;
+    struct ferry_packed_run head = {(uint32_t)(start * 8), (uint32_t)n};
+    if (*len + sizeof(head) + n > cap)
+        return 0;
+    ferry_memcpy(out + *len, &head, sizeof(head));
+    ferry_memcpy(out + *len + sizeof(head), w + start, n);
+    *len += sizeof(head) + n;
+    return 1;
+}
+
 /* Block `b`'s words that are not zero (in the pages `touched`, pagemap
  * entries as spare_touched gives them, says were touched; every page when
  * not given), packed as runs of struct ferry_packed_run into `out`: their
@@ -832,29 +846,13 @@ static size_t pack_block(const struct ferry_blk *b, const uint64_t *touched, cha
                 end = i + 1;
                 continue;
             }
-            if (end) {
-                size_t n = (end - start) * 8;
-                if (len + sizeof(struct ferry_packed_run) + n > cap)
-                    return 0;
-                struct ferry_packed_run head = {(uint32_t)(start * 8), (uint32_t)n};
-                ferry_memcpy(out + len, &head, sizeof(head));
-                ferry_memcpy(out + len + sizeof(head), w + start, n);
-                len += sizeof(head) + n;
-            }
+            if (end && !put_run(w, start, end, out, &len, cap))
+                return 0;
             start = i;
             end = i + 1;
         }
     }
-    if (end) {
-        size_t n = (end - start) * 8;
-        if (len + sizeof(struct ferry_packed_run) + n > cap)
-            return 0;
-        struct ferry_packed_run head = {(uint32_t)(start * 8), (uint32_t)n};
-        ferry_memcpy(out + len, &head, sizeof(head));
-        ferry_memcpy(out + len + sizeof(head), w + start, n);
-        len += sizeof(head) + n;
-    }
-    return len;
+    return !end || put_run(w, start, end, out, &len, cap) ? len : 0;
 }
 
 /* The first pages of a vfork child's record: the parent's, with the child's
