@@ -550,14 +550,36 @@ long ferry_memory_pid(void)
 #define SPARE_PAGES ((sizeof(struct ferry_blk) + 4095) / 4096)
 _Static_assert(SPARE_PAGES <= 64 * sizeof(((struct ferry_thread *)0)->spare_used) / 8, "spare pages");
 
-/* The pages of the spare block in `used`, and the tally after it, zeroed. */
-static void spare_clear(const uint64_t *used)
+/* Where a vfork child packs its block: above its stack's top. */
+static char *spare_packed(void)
+{
+    return (char *)spare_internal() + SPARE_TALLY + SPARE_SCRATCH + SPARE_STACK;
+}
+
+/* What the last vfork child wrote of the spare block, and its tally after
+ * it, zeroed: the words its packed runs held, when it packed them (a few
+ * hundred bytes, where its pages were ~16 KiB to zero), else the pages its
+ * record said it used; the tally's table only when a number went there. */
+static void spare_clear(void)
 {
     char *p = (char *)FERRY_THR->spare;
-    for (size_t i = 0; i < SPARE_PAGES; i++)
-        if (used[i / 64] >> (i % 64) & 1)
-            ferry_memset(p + i * 4096, 0, 4096);
-    ferry_memset(spare_internal(), 0, SPARE_TALLY);
+    uint32_t packed = FERRY_THR->spare_packed;
+    if (packed) {
+        for (const char *r = spare_packed(), *end = r + packed; r < end;) {
+            struct ferry_packed_run run;
+            ferry_memcpy(&run, r, sizeof(run));
+            ferry_memset(p + run.offset, 0, run.len);
+            r += sizeof(run) + run.len;
+        }
+    } else {
+        for (size_t i = 0; i < SPARE_PAGES; i++)
+            if (FERRY_THR->spare_used[i / 64] >> (i % 64) & 1)
+                ferry_memset(p + i * 4096, 0, 4096);
+    }
+    uint64_t *table = spare_internal();
+    if (FERRY_THR->spare_table_used)
+        ferry_memset(table, 0, FERRY_NR_MAX * sizeof(*table));
+    ferry_memset(table + FERRY_NR_MAX, 0, SPARE_TALLY - FERRY_NR_MAX * sizeof(*table));
 }
 
 void ferry_blk_enter_vfork_child(unsigned long clone_flags)
@@ -576,7 +598,7 @@ void ferry_blk_enter_vfork_child(unsigned long clone_flags)
         ferry_pass6(SYS_madvise, (long)FERRY_THR->spare, st.block_size + SPARE_TALLY,
                     MADV_DONTNEED, 0, 0, 0);
     else
-        spare_clear(FERRY_THR->spare_used);
+        spare_clear();
     FERRY_THR->spare_used_known = 0;
     FERRY_THR->vfork_unseen = 0;
     FERRY_THR->vfork_start_tsc = ferry_rdtsc();
@@ -806,8 +828,6 @@ static struct ferry_clock_pair child_start(const struct ferry_proc_header *h,
 
 _Static_assert(HEAD_PAGES - HEAD_AT(cmdline) <= SPARE_PACKED, "packed room");
 
-static char *spare_packed(void) { return (char *)ferry_vfork_stack(); }
-
 /* Words [start, end) of `w` as a run at `*len` of `out`; 0 when it does
  * not fit in `cap` bytes. */
 static int put_run(const uint64_t *w, size_t start, size_t end, char *out, size_t *len, size_t cap)
@@ -839,6 +859,12 @@ static size_t pack_block(const struct ferry_blk *b, const uint64_t *touched, cha
             continue;
         size_t last = (page + 1) * 512 < words ? (page + 1) * 512 : words;
         for (size_t i = page * 512; i < last; i++) {
+            /* a cache line of zeros at a time: most of a page is */
+            if (!(i & 7) && i + 8 <= last &&
+                !(w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] | w[i + 7])) {
+                i += 7;
+                continue;
+            }
             if (!w[i])
                 continue;
             used[page / 64] |= 1ULL << (page % 64);
@@ -972,16 +998,19 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
      * not). */
     FERRY_THR->spare_used[0] = used[0];
     FERRY_THR->spare_used[1] = used[1];
+    FERRY_THR->spare_packed = (uint32_t)packed_len;
     FERRY_THR->spare_used_known = FERRY_THR->blk->event_head == 0;
     /* The tally goes in with the head, with the calls that write it and
      * close the file already in it; they are made untallied.  Its entries
      * lie in the head's first page; the table beyond them, a page of its
      * own, is written only when a number went there. */
     uint64_t *own, *table = ferry_tally(&own);
+    FERRY_THR->spare_table_used = 1;
     if (table) {
         ferry_tally_add(own, table, SYS_pwritev, 1);
         ferry_tally_add(own, table, SYS_close, 1);
-        if (!all_zero((const char *)table, sizeof(ferry_hdr->internal))) {
+        FERRY_THR->spare_table_used = !all_zero((const char *)table, sizeof(ferry_hdr->internal));
+        if (FERRY_THR->spare_table_used) {
             ferry_tally_add(own, table, SYS_pwrite64, 1);
             ferry_pass6(SYS_pwrite64, fd, (long)table, sizeof(ferry_hdr->internal), AT(internal), 0, 0);
         }

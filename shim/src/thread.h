@@ -39,6 +39,9 @@ struct ferry_thread {
     uint64_t *internal;             /* a vfork child's tally of the shim's own calls (raw.h) */
     uint64_t spare_used[2];         /* pages of the spare block the last child wrote, */
     int spare_used_known;           /* ...when it wrote its record last: zeroed by hand */
+    uint32_t spare_packed;          /* ...or, not 0, the bytes of the runs it packed its
+                                       block into, which say the words to zero */
+    int spare_table_used;           /* its tally reached the table beyond own[] */
     const char *vfork_unseen;       /* the path of an exec the child made unrecorded (store.c) */
     uint32_t vfork_image;           /* 1 + the slot claimed for the program the child execs, or 0 */
     int32_t vfork_ppid;             /* the child's parent: its parent's record's pid (0: unknown) */
