@@ -71,7 +71,11 @@ within ~5 us where the shell loop's slopes move by 20-50; a `posix_spawn`
 child also sets every signal's action (~120 `rt_sigaction`), which the
 shim sees, so it is dearer than a shell's command.  The breakdown gives
 the vfork child's part from its record: from the vfork to the exec hook
-(`child_before_hook`) and the hook to the record's end stamp.
+(`child_before_hook`) and the hook to the record's end stamp, and that in
+the hook's steps (its record keeps them, enum ferry_hook_step): the path
+read (`hook_path`), the cache looked up (`hook_cache`), the program's
+environment built (`hook_env`), the record's slot open (`hook_slot`), its
+block packed (`hook_packed`) and the record written (`hook_write`).
 """
 import json
 import os
@@ -103,6 +107,7 @@ BASELINE = os.environ.get("SPAWN_BASELINE_SHIM")
 NAN = float("nan")
 
 SPAN_NAMES = tuple(procfile.SPANS[i] for i in range(len(procfile.SPANS)))   # enum ferry_span
+HOOK_STEPS = tuple(procfile.HOOK_STEPS[i] for i in range(len(procfile.HOOK_STEPS)))  # enum ferry_hook_step
 
 
 def median(xs):
@@ -283,7 +288,8 @@ def read_procs(path):
             h = procfile.HEADER.unpack(b)
             yield {"pid": h["pid"], "start": h["start_mono_ns"], "end_tsc": h["end_tsc"],
                    "start_tsc": h["start_tsc"],
-                   "cal": (h["cal_tsc"], h["cal_ns"]), "spans": dict(zip(SPAN_NAMES, h["start_spans"]))}
+                   "cal": (h["cal_tsc"], h["cal_ns"]), "spans": dict(zip(SPAN_NAMES, h["start_spans"])),
+                   "steps": h["start_spans"][:len(HOOK_STEPS)]}
 
 
 def breakdown(run_dir):
@@ -310,6 +316,11 @@ def breakdown(run_dir):
         parts["exec_hook"].append(us(prev["end_tsc"] - prev["spans"]["exec_hook"]))
         if prev["start_tsc"] and prev["start_tsc"] <= prev["spans"]["exec_hook"]:
             parts["child_before_hook"].append(us(prev["spans"]["exec_hook"] - prev["start_tsc"]))
+        # the hook's own steps, from the vfork child's record: each from the one before
+        marks = [prev["spans"]["exec_hook"], *prev["steps"], prev["end_tsc"]]
+        if all(marks) and marks == sorted(marks):
+            for name, a, b in zip((*HOOK_STEPS, "write"), marks, marks[1:]):
+                parts.setdefault(f"hook_{name}", []).append(us(b - a))
         parts["exec_loader"].append(us(s["ctor"] - prev["end_tsc"]))
         parts["process_file"].append(us(s["file"] - s["ctor"]))
         parts["calibration"].append(us(s["calibrated"] - s["file"]))

@@ -100,6 +100,8 @@ MODES = {v: k.lower() for k, v in constants("FERRY_MODE_").items()}
 # that reach the shim's slow path, the engine's among them; docs/aggregate.md).
 RECORDING_MODES = (constant("FERRY_MODE_TRACE"), constant("FERRY_MODE_AGGREGATE"))
 SPANS = {v: k.lower() for k, v in constants("FERRY_SPAN_").items()}
+# a vfork child's record: its exec hook's steps, where an image has its start's spans
+HOOK_STEPS = {v: k.lower() for k, v in constants("FERRY_HOOK_").items() if k != "STEPS"}
 
 
 class ProcFileError(Exception):

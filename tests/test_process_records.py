@@ -170,8 +170,11 @@ def test_a_vfork_childs_record_holds_its_own_start_and_figures_not_its_parents(t
         assert child.overflow == 0
         with open(child.file, "rb") as f:
             spans = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE, child.offset))["start_spans"]
+        # in their place, the steps of its exec hook, in order, before its record's end
         hook = procfile.constant("FERRY_SPAN_EXEC_HOOK")
-        assert spans[hook] and not any(t for i, t in enumerate(spans) if i != hook), spans
+        steps = [spans[hook]] + [spans[i] for i in sorted(procfile.HOOK_STEPS)] + [child.end_tsc]
+        assert all(steps) and steps == sorted(steps), (spans, child.end_tsc)
+        assert not any(spans[len(procfile.HOOK_STEPS):hook]), spans
 
 
 def _record_pages(p):

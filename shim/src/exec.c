@@ -806,9 +806,11 @@ long ferry_exec(const struct ferry_regs *r)
     int unserved = 0, scripted = 0;
     if (target[0])
         exec_wine(target, 0, path, argv, envp, env, args, x);
+    ferry_store_hook_step(FERRY_HOOK_PATH);
     if (target[0]) {
         long err;
         enum cached c = cached_image(target, image, sizeof(image), &st, &img, &err);
+        ferry_store_hook_step(FERRY_HOOK_CACHE);
         /* Most execs of a vfork child fail: a PATH search (posix_spawnp's,
          * make's, gcc's for `as`) tries each directory in turn.  Writing the
          * child's record before each was ~20 calls, ~14 us a try; for a file
@@ -876,6 +878,7 @@ long ferry_exec(const struct ferry_regs *r)
     if (unserved && use_env == envp && kind != FERRY_EXEC_SETUID)
         kind = FERRY_EXEC_NO_ROOM;
 pass:
+    ferry_store_hook_step(FERRY_HOOK_ENV);
     ferry_store_exec_begin(path, kind, use_env != envp ? slot_entry(x) : 0, sizeof(x->slot));
     return pass(r, at, use_env);
 }

@@ -91,6 +91,18 @@ enum ferry_span {
     FERRY_SPAN_EXEC_HOOK = 7,   /* exec hook entered (this image's last exec) */
 };
 
+/* A vfork child has no start of its own: its record's start_spans before
+ * FERRY_SPAN_EXEC_HOOK hold its exec hook's steps instead (0: not reached),
+ * the TSC after each; its end_tsc is when its record was written. */
+enum ferry_hook_step {
+    FERRY_HOOK_PATH = 0,        /* the path read, a Windows program ruled out */
+    FERRY_HOOK_CACHE = 1,       /* the cache looked up: the file's stat, its link, the target */
+    FERRY_HOOK_ENV = 2,         /* the program's environment built */
+    FERRY_HOOK_SLOT = 3,        /* the record's slot open */
+    FERRY_HOOK_PACKED = 4,      /* the block packed (or written) */
+    FERRY_HOOK_STEPS = 5,
+};
+
 enum ferry_mode { FERRY_MODE_OFF = 0, FERRY_MODE_COUNT = 1, FERRY_MODE_TRACE = 2,
                  FERRY_MODE_AGGREGATE = 3 };
 

@@ -357,6 +357,12 @@ void ferry_store_span(int which, uint64_t tsc)
         ferry_hdr->start_spans[which] = tsc;
 }
 
+void ferry_store_hook_step(int step)
+{
+    if (FERRY_THR->in_vfork_child && step >= 0 && step < FERRY_HOOK_STEPS)
+        FERRY_THR->vfork_steps[step] = ferry_rdtsc();
+}
+
 /* Blocks claimed so far: the table beyond them is all zeros, and scanning
  * it (8 KiB) faulted in its pages in every process. */
 static uint32_t claimed_blocks(const struct ferry_proc_header *h)
@@ -602,6 +608,7 @@ void ferry_blk_enter_vfork_child(unsigned long clone_flags)
     FERRY_THR->spare_used_known = 0;
     FERRY_THR->vfork_unseen = 0;
     FERRY_THR->vfork_start_tsc = ferry_rdtsc();
+    ferry_memset(FERRY_THR->vfork_steps, 0, sizeof(FERRY_THR->vfork_steps));
     FERRY_THR->spare->in_use = 1;
     FERRY_THR->spare->tid = (int32_t)ferry_raw0(SYS_gettid);
     FERRY_THR->vfork_saved = FERRY_THR->blk;
@@ -917,8 +924,10 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     PUT(own, start_mono_ns, began.mono_ns);
     PUT(own, start_tsc, began.tsc);
     PUT(own, exec_kind, kind);
-    /* the parent's start steps are not the child's: it began at its vfork */
+    /* the parent's start steps are not the child's: it began at its vfork;
+     * in their place, its exec hook's steps */
     ferry_memset(own + HEAD_AT(start_spans), 0, sizeof(((struct ferry_proc_header *)0)->start_spans));
+    ferry_memcpy(own + HEAD_AT(start_spans), FERRY_THR->vfork_steps, sizeof(FERRY_THR->vfork_steps));
     PUT(own, start_spans[FERRY_SPAN_EXEC_HOOK], FERRY_THR->vfork_hook_tsc);
     PUT(own, uid, uid);
     PUT(own, exec_uid, uid);
@@ -968,6 +977,7 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
     int fd = vfork_child_record(pid, uid, &base, &seq, image_slot);
     if (fd < 0)
         return;
+    ferry_store_hook_step(FERRY_HOOK_SLOT);
     /* Nothing more of the parent's header: the rest of its module table
      * holds no entries, its waits and tally are its own, and so are the
      * catch-all's and the engine's areas, which the parent's calls wrote
@@ -993,6 +1003,7 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
         pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE,
                     known ? touched : 0, used);
     }
+    ferry_store_hook_step(FERRY_HOOK_PACKED);
     /* What the next child must find zeroed: every page that is not zero is
      * one packed or written here (events, beyond the block's tables, are
      * not). */

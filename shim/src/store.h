@@ -58,6 +58,8 @@ void ferry_store_exit(int status);
 void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, size_t cap);
 /* Step `which` (enum ferry_span) of this image's start happened at `tsc`. */
 void ferry_store_span(int which, uint64_t tsc);
+/* In a vfork child: its exec hook reached `step` (enum ferry_hook_step). */
+void ferry_store_hook_step(int step);
 void ferry_store_exec_failed(void);
 /* A vfork child's exec of a file that is not there (`path`, which stays
  * where it is until the parent runs again), to be made without writing the

@@ -36,6 +36,7 @@ struct ferry_thread {
     struct ferry_slot vfork_slot;
     uint64_t vfork_start_tsc;       /* when a vfork child began (its record's start) */
     uint64_t vfork_hook_tsc;        /* when a vfork child's exec hook began */
+    uint64_t vfork_steps[FERRY_HOOK_STEPS];     /* ...and after each of its steps */
     uint64_t *internal;             /* a vfork child's tally of the shim's own calls (raw.h) */
     uint64_t spare_used[2];         /* pages of the spare block the last child wrote, */
     int spare_used_known;           /* ...when it wrote its record last: zeroed by hand */
