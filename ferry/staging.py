@@ -115,10 +115,17 @@ def stage(out_dir):
         _sweep(base)
         try:
             d = Path(tempfile.mkdtemp(prefix=out_dir.name[:40] + "-", dir=base))
-            (d / BACKLINK).write_text(str(out_dir) + "\n")
+        except OSError:
+            continue
+        try:
+            # whole or not at all: another run's sweep may read it meanwhile
+            part = d / (BACKLINK + ".part")
+            part.write_text(str(out_dir) + "\n")
+            os.replace(part, d / BACKLINK)
             os.chmod(d, 0o777 & ~umask())
             os.symlink(d, out_dir / "proc")
         except OSError:
+            shutil.rmtree(d, ignore_errors=True)    # no run leads to it: never swept
             continue
         return d
     return None
@@ -165,7 +172,10 @@ def _sweep(base, now=None):
             if not entry.is_dir(follow_symlinks=False):
                 continue
             d = Path(entry.path)
-            run_dir = Path((d / BACKLINK).read_text().strip())
+            named = (d / BACKLINK).read_text().strip()
+            if not named.startswith("/"):
+                continue    # not written whole (by a ferry of before): not judged
+            run_dir = Path(named)
             if _leads_to(run_dir, d):
                 continue
             last = max([entry.stat(follow_symlinks=False).st_mtime] +

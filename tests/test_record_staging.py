@@ -272,3 +272,32 @@ def test_records_no_run_leads_to_any_more_are_removed_once_stale(tmp_path):
         assert (out / "proc").is_dir()     # the run itself staged there and moved out
     finally:
         subprocess.run(["rm", "-rf", str(shm)])
+
+
+def test_a_sweep_passes_by_a_staging_directory_being_made(tmp_path):
+    """A run's staging directory names its run in a file that another run's
+    sweep reads.  Written in place, it was empty for a moment: a sweep that
+    read it then took the run for `.` and `ferry run` died with an internal
+    error (seen once in a full test run, ferry runs side by side).  The
+    name is written whole, by a rename, and a sweep passes by a name that
+    is not a whole path."""
+    base = tmp_path / "base"
+    base.mkdir()
+    being_made = base / "run-x"
+    being_made.mkdir()
+    (being_made / staging.BACKLINK).write_text("")
+    old = time.time() - 3 * 24 * 3600   # beyond staging.STRANDED_AFTER
+    os.utime(being_made / staging.BACKLINK, (old, old))
+    os.utime(being_made, (old, old))
+    staging._sweep(base)
+    assert being_made.is_dir()
+    out = tmp_path / "out"
+    out.mkdir()
+    d = staging.stage(out)
+    if d is None:
+        pytest.skip("no tmpfs with room here")
+    try:
+        assert [p.name for p in d.iterdir()] == [staging.BACKLINK]
+        assert (d / staging.BACKLINK).read_text() == f"{out}\n"
+    finally:
+        staging.discard(out)
