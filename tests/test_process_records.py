@@ -246,3 +246,20 @@ def test_every_numbers_errno_is_counted_however_many_numbers_fail_with_it(tmp_pa
     failing = {nr: s for b in record.blocks for nr, s in b.nr.items() if s.errors}
     assert len(failing) == 53, sorted(failing)
     assert {nr: sum(s.errnos.values()) for nr, s in failing.items()} == {nr: 1 for nr in failing}
+
+
+def test_a_vfork_childs_record_keeps_sites_beyond_the_tables_first_pages(tmp_path, test_programs):
+    # A vfork child's record is made from the pages of its block that may
+    # hold anything, which the block says: its sites table's first page,
+    # and the rest once an entry spilled beyond it.  A child that calls
+    # from 700 sites (more than the first five pages hold) keeps them all;
+    # read from the first page alone, 128 were kept.
+    program = str(test_programs / "vfork_sites")
+    _run(tmp_path, [program])    # learns the program's sites
+    run_dir = _run(tmp_path, [program])
+    records = procfile.read_dir(run_dir / "proc")
+    (child,) = [p for p in records if any(q.pid == p.ppid for q in records)]
+    (block,) = child.blocks
+    getppid = syscall_table.NUMBERS["getppid"]
+    assert block.calls[getppid] == 700, block.calls[getppid]
+    assert len(block.sites) == 700 and sum(c for c, _, _ in block.sites.values()) == 700, len(block.sites)

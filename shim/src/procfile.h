@@ -312,7 +312,10 @@ struct ferry_blk {
     int32_t tid;                    /* 4 */
     struct ferry_blk *next;         /* 8: in-memory list (a pointer: meaningless in the file) */
     uint64_t event_head;            /* 16: events written so far */
-    uint64_t reserved[5];           /* 24 */
+    uint32_t spilled;               /* 24: FERRY_SPILL_*: tables with an entry beyond
+                                       their first page (which pages may hold data) */
+    uint32_t reserved1;
+    uint64_t reserved[4];           /* 32 */
     uint64_t calls[FERRY_NR_MAX];   /* 64 = FERRY_BLK_CALLS */
     uint64_t invalid;               /* 4160 */
     uint32_t nr_used;               /* 4168: entries of nr[] handed out */
@@ -336,6 +339,15 @@ struct ferry_packed_run {
     uint32_t offset;
     uint32_t len;
 };
+
+/* A block's `spilled`: the site table holds an entry in its next four pages
+ * (NEAR) or anywhere (FAR), the errno table one beyond its first page.  Set
+ * on the path that looks further than the first page, which a process with
+ * few sites never takes: a vfork child's record reads the pages these say
+ * may hold anything, where it asked the kernel which it had touched. */
+#define FERRY_SPILL_SITES_NEAR 1u
+#define FERRY_SPILL_SITES_FAR 2u
+#define FERRY_SPILL_ERRNOS 4u
 
 /* The figures of number `nr` (< FERRY_NR_MAX) in block `b`, given an entry
  * of their own on first use.  A block is one thread's, but a signal handler

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
-#include <sys/sysinfo.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -672,54 +671,50 @@ static int all_zero(const char *p, size_t n)
     return 1;
 }
 
-#define PAGEMAP_PRESENT (1ULL << 63)
-#define PAGEMAP_SWAPPED (1ULL << 62)
-
-/* Which pages of the spare block this vfork child touched: those present
- * or swapped out (what was never touched since the block was given back
- * reads as zeros).  Reading every page to find out faulted in the zero page
- * ~65 times, and with the scan cost ~70 us a child.  Without swap, a page
- * that is not resident was never touched, and mincore says which are: one
- * call.  /proc/self/pagemap, which also tells a swapped-out page (mincore
- * says 0 for one no longer in the swap cache), was open + pread + close and
- * the new pid's first use of /proc, ~30 us of every command a shell ran; it
- * is only read when the machine has swap.  0 when it cannot be told: then
- * every page is read. */
-static int spare_touched(const void *block, uint64_t *pages)
+/* The pages of block `b` that may hold anything: its head and counts, the
+ * figures per number as far as they were handed out (nr_used), the first
+ * page of its site and errno tables, and the rest of a table where an entry
+ * spilled beyond it (FERRY_SPILL_*).  What a vfork child wrote lies there;
+ * every other page of its spare reads as zeros.  It asked the kernel which
+ * pages it had touched: `sysinfo` and `mincore` in each child (2-3 us), and
+ * on a machine with swap, where only /proc/self/pagemap tells a page
+ * swapped out, an open, a read and a close of it, the new pid's first use
+ * of /proc (~30 us of every command a shell ran). */
+static void block_pages(const struct ferry_blk *b, unsigned char *may)
 {
-    struct sysinfo si;
-    if (ferry_raw1(SYS_sysinfo, &si) == 0 && si.totalswap == 0) {
-        unsigned char vec[SPARE_PAGES];
-        if (ferry_raw3(SYS_mincore, block, SPARE_PAGES * 4096, vec) != 0)
-            return 0;
-        for (size_t i = 0; i < SPARE_PAGES; i++)
-            pages[i] = vec[i] & 1 ? PAGEMAP_PRESENT : 0;
-        return 1;
-    }
-    long pfd = ferry_raw4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
-    if (pfd < 0)
-        return 0;
-    long want = (long)(SPARE_PAGES * sizeof(*pages));
-    long got = ferry_raw4(SYS_pread64, pfd, pages, want, ((uintptr_t)block / 4096) * sizeof(*pages));
-    ferry_raw1(SYS_close, pfd);
-    return got == want;
+    ferry_memset(may, 0, SPARE_PAGES);
+    uint32_t nr_used = __atomic_load_n(&b->nr_used, __ATOMIC_RELAXED);
+    uint32_t spilled = __atomic_load_n(&b->spilled, __ATOMIC_RELAXED);
+    size_t sites = __builtin_offsetof(struct ferry_blk, sites), errnos = __builtin_offsetof(struct ferry_blk, errnos);
+    size_t span[4][2] = {
+        {0, __builtin_offsetof(struct ferry_blk, nr) +
+                (nr_used < FERRY_NR_MAX ? nr_used : FERRY_NR_MAX) * sizeof(struct ferry_nr_stats)},
+        {sites, sites + (spilled & FERRY_SPILL_SITES_FAR    ? sizeof(b->sites)
+                         : spilled & FERRY_SPILL_SITES_NEAR ? 5 * 4096
+                                                            : 4096)},
+        {errnos, errnos + (spilled & FERRY_SPILL_ERRNOS ? sizeof(b->errnos) : 4096)},
+        {0, 0},
+    };
+    for (int k = 0; span[k][1]; k++)
+        for (size_t at = span[k][0] & ~4095UL; at < span[k][1] && at / 4096 < SPARE_PAGES; at += 4096)
+            may[at / 4096] = 1;
 }
 
-/* `len` bytes of `buf` at `off`, but for the pages that are all zeros or,
- * when `touched` (pagemap entries of buf's pages) is given, never touched: the
+/* `len` bytes of `buf` at `off`, but for the pages that are all zeros or
+ * that `may` (a flag per page of buf) says hold nothing: the
  * file is new, or was written before from the same header and a block whose
  * counts only grew, so a page not written reads as zeros.  Written, each
  * took room on disk and was written back: 330 KiB for every vfork child,
  * most of it zeros (a thread's block holds every syscall's and site's
  * figures).  `used` (when given) gets a bit for each page written. */
-static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off, const uint64_t *touched,
+static void pwrite_used(long fd, const void *buf, size_t len, uint64_t off, const unsigned char *may,
                         uint64_t *used)
 {
     const char *p = buf;
     size_t start = 0;
     for (size_t i = 0; i < len; i += 4096) {
         size_t n = len - i < 4096 ? len - i : 4096;
-        if ((!touched || touched[i / 4096] & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED)) && !all_zero(p + i, n)) {
+        if (may[i / 4096] && !all_zero(p + i, n)) {
             if (used)
                 used[i / 4096 / 64] |= 1ULL << (i / 4096 % 64);
             continue;
@@ -849,20 +844,19 @@ static int put_run(const uint64_t *w, size_t start, size_t end, char *out, size_
     return 1;
 }
 
-/* Block `b`'s words that are not zero (in the pages `touched`, pagemap
- * entries as spare_touched gives them, says were touched; every page when
- * not given), packed as runs of struct ferry_packed_run into `out`: their
+/* Block `b`'s words that are not zero (in the pages that `may` says may
+ * hold anything: block_pages), packed as runs of struct ferry_packed_run into `out`: their
  * length, or 0 when they take more than `cap` bytes.  A gap of one zero
  * word joins two runs (a run's head is as long).  `used` gets a bit for
  * each page that held anything. */
-static size_t pack_block(const struct ferry_blk *b, const uint64_t *touched, char *out, size_t cap,
+static size_t pack_block(const struct ferry_blk *b, const unsigned char *may, char *out, size_t cap,
                          uint64_t *used)
 {
     const uint64_t *w = (const uint64_t *)b;
     const size_t words = sizeof(struct ferry_blk) / 8;
     size_t len = 0, start = 0, end = 0;  /* the run being gathered: words [start, end) */
     for (size_t page = 0; page < SPARE_PAGES; page++) {
-        if (touched && !(touched[page] & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED)))
+        if (!may[page])
             continue;
         size_t last = (page + 1) * 512 < words ? (page + 1) * 512 : words;
         for (size_t i = page * 512; i < last; i++) {
@@ -993,15 +987,15 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
      * calls: a shell's command, a spawn), else its pages that hold
      * anything at the block's place: ~3 pages of the record less in most
      * children, each a page of tmpfs to allocate and a write. */
-    uint64_t touched[SPARE_PAGES], used[2] = {0, 0};
-    int known = spare_touched(FERRY_THR->blk, touched);
+    unsigned char may[SPARE_PAGES];
+    uint64_t used[2] = {0, 0};
+    block_pages(FERRY_THR->blk, may);
     size_t room = HEAD_PAGES - ((head_used() + 7) & ~7UL);
     char *packed = spare_packed();
-    size_t packed_len = pack_block(FERRY_THR->blk, known ? touched : 0, packed, room, used);
+    size_t packed_len = pack_block(FERRY_THR->blk, may, packed, room, used);
     if (!packed_len) {
         used[0] = used[1] = 0;
-        pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE,
-                    known ? touched : 0, used);
+        pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE, may, used);
     }
     ferry_store_hook_step(FERRY_HOOK_PACKED);
     /* What the next child must find zeroed: every page that is not zero is

@@ -40,6 +40,12 @@ _Static_assert(__builtin_offsetof(struct ferry_errno_slot, key) == 0 &&
 #define ERRNO_NEAR (4096 / sizeof(struct ferry_errno_slot))
 #define ERRNO_TRIES 16
 
+static void spill(struct ferry_blk *b, uint32_t what)
+{
+    if (!(__atomic_load_n(&b->spilled, __ATOMIC_RELAXED) & what))
+        __atomic_fetch_or(&b->spilled, what, __ATOMIC_RELAXED);
+}
+
 static void count_errno(struct ferry_blk *b, long nr, long err)
 {
     uint32_t key = (uint32_t)nr << 16 | (uint32_t)err;
@@ -50,8 +56,10 @@ static void count_errno(struct ferry_blk *b, long nr, long err)
      * of 20 numbers failed with EBADF kept the errno of ~16). */
     uint32_t h = (key * 2654435761u) >> 16;
     struct ferry_errno_slot *e = keyed_entry(b->errnos, sizeof(*e), key, h, 0, ERRNO_NEAR, ERRNO_TRIES);
-    if (!e)
+    if (!e) {
+        spill(b, FERRY_SPILL_ERRNOS);
         e = keyed_entry(b->errnos, sizeof(*e), key, h, 0, FERRY_ERRNO_SLOTS, ERRNO_TRIES);
+    }
     if (e)
         e->count++;
 }
@@ -72,9 +80,15 @@ static struct ferry_site_stats *site_figures(struct ferry_blk *b, uint32_t site)
     uint32_t h = (site * 2654435761u) >> 16;
     size_t size = sizeof(struct ferry_site_stats);
     struct ferry_site_stats *ss = keyed_entry(b->sites, size, site, h, 0, SITE_NEAR, SITE_TRIES);
-    if (!ss)
-        ss = keyed_entry(b->sites, size, site, h, SITE_NEAR, 4 * SITE_NEAR, SITE_TRIES);
-    return ss ? ss : keyed_entry(b->sites, size, site, h, 0, FERRY_MAX_SITES, FERRY_MAX_SITES);
+    if (ss)
+        return ss;
+    /* flagged before the entry is taken: its record reads the pages then */
+    spill(b, FERRY_SPILL_SITES_NEAR);
+    ss = keyed_entry(b->sites, size, site, h, SITE_NEAR, 4 * SITE_NEAR, SITE_TRIES);
+    if (ss)
+        return ss;
+    spill(b, FERRY_SPILL_SITES_FAR);
+    return keyed_entry(b->sites, size, site, h, 0, FERRY_MAX_SITES, FERRY_MAX_SITES);
 }
 
 void ferry_trace_record(struct ferry_blk *b, long nr, long result, uint64_t t0, uint64_t t1,
