@@ -336,9 +336,14 @@ def _wait_and_finish(fd, src, poll=0.2, longest=5.0):
                 return
             where = Path(os.readlink(f"/proc/self/fd/{fd}"))
             try:
-                if staged_dir(where) != src or finish(where) != "live":
-                    return
+                state = finish(where) if staged_dir(where) == src else None
             except OSError:
+                state = None
+            if state != "live":
+                # removed while it looked (finish() scans every process):
+                # its records go with it, as above
+                if state is None and os.fstat(fd).st_nlink == 0:
+                    shutil.rmtree(src, ignore_errors=True)
                 return
             time.sleep(poll)
             poll = min(poll * 1.5, longest)

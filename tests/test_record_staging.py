@@ -3,6 +3,7 @@
 process of the run is left; nothing recorded is lost on the way."""
 import fcntl
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -301,3 +302,28 @@ def test_a_sweep_passes_by_a_staging_directory_being_made(tmp_path):
         assert (d / staging.BACKLINK).read_text() == f"{out}\n"
     finally:
         staging.discard(out)
+
+
+def test_a_run_removed_while_its_watcher_looks_frees_its_records(tmp_path, monkeypatch):
+    """The process `ferry run` leaves behind for records that outlive it
+    frees them when the run is removed.  Removed while it was looking
+    (its look scans every process's maps: long on a loaded machine), it
+    found no records there, took them for moved and left: they stayed in
+    memory for good (a test removing a run by hand saw it once in a full
+    test run)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    src = staging.stage(out)
+    if src is None:
+        pytest.skip("no tmpfs with room here")
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+
+    def removed_meanwhile(run_dir):
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        return None
+    monkeypatch.setattr(staging, "finish", removed_meanwhile)
+    try:
+        staging._wait_and_finish(fd, src, poll=0.01)
+        assert not src.exists()
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
