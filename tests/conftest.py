@@ -133,6 +133,15 @@ def read_record(rec, size=None):
         return f.read(size)
 
 
+def pages_with_data(path, start, end):
+    """The pages (file offset // 4096) of [start, end) of the sparse file at
+    `path` that hold data."""
+    from ferry.base.sparse import data_extents
+    with open(path, "rb") as f:
+        return {p for first, stop in data_extents(f.fileno(), start, end)
+                for p in range(first // 4096, -(-stop // 4096))}
+
+
 def write_record(rec, at, data):
     """`data` into a record at offset `at` of it."""
     path, offset, _ = rec

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import PROGRAMS, ferry
+from conftest import PROGRAMS, ferry, pages_with_data
 from ferry import procfile
 from ferry.base import syscall_table
 from ferry.base.sparse import data_extents
@@ -177,14 +177,6 @@ def test_a_vfork_childs_record_holds_its_own_start_and_figures_not_its_parents(t
         assert not any(spans[len(procfile.HOOK_STEPS):hook]), spans
 
 
-def _record_pages(p):
-    """Pages of record `p`, from its start, that hold data in its file."""
-    with open(p.file, "rb") as f:
-        end = p.offset + procfile.HEADER_SIZE + procfile.BLOCK.size
-        return sorted({(a - p.offset) // 4096 for s, e in data_extents(f.fileno(), p.offset, end)
-                       for a in range(s, e, 4096)})
-
-
 @pytest.mark.parametrize("numbers, pad, pages", [(3, 0, [0]), (20, 0, [0, 1]), (53, 0, [0, 1]),
                                                  (20, 4000, None)])
 def test_a_vfork_childs_few_figures_are_packed_into_its_header(tmp_path, test_programs, numbers, pad, pages):
@@ -205,7 +197,8 @@ def test_a_vfork_childs_few_figures_are_packed_into_its_header(tmp_path, test_pr
         assert 0 < s.min_ticks == s.max_ticks == s.ticks, (nr, s)
     assert block.nr[syscall_table.NUMBERS["execve"]].calls == 1
     assert sum(calls for calls, _, _ in block.sites.values()) >= numbers, block.sites
-    written = _record_pages(child)
+    written = sorted(page - child.offset // 4096 for page in pages_with_data(
+        child.file, child.offset, child.offset + procfile.HEADER_SIZE + procfile.BLOCK.size))
     if pages is not None:
         assert written == pages, written
     else:

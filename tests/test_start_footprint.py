@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import FERRY, PROGRAMS, ferry, waits_in
+from conftest import FERRY, PROGRAMS, ferry, pages_with_data, waits_in
 from ferry import catchdata, procfile
 from ferry.base import syscall_table
 from ferry.rundata import load_run
@@ -546,22 +546,6 @@ def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path):
     assert pieces and max(pieces) <= 3, sorted(pieces)
 
 
-def _pages_with_data(path, start, end):
-    """Pages of [start, end) of the sparse file at `path` that hold data."""
-    pages = set()
-    with open(path, "rb") as f:
-        fd, at = f.fileno(), start
-        while at < end:
-            try:
-                data = os.lseek(fd, at, os.SEEK_DATA)
-            except OSError:
-                break
-            hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
-            pages.update(range(data // 4096, -(-hole // 4096)))
-            at = hole
-    return {p for p in pages if start // 4096 <= p < -(-end // 4096)}
-
-
 def test_a_traced_process_figures_take_pages_by_use_not_by_number(tmp_path):
     """Each number a traced process times has its figures (288 bytes) next
     to the last one's, in the order first used: `ls` timed a dozen numbers
@@ -585,13 +569,13 @@ def test_a_traced_process_figures_take_pages_by_use_not_by_number(tmp_path):
     assert block.nr[257].errnos.get("ENOENT", 0) >= 1, block.nr[257]  # openat
     base = ls.offset + procfile.HEADER_SIZE
     tables = procfile.BLOCK_TABLES[procfile.VERSION]
-    figures = _pages_with_data(ls.file, base + tables["nr_slot"], base + tables["sites"])
+    figures = pages_with_data(ls.file, base + tables["nr_slot"], base + tables["sites"])
     assert len(figures) <= 2 + len(block.nr) * procfile.NR_STATS.size // 4096, sorted(figures)
-    errnos = _pages_with_data(ls.file, base + tables["errnos"], base + tables["events"])
+    errnos = pages_with_data(ls.file, base + tables["errnos"], base + tables["events"])
     assert len(errnos) == 1, sorted(errnos)
     assert len(block.sites) >= 10 and all(calls >= 1 for calls, _, _ in block.sites.values()), block.sites
     assert sum(errors for _, errors, _ in block.sites.values()) >= 1  # the openat of /nonexistent
-    sites = _pages_with_data(ls.file, base + tables["sites"], base + tables["errnos"])
+    sites = pages_with_data(ls.file, base + tables["sites"], base + tables["errnos"])
     assert len(sites) == 1, sorted(sites)
 
 
@@ -607,7 +591,7 @@ def test_an_exec_writes_no_header_page_but_the_first_for_its_path(tmp_path):
         assert r.returncode == 0, r.stderr
         (shell,) = [p for p in procfile.read_dir(run_dir / "proc") if p.exec_path == "/bin/true"]
         assert shell.argv == ["sh", "-c", script] and shell.exe == "/usr/bin/dash"
-        head = _pages_with_data(shell.file, shell.offset, shell.offset + procfile.HEADER_SIZE)
+        head = pages_with_data(shell.file, shell.offset, shell.offset + procfile.HEADER_SIZE)
         pages[name] = sorted(p - shell.offset // 4096 for p in head)
     for name, written in pages.items():
         assert 1 not in written and 0 in written, (name, written)
@@ -628,7 +612,7 @@ def test_the_shims_own_calls_are_counted_in_the_first_page(tmp_path):
         for p in records:
             assert sum(p.internal.values()) >= 5, (name, p.exe, p.internal)
             table = p.offset + procfile.HEADER.offset("internal")
-            assert not _pages_with_data(p.file, table, table + procfile.HEADER.span("internal")), (name, p.exe)
+            assert not pages_with_data(p.file, table, table + procfile.HEADER.span("internal")), (name, p.exe)
 
 
 def test_a_spawn_childs_question_about_sigsys_is_answered_without_the_kernel(tmp_path):
@@ -668,7 +652,7 @@ def test_a_process_with_one_or_two_modules_writes_one_page_of_its_header(tmp_pat
     assert len(command) == 2, [(p.exe, p.exec_path) for p in records]
     for p in command:
         assert 1 <= len(p.modules) <= 2 and all(name for name, _, _ in p.modules), (p.exe, p.modules)
-        head = _pages_with_data(p.file, p.offset, p.offset + procfile.HEADER_SIZE)
+        head = pages_with_data(p.file, p.offset, p.offset + procfile.HEADER_SIZE)
         assert sorted(q - p.offset // 4096 for q in head) == [0], (p.exe, p.exec_path, sorted(head))
     libs = [tmp_path / f"libsite{i}.so" for i in range(4)]
     for lib in libs:

@@ -680,24 +680,24 @@ static int all_zero(const char *p, size_t n)
  * on a machine with swap, where only /proc/self/pagemap tells a page
  * swapped out, an open, a read and a close of it, the new pid's first use
  * of /proc (~30 us of every command a shell ran). */
+static void may_hold(unsigned char *may, size_t from, size_t to)
+{
+    for (size_t page = from / 4096; page * 4096 < to && page < SPARE_PAGES; page++)
+        may[page] = 1;
+}
+
 static void block_pages(const struct ferry_blk *b, unsigned char *may)
 {
     ferry_memset(may, 0, SPARE_PAGES);
     uint32_t nr_used = __atomic_load_n(&b->nr_used, __ATOMIC_RELAXED);
     uint32_t spilled = __atomic_load_n(&b->spilled, __ATOMIC_RELAXED);
     size_t sites = __builtin_offsetof(struct ferry_blk, sites), errnos = __builtin_offsetof(struct ferry_blk, errnos);
-    size_t span[4][2] = {
-        {0, __builtin_offsetof(struct ferry_blk, nr) +
-                (nr_used < FERRY_NR_MAX ? nr_used : FERRY_NR_MAX) * sizeof(struct ferry_nr_stats)},
-        {sites, sites + (spilled & FERRY_SPILL_SITES_FAR    ? sizeof(b->sites)
-                         : spilled & FERRY_SPILL_SITES_NEAR ? 5 * 4096
-                                                            : 4096)},
-        {errnos, errnos + (spilled & FERRY_SPILL_ERRNOS ? sizeof(b->errnos) : 4096)},
-        {0, 0},
-    };
-    for (int k = 0; span[k][1]; k++)
-        for (size_t at = span[k][0] & ~4095UL; at < span[k][1] && at / 4096 < SPARE_PAGES; at += 4096)
-            may[at / 4096] = 1;
+    may_hold(may, 0, __builtin_offsetof(struct ferry_blk, nr) +
+                         (nr_used < FERRY_NR_MAX ? nr_used : FERRY_NR_MAX) * sizeof(struct ferry_nr_stats));
+    may_hold(may, sites, sites + (spilled & FERRY_SPILL_SITES_FAR    ? sizeof(b->sites)
+                                  : spilled & FERRY_SPILL_SITES_NEAR ? 5 * 4096
+                                                                     : 4096));
+    may_hold(may, errnos, errnos + (spilled & FERRY_SPILL_ERRNOS ? sizeof(b->errnos) : 4096));
 }
 
 /* `len` bytes of `buf` at `off`, but for the pages that are all zeros or
@@ -886,13 +886,13 @@ static size_t pack_block(const struct ferry_blk *b, const unsigned char *may, ch
  * identity, state, end, exec path and tally in place (written field by
  * field, they were eight more system calls for every child), as far as the
  * parent's command line goes, its first modules with it, and the child's
- * packed block after it (`packed_len` bytes of `packed`, 0: none), in one
- * write.  The rest of a parent's module table, beyond the first page's
- * entries, is written before (modules_used): a page between them that
- * holds nothing (the command line's room) is not written. */
+ * packed block at `runs_at` after it (`packed_len` bytes of `packed`, 0:
+ * none), in one write.  The rest of a parent's module table, beyond the
+ * first page's entries, is written before (modules_used): a page between
+ * them that holds nothing (the command line's room) is not written. */
 static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int ppid, uint32_t uid,
                              uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
-                             const uint64_t *tally, const char *packed, size_t packed_len)
+                             const uint64_t *tally, const char *packed, size_t runs_at, size_t packed_len)
 {
     const char *h = (const char *)ferry_hdr;
     char own[HEAD_OWN], path[sizeof(ferry_hdr->exec_path)];
@@ -925,8 +925,8 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     PUT(own, start_spans[FERRY_SPAN_EXEC_HOOK], FERRY_THR->vfork_hook_tsc);
     PUT(own, uid, uid);
     PUT(own, exec_uid, uid);
-    size_t used = head_used(), packed_at = (used + 7) & ~7UL;
-    uint32_t where[2] = {packed_len ? (uint32_t)packed_at : 0, (uint32_t)packed_len};
+    size_t used = head_used();
+    uint32_t where[2] = {packed_len ? (uint32_t)runs_at : 0, (uint32_t)packed_len};
     static const uint64_t zeros[FERRY_OWN_KINDS];
     struct iovec iov[10];
     int n = 0;
@@ -947,7 +947,7 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     }
     iov[n++] = (struct iovec){(void *)(h + rest), used - rest};
     if (packed_len) {
-        iov[n++] = (struct iovec){(void *)zeros, packed_at - used};
+        iov[n++] = (struct iovec){(void *)zeros, runs_at - used};
         iov[n++] = (struct iovec){(void *)packed, packed_len};
     }
     ferry_pass6(SYS_pwritev, fd, (long)iov, n, (long)base, 0, 0);
@@ -990,9 +990,9 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
     unsigned char may[SPARE_PAGES];
     uint64_t used[2] = {0, 0};
     block_pages(FERRY_THR->blk, may);
-    size_t room = HEAD_PAGES - ((head_used() + 7) & ~7UL);
+    size_t runs_at = (head_used() + 7) & ~7UL;
     char *packed = spare_packed();
-    size_t packed_len = pack_block(FERRY_THR->blk, may, packed, room, used);
+    size_t packed_len = pack_block(FERRY_THR->blk, may, packed, HEAD_PAGES - runs_at, used);
     if (!packed_len) {
         used[0] = used[1] = 0;
         pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE, may, used);
@@ -1021,7 +1021,7 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
         }
     }
     write_child_head(fd, base, seq, pid, ppid, uid, state, exit_code, exec_path, kind, table ? own : 0,
-                     packed, packed_len);
+                     packed, runs_at, packed_len);
     ferry_pass6(SYS_close, fd, 0, 0, 0, 0, 0);
 }
 
