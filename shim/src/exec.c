@@ -99,7 +99,7 @@ const char *ferry_exec_kept(const char *name)
     return 0;
 }
 
-const char *ferry_exec_lasting(const char *name, const char *value, char *own, size_t cap)
+FERRY_HOT_TEXT const char *ferry_exec_lasting(const char *name, const char *value, char *own, size_t cap)
 {
     const char *kept = ferry_exec_kept(name);
     size_t n = ferry_strlen(value);
@@ -142,7 +142,7 @@ static void read_shim_id(void)
     }
 }
 
-void ferry_exec_configure(char **envp)
+FERRY_HOT_TEXT void ferry_exec_configure(char **envp)
 {
     read_shim_id();
     /* Children may have no HOME (env -i): they are told where the cache is. */
@@ -176,6 +176,82 @@ void ferry_exec_configure(char **envp)
 
 enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
 
+/* Where the cache's links led, for the files this process's children ran
+ * last: a shell runs the same few programs again and again, and reading the
+ * link (its long text a block of the file system to read) was ~3.5 us of
+ * each command.  Keyed by the link's name, which is the file's identity and
+ * this shim's; each use still looks at the target, as a read of the link
+ * does, and a target gone (the cache cleaned) reads the link again.  A
+ * vfork child's memory is its parent's, so what one command's child learnt
+ * serves the next (a fork child starts with its parent's).  Several threads'
+ * children may look at once: an entry is written while its word is odd,
+ * and what is read of it counts only if the word was even and the same
+ * before and after. */
+#define SEEN_ENTRIES 8
+#define SEEN_NAME 248
+struct seen_link {
+    uint32_t word;
+    uint16_t link_len, target_len;
+    char link[SEEN_NAME], target[SEEN_NAME];
+};
+static struct seen_link seen[SEEN_ENTRIES] FERRY_COLD;
+
+static struct seen_link *seen_entry(const char *link, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)link[i]) * 16777619u;
+    return &seen[h % SEEN_ENTRIES];
+}
+
+/* The target the link `link` (`n` bytes) led to, into `out`: its length, 0
+ * when it is not known. */
+static size_t seen_target(const char *link, size_t n, char *out, size_t cap)
+{
+    struct seen_link *e = seen_entry(link, n);
+    uint32_t before = __atomic_load_n(&e->word, __ATOMIC_ACQUIRE);
+    if ((before & 1) || e->link_len != n || !ferry_memeq(e->link, link, n))
+        return 0;
+    size_t len = e->target_len;
+    if (!len || len >= cap)
+        return 0;
+    ferry_memcpy(out, e->target, len);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&e->word, __ATOMIC_RELAXED) != before)
+        return 0;
+    out[len] = 0;
+    return len;
+}
+
+/* `target` (`len` bytes) is where `link` (`n` bytes) leads, or, when `len`
+ * is 0, nothing is known of it any more.  Passed by when another child is
+ * writing the entry. */
+static void seen_set(const char *link, size_t n, const char *target, size_t len)
+{
+    if (n >= SEEN_NAME || len >= SEEN_NAME)
+        return;
+    struct seen_link *e = seen_entry(link, n);
+    uint32_t w = __atomic_load_n(&e->word, __ATOMIC_RELAXED);
+    if ((w & 1) || !__atomic_compare_exchange_n(&e->word, &w, w + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return;
+    e->link_len = (uint16_t)n;
+    e->target_len = (uint16_t)len;
+    ferry_memcpy(e->link, link, n);
+    ferry_memcpy(e->target, target, len);
+    __atomic_store_n(&e->word, w + 2, __ATOMIC_RELEASE);
+}
+
+/* Where `link` leads, into `out`, when that is there (`img` gets its
+ * status): the name's length, else 0. */
+static long follow_link(const char *link, char *out, size_t cap, struct stat *img)
+{
+    long got = ferry_raw4(SYS_readlinkat, AT_FDCWD, link, out, cap - 1);
+    if (got <= 0 || out[0] != '/')
+        return 0;
+    out[got] = 0;
+    return ferry_raw4(SYS_newfstatat, AT_FDCWD, out, img, 0) == 0 ? got : 0;
+}
+
 /* What the cache holds for the file at `path` (`st` gets the file's status,
  * st_mode 0 if it has none, and *err the stat's error, 0 if none): a
  * rewritten image to run instead (CACHED_IMAGE, `out` gets its name, `img`
@@ -200,12 +276,17 @@ static enum cached cached_image(const char *path, char *out, size_t cap, struct 
     /* The link is read once, and its target looked at: a link's text is a
      * block of the file system to read (ext4 keeps a long one there), and a
      * stat of the link read it a second time. */
-    long got = ferry_raw4(SYS_readlinkat, AT_FDCWD, link, out, cap - 1);
-    if (got <= 0 || out[0] != '/')
-        return CACHED_NONE;
-    out[got] = 0;
-    if (ferry_raw4(SYS_newfstatat, AT_FDCWD, out, img, 0) != 0)
-        return CACHED_NONE;
+    size_t known = seen_target(link, b.len, out, cap);
+    if (known && ferry_raw4(SYS_newfstatat, AT_FDCWD, out, img, 0) != 0) {
+        seen_set(link, b.len, 0, 0);  /* gone since: what does the link say now? */
+        known = 0;
+    }
+    if (!known) {
+        long got = follow_link(link, out, cap, img);
+        if (got <= 0)
+            return CACHED_NONE;
+        seen_set(link, b.len, out, (size_t)got);
+    }
     if (S_ISDIR(img->st_mode))
         return CACHED_LIBDIR;
     /* the image is run by the link's name, as before the link was read */
