@@ -94,11 +94,14 @@ def test_a_users_loader_variables_keep_their_place_and_ferrys_stay_out_of_proc(t
     assert [p["enabled"] for p in procs if p["exe"] in ("/usr/bin/env", os.path.realpath(PYTHON))] == [True, True]
 
 
-@pytest.mark.parametrize("mode", ["env-at-page-end", "env-across-pages"])
+@pytest.mark.parametrize("mode", ["env-at-page-end", "env-across-pages", "path-at-page-end",
+                                  "path-across-pages"])
 def test_a_childs_environment_array_at_a_mappings_end_or_across_pages_is_read_whole(tmp_path, mode):
     # The exec hook reads the array a batch at a time, each batch as far as
     # its page and on into the next: it must take every entry, and not fail
     # on the page that is not there (a failed read runs the child unserved).
+    # Its first batch is read with the program's path (path-*: an array at
+    # its mapping's end, and a path at its own or running into the next page).
     native, under = native_and_ferry(tmp_path, [str(PROGRAMS / "children"), mode])
     assert under.returncode == native.returncode == 0, under.stderr
     assert under.stdout == native.stdout

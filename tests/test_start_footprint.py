@@ -583,6 +583,22 @@ def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path):
     assert pieces and max(pieces) <= 3, sorted(pieces)
 
 
+def test_the_exec_hook_reads_the_path_and_the_environment_in_two_reads(tmp_path):
+    """The program's path and the first pointers of its environment array in
+    one read, the heads of the entries in the next: each read through the
+    kernel is ~1.5 us of a shell's command."""
+    lines, run_dir = _strace_run(tmp_path, "process_vm_readv,execve", "sh", "-c", "/bin/true; :")
+    reads = collections.Counter()
+    for line in lines:
+        pid, call = line.split(None, 1)
+        if call.startswith("execve(\"/bin/true\""):
+            break
+        reads[pid] += call.startswith("process_vm_readv(")
+    else:
+        pytest.fail(f"no exec of /bin/true: {lines}")
+    assert reads[pid] == 2, lines
+
+
 def test_a_traced_process_figures_take_pages_by_use_not_by_number(tmp_path):
     """Each number a traced process times has its figures (288 bytes) next
     to the last one's, in the order first used: `ls` timed a dozen numbers

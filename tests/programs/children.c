@@ -47,6 +47,23 @@ static char **env_array(int at_page_end)
     return env;
 }
 
+/* The path "/usr/bin/env" ending where its mapping ends (the next page is
+ * not there), or running from one page into the next: the exec hook reads
+ * the path and the environment's first pointers in one read, up to the
+ * path's page end, and must read the rest of a path that goes on. */
+static char *path_at(int at_page_end)
+{
+    static const char path[] = "/usr/bin/env";
+    char *page = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED)
+        return NULL;
+    char *at = page + 4096 - (at_page_end ? sizeof(path) : 6);
+    if (at_page_end)
+        munmap(page + 4096, 4096);
+    memcpy(at, path, sizeof(path));
+    return at;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -115,7 +132,19 @@ int main(int argc, char **argv)
             return 1;
         return wait_for(pid);
     }
+    if (!strcmp(mode, "path-at-page-end") || !strcmp(mode, "path-across-pages")) {
+        char *path = path_at(!strcmp(mode, "path-at-page-end"));
+        char **env = env_array(1);
+        if (!path || !env)
+            return 1;
+        char *env_argv[] = {"env", NULL};
+        pid_t pid;
+        fflush(stdout);
+        if (posix_spawn(&pid, path, NULL, NULL, env_argv, env))
+            return 1;
+        return wait_for(pid);
+    }
     fprintf(stderr, "usage: children spawn-envp|system|vfork|fexecve|execveat|daemon|"
-                    "env-at-page-end|env-across-pages\n");
+                    "env-at-page-end|env-across-pages|path-at-page-end|path-across-pages\n");
     return 2;
 }
