@@ -723,7 +723,8 @@ def test_a_process_with_one_or_two_modules_writes_one_page_of_its_header(tmp_pat
 # start, a call, its exit, and the engine's hooks the core calls on the
 # way (shim/src/util.h, FERRY_HOT_TEXT).
 EVERY_PROCESS_RUNS = ("ferry_init", "ferry_start", "ferry_entry", "slow_call", "ferry_store_open",
-                      "ferry_exec_configure", "ferry_exec_lasting", "ferry_wine_configure", "ferry_environ_restore",
+                      "ferry_exec_configure", "ferry_exec_lasting", "ferry_exec_kept",
+                      "ferry_cache_root", "ferry_wine_configure", "ferry_environ_restore",
                       "ferry_catchall_start", "ferry_plans_apply", "ferry_trace_record", "ferry_blk_get",
                       "ferry_store_exit", "ferry_strlen", "agg_exit_cancel", "agg_exit_flush",
                       "agg_threads_world", "agg_fd_guard", "agg_in_vfork_child")

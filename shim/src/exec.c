@@ -47,7 +47,7 @@ static char cache_root_own[2048] FERRY_COLD;
 static const char *shim_path FERRY_HOT;  /* 0: FERRY_SHIM unset or unusable */
 static char shim_id[2 * 64 + 1];  /* this shim's build id, in hex */
 
-const char *ferry_cache_root(void) { return cache_root; }
+FERRY_HOT_TEXT const char *ferry_cache_root(void) { return cache_root; }
 
 /* A NUL-terminated string from the program's memory, or -1. */
 long ferry_exec_string(char *dst, const char *src, size_t cap)
@@ -69,7 +69,7 @@ long ferry_exec_string(char *dst, const char *src, size_t cap)
     return -1;  /* longer than we handle */
 }
 
-static void save(const char *entry)
+FERRY_HOT_TEXT static void save(const char *entry)
 {
     static size_t used;
     size_t n = ferry_strlen(entry) + 1;
@@ -89,7 +89,7 @@ void ferry_exec_keep(const char *entry)
     save(entry);
 }
 
-const char *ferry_exec_kept(const char *name)
+FERRY_HOT_TEXT const char *ferry_exec_kept(const char *name)
 {
     for (int i = 0; i < nsaved; i++) {
         const char *v = ferry_entry_value(saved[i], name);
