@@ -16,6 +16,8 @@ import pytest
 
 import strace_counts
 from conftest import FERRY, ROOT, ferry
+from ferry import procfile
+from ferry.base import syscall_table
 from ferry.rundata import load_run
 from test_static_programs import TOOLCHAINS, build_static
 
@@ -69,3 +71,32 @@ def test_vfork_parent_and_children_counted_as_strace(tmp_path, program, how):
     strace_counts.check(log, run_dir)
     rt = [line for line in log.read_text().splitlines() if " rt_sigreturn(" in line]
     assert len(rt) == ROUNDS
+
+
+@pytest.mark.parametrize("profile", ["trace", "count"])
+def test_a_vfork_childs_record_left_to_its_parent_is_written_when_a_handler_vforks_first(
+        tmp_path, program, profile):
+    """A vfork child that execs a program the shim serves leaves its record
+    to its parent, which writes it once its vfork returns.  A signal taken
+    at the parent's resumption runs its handler first; a handler that
+    starts a vfork child of its own finds that record still to write, and
+    the new child writes it before it clears what the first one counted."""
+    argv = [str(program), "respawn", str(ROUNDS)]
+    native = subprocess.run(argv, capture_output=True, timeout=60)
+    assert native.stdout == f"{ROUNDS} rounds, {ROUNDS} handled\n".encode()
+    run_dir = tmp_path / "run"
+    under = ferry("run", "-p", profile, "-o", run_dir, "--", *argv, text=False, timeout=120)
+    assert (under.stdout, under.stderr, under.returncode) == \
+        (native.stdout, native.stderr, native.returncode)
+    root = json.loads((run_dir / "info.json").read_text())["pid"]
+    records = procfile.read_dir(run_dir / "proc")
+    children = [r for r in records if r.ppid == root and r.exec_path == "/bin/true"]
+    assert len(children) == 2 * ROUNDS, [(r.pid, r.exec_path) for r in records]
+    # the main loop's children each made a kill before their exec; the
+    # handler's, none
+    kills = sorted(sum(b.calls[syscall_table.NUMBERS["kill"]] for b in r.blocks) for r in children)
+    assert kills == [0] * ROUNDS + [1] * ROUNDS
+    assert all(r.start_mono_ns <= r.end_mono_ns for r in children)
+    images = {r.pid: r for r in records if r.argv == ["true"]}
+    assert all(images[r.pid].start_mono_ns >= r.end_mono_ns for r in children)
+

@@ -269,11 +269,10 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint32_t uid, uint64_t
     return 0;
 }
 
-/* `count` slots from those claimed ahead, if they hold as many: the
- * file open for writing (this user's, reaching past them), or -errno. */
-static int take_ahead(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot,
-                      struct ferry_tally *tally)
+int ferry_slot_take(uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot)
 {
+    if (!cur.valid || cur.uid != uid || cur.stride != stride)
+        return -ENOENT;
     uint64_t a = __atomic_load_n(&ahead, __ATOMIC_RELAXED);
     for (;;) {
         if (!a || AHEAD_FILE(a) != cur.file || AHEAD_NEXT(a) + count > AHEAD_END(a))
@@ -283,6 +282,16 @@ static int take_ahead(const char *dir, uint32_t uid, uint64_t stride, uint32_t c
             break;
     }
     *slot = (struct ferry_slot){cur.file, AHEAD_NEXT(a), FERRY_SLOTS_HEAD + AHEAD_NEXT(a) * stride};
+    return 0;
+}
+
+/* `count` slots from those claimed ahead, if they hold as many: the
+ * file open for writing (this user's, reaching past them), or -errno. */
+static int take_ahead(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot,
+                      struct ferry_tally *tally)
+{
+    if (ferry_slot_take(uid, stride, count, slot))
+        return -ENOENT;
     uint64_t size = 0;
     int fd = ferry_slot_reopen(dir, uid, slot, tally, 0, &size);
     if (fd >= 0 && size < slot->off + count * stride) {  /* it must reach past them all */

@@ -76,6 +76,11 @@ struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint32_t uid, 
                                                  uint64_t map_size, const struct ferry_slot_hint *hint,
                                                  struct ferry_slot *slot, struct ferry_tally *tally);
 
+/* `count` slots from those this process claimed ahead for its vfork
+ * children, taken without opening the file (the one who writes them opens
+ * it, and checks it then): 0, or -ENOENT when there are not as many. */
+int ferry_slot_take(uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot);
+
 /* The file of a slot, open for writing, or -errno; `sized`: the slot was
  * claimed before, and the file reaches past its header.  `size` (if not
  * NULL): the file's size. */

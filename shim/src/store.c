@@ -464,6 +464,7 @@ void ferry_store_after_fork(void)
     FERRY_THR->spare_used_known = 0;
     FERRY_THR->in_vfork_child = 0;
     FERRY_THR->vfork_handed_back = 0;
+    FERRY_THR->vfork_ended.set = 0;  /* the parent's to write */
     FERRY_THR->internal = 0;
     ferry_internal = 0;
     ferry_own = 0;
@@ -587,10 +588,15 @@ static void spare_clear(void)
     ferry_memset(table + FERRY_NR_MAX, 0, SPARE_TALLY - FERRY_NR_MAX * sizeof(*table));
 }
 
+static void vfork_ended_write(void);
+
 void ferry_blk_enter_vfork_child(unsigned long clone_flags)
 {
     if (FERRY_THR->in_vfork_child || !FERRY_THR->spare)
         return;  /* nested, or no spare: count with the parent, as before */
+    /* the last child's record, when its parent had not written it yet (a
+     * signal handler of the parent's vforked before its vfork returned) */
+    vfork_ended_write();
     /* Zero again what the last vfork child of this thread wrote: the pages
      * its record said it used, by hand (each given back was a fault and a
      * page zeroed by the kernel in the next child, 5 for a shell's
@@ -892,7 +898,8 @@ static size_t pack_block(const struct ferry_blk *b, const unsigned char *may, ch
  * them that holds nothing (the command line's room) is not written. */
 static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int ppid, uint32_t uid,
                              uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
-                             const uint64_t *tally, const char *packed, size_t runs_at, size_t packed_len)
+                             const uint64_t *tally, const char *packed, size_t runs_at, size_t packed_len,
+                             const struct ferry_vfork_ended *ended)
 {
     const char *h = (const char *)ferry_hdr;
     char own[HEAD_OWN], path[sizeof(ferry_hdr->exec_path)];
@@ -905,7 +912,8 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
     PUT(own, nwaits, 0);
     PUT(own, seq, seq);
     PUT(own, overflow, 0);  /* the parent's threads, not the child's */
-    struct ferry_clock_pair end = {ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
+    struct ferry_clock_pair end = ended ? (struct ferry_clock_pair){ended->real_ns, ended->mono_ns, ended->tsc}
+                                        : (struct ferry_clock_pair){ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
     PUT(own, end_real_ns, end.real_ns);
     PUT(own, end_mono_ns, end.mono_ns);
     PUT(own, end_tsc, end.tsc);
@@ -957,9 +965,10 @@ static void write_child_head(int fd, uint64_t base, uint32_t seq, int pid, int p
 
 /* A vfork child's own record (the child `pid` of `ppid`), written with
  * pwrite from the parent's header (read only) and its spare block, with its
- * own identity patched in. */
+ * own identity patched in; by the child, or (`ended`: when and as whom it
+ * ended) by its parent. */
 static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, const char *exec_path,
-                              uint32_t kind, int image_slot)
+                              uint32_t kind, int image_slot, const struct ferry_vfork_ended *ended)
 {
     if (!st.dir[0] || !ferry_hdr)
         return;
@@ -967,11 +976,12 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
     uint32_t seq;
     /* Who the child is now (POSIX_SPAWN_RESETIDS may have changed it): its
      * file's and its record's user, read once for both. */
-    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
+    uint32_t uid = ended ? ended->uid : (uint32_t)ferry_raw0(SYS_geteuid);
     int fd = vfork_child_record(pid, uid, &base, &seq, image_slot);
     if (fd < 0)
         return;
-    ferry_store_hook_step(FERRY_HOOK_SLOT);
+    if (!ended)
+        ferry_store_hook_step(FERRY_HOOK_SLOT);
     /* Nothing more of the parent's header: the rest of its module table
      * holds no entries, its waits and tally are its own, and so are the
      * catch-all's and the engine's areas, which the parent's calls wrote
@@ -997,7 +1007,8 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
         used[0] = used[1] = 0;
         pwrite_used(fd, FERRY_THR->blk, sizeof(struct ferry_blk), base + FERRY_PROC_HEADER_SIZE, may, used);
     }
-    ferry_store_hook_step(FERRY_HOOK_PACKED);
+    if (!ended)
+        ferry_store_hook_step(FERRY_HOOK_PACKED);
     /* What the next child must find zeroed: every page that is not zero is
      * one packed or written here (events, beyond the block's tables, are
      * not). */
@@ -1021,7 +1032,7 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
         }
     }
     write_child_head(fd, base, seq, pid, ppid, uid, state, exit_code, exec_path, kind, table ? own : 0,
-                     packed, runs_at, packed_len);
+                     packed, runs_at, packed_len, ended);
     ferry_pass6(SYS_close, fd, 0, 0, 0, 0, 0);
 }
 
@@ -1047,14 +1058,63 @@ struct vfork_who {
     int pid, ppid;
 };
 
-/* A vfork child's exit or exec: its record, written by itself, and the
- * thread's state given back to its parent.  Who the child is. */
+/* The record of a vfork child that exec'd a program the shim serves,
+ * written by its parent (or by whoever next finds it: the next vfork
+ * child of the thread, the parent's exit or exec, when a signal handler
+ * of the parent's came first). */
+static void vfork_ended_write(void)
+{
+    struct ferry_vfork_ended *e = &FERRY_THR->vfork_ended;
+    if (!e->set)
+        return;
+    e->set = 0;
+    int handed_back = FERRY_THR->vfork_handed_back;
+    vfork_take_back();
+    vfork_child_write(e->pid, e->ppid, FERRY_STATE_EXEC, 0, e->exec_path, e->kind, 1, e);
+    vfork_hand_back();
+    FERRY_THR->vfork_handed_back = handed_back;
+}
+
+/* A vfork child that execs a program the shim serves (whose shim is handed
+ * the slot claimed beside the child's) leaves its record to its parent,
+ * which runs again the moment the exec no longer needs the parent's memory:
+ * opening the file, writing the record and closing it (~8-10 us) are then
+ * made beside the exec, on another CPU, where they were on the path from
+ * the shell's vfork to its command's start.  Only when the slots can be
+ * taken without opening the file (those its parent claimed ahead); the
+ * child's figures stay where they are, in the spare, which no one touches
+ * before the record is written (vfork_ended_write).  1 when left so. */
+static int vfork_child_leaves(struct vfork_who who, const char *exec_path, uint32_t kind)
+{
+    if (!st.dir[0] || !ferry_hdr || (FERRY_THR->vfork_file && FERRY_THR->vfork_file != VFORK_SLOT))
+        return 0;
+    uint32_t uid = (uint32_t)ferry_raw0(SYS_geteuid);
+    if (!FERRY_THR->vfork_file) {
+        struct ferry_slot slot;
+        if (ferry_slot_take(uid, block_offset(FERRY_MAX_BLOCKS), 2, &slot))
+            return 0;
+        FERRY_THR->vfork_slot = slot;
+        FERRY_THR->vfork_file = VFORK_SLOT;
+        FERRY_THR->vfork_image = slot.index + 2;
+    }
+    ferry_store_hook_step(FERRY_HOOK_SLOT);
+    ferry_store_hook_step(FERRY_HOOK_PACKED);
+    FERRY_THR->vfork_ended = (struct ferry_vfork_ended){1, who.pid, who.ppid, uid, kind, exec_path,
+                                                         ferry_real_ns(), ferry_mono_ns(), ferry_rdtsc()};
+    return 1;
+}
+
+/* A vfork child's exit or exec: its record, written by itself (or, for an
+ * exec whose program is handed a slot, left to its parent:
+ * vfork_child_leaves), and the thread's state given back to its parent.
+ * Who the child is. */
 static struct vfork_who vfork_child_ends(uint32_t state, int exit_code, const char *exec_path, uint32_t kind,
                                          int image_slot)
 {
     struct vfork_who who = {(int)ferry_memory_pid(),
                             FERRY_THR->vfork_ppid ? FERRY_THR->vfork_ppid : (int)ferry_raw0(SYS_getppid)};
-    vfork_child_write(who.pid, who.ppid, state, exit_code, exec_path, kind, image_slot);
+    if (!(image_slot && state == FERRY_STATE_EXEC && vfork_child_leaves(who, exec_path, kind)))
+        vfork_child_write(who.pid, who.ppid, state, exit_code, exec_path, kind, image_slot, 0);
     vfork_hand_back();
     return who;
 }
@@ -1065,6 +1125,7 @@ void ferry_store_exit(int status)
         vfork_child_ends(FERRY_STATE_EXITED, status, 0, 0, 0);
         return;
     }
+    vfork_ended_write();
     if (!ferry_hdr)
         return;
     ferry_hdr->exit_code = status;
@@ -1105,6 +1166,7 @@ void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, s
             image_slot_entry(slot_entry, cap, who);
         return;
     }
+    vfork_ended_write();
     if (!ferry_hdr)
         return;
     size_t n = ferry_strlen(path);
@@ -1120,6 +1182,7 @@ void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, s
 void ferry_store_exec_failed(void)
 {
     FERRY_THR->vfork_unseen = 0;
+    FERRY_THR->vfork_ended.set = 0;  /* the child goes on, and writes its record itself */
     if (FERRY_THR->vfork_handed_back)
         vfork_take_back();
     else if (!FERRY_THR->in_vfork_child && ferry_hdr)
@@ -1146,12 +1209,13 @@ int ferry_store_exec_unseen(const char *path)
  * spare, and with it what there was to write. */
 void ferry_store_vfork_returned(int child)
 {
+    vfork_ended_write();
     const char *path = FERRY_THR->vfork_unseen;
     if (!path || !FERRY_THR->vfork_handed_back)
         return;
     FERRY_THR->vfork_unseen = 0;
     vfork_take_back();
-    vfork_child_write(child, ferry_raw0(SYS_getpid), FERRY_STATE_EXEC, 0, path, FERRY_EXEC_UNKNOWN, 0);
+    vfork_child_write(child, ferry_raw0(SYS_getpid), FERRY_STATE_EXEC, 0, path, FERRY_EXEC_UNKNOWN, 0, 0);
     vfork_hand_back();
 }
 

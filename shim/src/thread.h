@@ -18,6 +18,17 @@
 
 struct ferry_blk;
 
+/* A vfork child that execs a program the shim serves leaves the writing of
+ * its record to its parent (store.c): when, as whom and into what it
+ * ended.  `set` while the record is still to be written. */
+struct ferry_vfork_ended {
+    int set;
+    int32_t pid, ppid;
+    uint32_t uid, kind;
+    const char *exec_path;          /* on the child's hook stack, the parent's memory */
+    uint64_t real_ns, mono_ns, tsc;
+};
+
 struct ferry_thread {
     struct ferry_blk *blk;          /* first: entry.S's COUNT_CALL */
     struct ferry_thread *self;      /* the block's address (gs-relative reads give offsets) */
@@ -46,6 +57,7 @@ struct ferry_thread {
     const char *vfork_unseen;       /* the path of an exec the child made unrecorded (store.c) */
     uint32_t vfork_image;           /* 1 + the slot claimed for the program the child execs, or 0 */
     int32_t vfork_ppid;             /* the child's parent: its parent's record's pid (0: unknown) */
+    struct ferry_vfork_ended vfork_ended;   /* a child's exec whose record its parent writes */
     int no_block;                   /* every block was taken when this thread looked (store.c), */
     uint32_t no_block_at;           /* ...and how many had been given back then */
     /* shim.c: the clone-like call handed to the trampoline, for ferry_post
