@@ -599,6 +599,27 @@ def test_the_exec_hook_reads_the_path_and_the_environment_in_two_reads(tmp_path)
     assert reads[pid] == 2, lines
 
 
+def test_a_shells_command_finds_the_first_pages_of_its_record_made_by_the_shell(tmp_path):
+    """The shell writes a command's vfork child's record while the kernel
+    loads the command (store.c, vfork_child_leaves), and makes then the two
+    pages of the command's own record that its start writes first (its
+    header's and its block's first): a fault on a page that is there is
+    cheaper than one on a page to allocate and zero.  fallocate, which
+    writes nothing, at those two pages of the commands' slots and nowhere
+    else."""
+    lines, run_dir = _strace_run(tmp_path, "fallocate", "sh", "-c", "for i in 1 2 3 4 5 6; do /bin/true; done")
+    made = [int(m.group(1)) for m in re.finditer(r"fallocate\(\d+, FALLOC_FL_KEEP_SIZE, (\d+), 4096\) = 0",
+                                                 "\n".join(lines))]
+    images = [r for r in procfile.read_dir(run_dir / "proc") if r.argv == ["/bin/true"]]
+    assert len(images) == 6, images
+    pages = {r.offset: (r.offset, r.offset + procfile.HEADER_SIZE) for r in images}
+    ahead = [r for r in images if r.offset in made]
+    # the shell's later commands: their slots were claimed ahead
+    assert ahead and all(pages[r.offset][1] in made for r in ahead), (made, sorted(pages))
+    assert sorted(made) == sorted(p for r in ahead for p in pages[r.offset])
+    assert all(r.blocks and r.blocks[0].calls[syscall_table.NUMBERS["exit_group"]] == 1 for r in images)
+
+
 def test_a_traced_process_figures_take_pages_by_use_not_by_number(tmp_path):
     """Each number a traced process times has its figures (288 bytes) next
     to the last one's, in the order first used: `ls` timed a dozen numbers
