@@ -3,6 +3,7 @@ user: a process start takes a slot, it does not create a file (an inode and a
 directory entry each, 50-170 us on ext4, two per command a shell starts).
 Every process is still recorded whole, concurrent starts included, and a full
 file goes on in the next."""
+import json
 import os
 import subprocess
 
@@ -13,6 +14,8 @@ from ferry import procfile
 from ferry.base import syscall_table
 from ferry.base.sparse import data_extents
 from ferry.rundata import load_run
+
+PYTHON = "/usr/bin/python3"
 
 
 def _run(tmp_path, argv, profile="trace"):
@@ -258,3 +261,29 @@ def test_a_vfork_childs_record_keeps_sites_beyond_the_tables_first_pages(tmp_pat
     getppid = syscall_table.NUMBERS["getppid"]
     assert block.calls[getppid] == 700, block.calls[getppid]
     assert len(block.sites) == 700 and sum(c for c, _, _ in block.sites.values()) == 700, len(block.sites)
+
+
+def test_a_vfork_child_that_never_reached_its_exec_hook_records_no_hook_time(tmp_path):
+    # A vfork child's record keeps when its exec hook began.  The time was
+    # the thread's, kept from one child to the next: a child that died
+    # before any exec (posix_spawn's file action failing) said that the
+    # hook of the child before it had run for it.
+    code = ("import os, subprocess\n"
+            "os.waitpid(os.posix_spawn('/bin/true', ['true'], os.environ), 0)\n"
+            "try:\n"
+            "    os.posix_spawn('/bin/true', ['true'], os.environ,\n"
+            "                   file_actions=[(os.POSIX_SPAWN_OPEN, 3, '/nonexistent/x', os.O_RDONLY, 0)])\n"
+            "except FileNotFoundError:\n"
+            "    print('no child')\n")
+    run_dir = _run(tmp_path, [PYTHON, "-c", code])
+    records = procfile.read_dir(run_dir / "proc")
+    root = json.loads((run_dir / "info.json").read_text())["pid"]
+    children = [r for r in records if r.ppid == root and r.argv[:2] == [PYTHON, "-c"]]
+    hook = procfile.constant("FERRY_SPAN_EXEC_HOOK")
+    spans = {}
+    for r in children:
+        with open(r.file, "rb") as f:
+            spans[r.exec_path] = procfile.HEADER.unpack(os.pread(f.fileno(), procfile.HEADER_SIZE,
+                                                                 r.offset))["start_spans"][hook]
+    assert set(spans) == {"/bin/true", ""}, [(r.pid, r.exec_path, r.state) for r in children]
+    assert spans["/bin/true"] and not spans[""], spans

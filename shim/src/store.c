@@ -614,6 +614,9 @@ void ferry_blk_enter_vfork_child(unsigned long clone_flags)
     FERRY_THR->spare_used_known = 0;
     FERRY_THR->vfork_unseen = 0;
     FERRY_THR->vfork_start_tsc = ferry_rdtsc();
+    /* its hook's times are its own: a child that dies before any exec ran
+     * none (the time kept was the last child's) */
+    FERRY_THR->vfork_hook_tsc = 0;
     ferry_memset(FERRY_THR->vfork_steps, 0, sizeof(FERRY_THR->vfork_steps));
     FERRY_THR->spare->in_use = 1;
     FERRY_THR->spare->tid = (int32_t)ferry_raw0(SYS_gettid);
