@@ -41,9 +41,9 @@ def _by_process(run_dir):
     return out
 
 
-@pytest.mark.parametrize("how", ["exit", "exec"])
-@pytest.mark.parametrize("profile", ["trace", "count"])
-def test_handler_calls_at_the_parents_resumption_count_in_the_parent(tmp_path, program, how, profile):
+def _run_as_natively(tmp_path, program, how, profile):
+    """The run directory of `program how ROUNDS` under `ferry run -p
+    profile`, which behaved as natively, and the program's pid."""
     argv = [str(program), how, str(ROUNDS)]
     native = subprocess.run(argv, capture_output=True, timeout=60)
     assert native.stdout == f"{ROUNDS} rounds, {ROUNDS} handled\n".encode()
@@ -51,7 +51,13 @@ def test_handler_calls_at_the_parents_resumption_count_in_the_parent(tmp_path, p
     under = ferry("run", "-p", profile, "-o", run_dir, "--", *argv, text=False, timeout=120)
     assert (under.stdout, under.stderr, under.returncode) == \
         (native.stdout, native.stderr, native.returncode)
-    root = json.loads((run_dir / "info.json").read_text())["pid"]
+    return run_dir, json.loads((run_dir / "info.json").read_text())["pid"]
+
+
+@pytest.mark.parametrize("how", ["exit", "exec"])
+@pytest.mark.parametrize("profile", ["trace", "count"])
+def test_handler_calls_at_the_parents_resumption_count_in_the_parent(tmp_path, program, how, profile):
+    run_dir, root = _run_as_natively(tmp_path, program, how, profile)
     calls = _by_process(run_dir)
     parent = calls.pop(root)
     assert (parent["getppid"], parent["rt_sigreturn"]) == (ROUNDS * HANDLER_CALLS, ROUNDS)
@@ -81,14 +87,7 @@ def test_a_vfork_childs_record_left_to_its_parent_is_written_when_a_handler_vfor
     at the parent's resumption runs its handler first; a handler that
     starts a vfork child of its own finds that record still to write, and
     the new child writes it before it clears what the first one counted."""
-    argv = [str(program), "respawn", str(ROUNDS)]
-    native = subprocess.run(argv, capture_output=True, timeout=60)
-    assert native.stdout == f"{ROUNDS} rounds, {ROUNDS} handled\n".encode()
-    run_dir = tmp_path / "run"
-    under = ferry("run", "-p", profile, "-o", run_dir, "--", *argv, text=False, timeout=120)
-    assert (under.stdout, under.stderr, under.returncode) == \
-        (native.stdout, native.stderr, native.returncode)
-    root = json.loads((run_dir / "info.json").read_text())["pid"]
+    run_dir, root = _run_as_natively(tmp_path, program, "respawn", profile)
     records = procfile.read_dir(run_dir / "proc")
     children = [r for r in records if r.ppid == root and r.exec_path == "/bin/true"]
     assert len(children) == 2 * ROUNDS, [(r.pid, r.exec_path) for r in records]
