@@ -18,7 +18,7 @@ from .rewriter import elfkind
 NOT_ENABLED = {
     procfile.EXEC_REWRITTEN: "its rewritten image did not start the shim",
     procfile.EXEC_PLAIN: "ran a dynamic program that has no rewritten image yet",
-    procfile.EXEC_SETUID: "set-user-ID or set-group-ID program: never enabled",
+    procfile.EXEC_SETUID: "set-user-ID, set-group-ID or file-capability program: never enabled",
     procfile.EXEC_STATIC: "statically linked program without a rewritten image",
     procfile.EXEC_STATIC_PIE: "statically linked (static-pie) program without a rewritten image",
     procfile.EXEC_UNKNOWN: "not an ELF program the shim could read",

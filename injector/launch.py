@@ -75,12 +75,23 @@ def _is_pe(path):
         return False
 
 
+def _has_capabilities(path):
+    try:
+        return bool(os.getxattr(path, "security.capability"))
+    except OSError:   # none (ENODATA), or a file system without them
+        return False
+
+
 def classify(path):
     """(kind, detail) of the file at `path`, judged as the kernel and ld.so
     would: detail is the #! line's words for a script, else a reason."""
     from ..rewriter import elfkind
     if os.stat(path).st_mode & 0o6000:
         return SETUID, "set-user-ID or set-group-ID program: never enabled"
+    if _has_capabilities(path):
+        # ld.so runs it in secure mode, as a set-ID program: it would ignore
+        # the shim's LD_PRELOAD, and the program would see Ferry's settings
+        return SETUID, "program with file capabilities: never enabled"
     try:
         with open(path, "rb") as f:
             head = f.read(256)

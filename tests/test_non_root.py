@@ -95,3 +95,33 @@ def test_a_set_user_id_program_keeps_its_privileges(home):
     assert (r.returncode, r.stdout) == (native.returncode, native.stdout), r.stderr
     info = (home / "suid" / "info.json").read_text()
     assert "set-user-ID" in info
+
+
+def test_a_program_with_file_capabilities_runs_with_its_own_environment(home):
+    """A program with file capabilities runs, for a user who lacks them, in
+    ld.so's secure mode, which ignores LD_PRELOAD and LD_LIBRARY_PATH: the
+    shim never loaded, and the program saw Ferry's settings in its
+    environment.  It is never enabled, as a set-ID program: started by
+    `ferry run` or by an enabled parent's exec, it gets the environment it
+    would have natively."""
+    setcap = shutil.which("setcap") or "/usr/sbin/setcap"
+    if not os.access(setcap, os.X_OK):
+        pytest.skip("no setcap (libcap2-bin)")
+    capenv = home / "capenv"
+    shutil.copy("/usr/bin/env", capenv)
+    os.chmod(capenv, 0o755)
+    if subprocess.run([setcap, "cap_net_raw+ep", str(capenv)], capture_output=True).returncode:
+        pytest.skip(f"{home}'s file system keeps no capabilities")
+    # FERRY_CACHE, which as_nobody sets for ferry, is a setting of Ferry's:
+    # taken out of every program's environment under ferry run
+    def own(out):
+        return [line for line in out.splitlines() if not line.startswith("FERRY_CACHE=")]
+    for how, argv in (("direct", [str(capenv)]), ("child", ["sh", "-c", str(capenv)])):
+        native = as_nobody(home, *argv)
+        assert native.returncode == 0 and "LD_PRELOAD" not in native.stdout, native
+        r = ferry(home, "run", "-o", str(home / f"caps-{how}"), "--", *argv)
+        assert (r.returncode, own(r.stdout)) == (native.returncode, own(native.stdout)), r.stderr
+        # why it ran without the shim, as the run's report says it
+        report = ferry(home, "report", str(home / f"caps-{how}"))
+        assert report.returncode == 0 and "capabilit" in report.stdout, report
+

@@ -8,6 +8,8 @@ command -v make >/dev/null 2>&1 || need="$need make"
 # make check builds the shim with clang as well as gcc
 command -v clang >/dev/null 2>&1 || need="$need clang"
 command -v strace >/dev/null 2>&1 || need="$need strace"
+# setcap: a test gives a program file capabilities (never enabled, as set-ID)
+[ -x /usr/sbin/setcap ] || command -v setcap >/dev/null 2>&1 || need="$need libcap2-bin"
 # bench/spawn.py times a real ./configure, generated with autoconf
 command -v autoconf >/dev/null 2>&1 || need="$need autoconf"
 [ -e /usr/include/x86_64-linux-gnu/asm/unistd_64.h ] || need="$need linux-libc-dev"

@@ -192,6 +192,7 @@ enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
 struct seen_link {
     uint32_t word;
     uint16_t link_len, target_len;
+    int64_t ctime_sec, ctime_nsec;  /* the file's, when it was found unprivileged */
     char link[SEEN_NAME], target[SEEN_NAME];
 };
 static struct seen_link seen[SEEN_ENTRIES] FERRY_COLD;
@@ -204,13 +205,16 @@ static struct seen_link *seen_entry(const char *link, size_t n)
     return &seen[h % SEEN_ENTRIES];
 }
 
-/* The target the link `link` (`n` bytes) led to, into `out`: its length, 0
- * when it is not known. */
-static size_t seen_target(const char *link, size_t n, char *out, size_t cap)
+/* The target the link `link` (`n` bytes) for the file of status `st` led
+ * to, into `out`: its length, 0 when it is not known, or when the file's
+ * status changed since (a chmod or setcap changes its ctime, not its name's
+ * identity). */
+static size_t seen_target(const char *link, size_t n, const struct stat *st, char *out, size_t cap)
 {
     struct seen_link *e = seen_entry(link, n);
     uint32_t before = __atomic_load_n(&e->word, __ATOMIC_ACQUIRE);
-    if ((before & 1) || e->link_len != n || !ferry_memeq(e->link, link, n))
+    if ((before & 1) || e->link_len != n || !ferry_memeq(e->link, link, n) ||
+        e->ctime_sec != (int64_t)st->st_ctim.tv_sec || e->ctime_nsec != (int64_t)st->st_ctim.tv_nsec)
         return 0;
     size_t len = e->target_len;
     if (!len || len >= cap)
@@ -226,7 +230,7 @@ static size_t seen_target(const char *link, size_t n, char *out, size_t cap)
 /* `target` (`len` bytes) is where `link` (`n` bytes) leads, or, when `len`
  * is 0, nothing is known of it any more.  Passed by when another child is
  * writing the entry. */
-static void seen_set(const char *link, size_t n, const char *target, size_t len)
+static void seen_set(const char *link, size_t n, const struct stat *st, const char *target, size_t len)
 {
     if (n >= SEEN_NAME || len >= SEEN_NAME)
         return;
@@ -236,6 +240,8 @@ static void seen_set(const char *link, size_t n, const char *target, size_t len)
         return;
     e->link_len = (uint16_t)n;
     e->target_len = (uint16_t)len;
+    e->ctime_sec = (int64_t)st->st_ctim.tv_sec;
+    e->ctime_nsec = (int64_t)st->st_ctim.tv_nsec;
     ferry_memcpy(e->link, link, n);
     ferry_memcpy(e->target, target, len);
     __atomic_store_n(&e->word, w + 2, __ATOMIC_RELEASE);
@@ -252,40 +258,60 @@ static long follow_link(const char *link, char *out, size_t cap, struct stat *im
     return ferry_raw4(SYS_newfstatat, AT_FDCWD, out, img, 0) == 0 ? got : 0;
 }
 
+/* Whether the kernel runs the file at `path` (of status `st`) with more
+ * privileges than its caller may have: set-user-ID, set-group-ID, or file
+ * capabilities.  ld.so then runs in secure mode and ignores LD_PRELOAD and
+ * LD_LIBRARY_PATH: the shim would never load, and the program would see
+ * Ferry's settings in its environment. */
+static int privileged(const char *path, const struct stat *st)
+{
+    if (st->st_mode & (S_ISUID | S_ISGID))
+        return 1;
+    return ferry_raw4(SYS_getxattr, (long)path, (long)"security.capability", 0, 0) > 0;
+}
+
 /* What the cache holds for the file at `path` (`st` gets the file's status,
  * st_mode 0 if it has none, and *err the stat's error, 0 if none): a
  * rewritten image to run instead (CACHED_IMAGE, `out` gets its name, `img`
  * its status), or, for a program whose own file needed no change, the
  * directory of its rewritten libraries (CACHED_LIBDIR, `out` gets the
- * directory). */
+ * directory).  Nothing for a privileged file (*priv set): it is never
+ * served. */
 static enum cached cached_image(const char *path, char *out, size_t cap, struct stat *st,
-                                struct stat *img, long *err)
+                                struct stat *img, long *err, int *priv)
 {
     char link[2300];
     st->st_mode = 0;  /* a stat that fails writes nothing */
+    *priv = 0;
     if ((*err = ferry_raw4(SYS_newfstatat, AT_FDCWD, path, st, 0)) != 0)
         return CACHED_NONE;
-    if (!shim_id[0] || !ferry_identity_name(cache_root, "exec", st, link, sizeof(link)))
-        return CACHED_NONE;
-    struct ferry_buf b = {link, ferry_strlen(link), sizeof(link), 0};
-    ferry_buf_str(&b, "-");
-    ferry_buf_str(&b, shim_id);
-    if (b.overflow)
-        return CACHED_NONE;
-    link[b.len] = 0;
+    struct ferry_buf b = {link, 0, sizeof(link), 0};
+    if (shim_id[0] && ferry_identity_name(cache_root, "exec", st, link, sizeof(link))) {
+        b.len = ferry_strlen(link);
+        ferry_buf_str(&b, "-");
+        ferry_buf_str(&b, shim_id);
+    } else {
+        b.overflow = 1;
+    }
+    link[b.overflow ? 0 : b.len] = 0;
     /* The link is read once, and its target looked at: a link's text is a
      * block of the file system to read (ext4 keeps a long one there), and a
-     * stat of the link read it a second time. */
-    size_t known = seen_target(link, b.len, out, cap);
+     * stat of the link read it a second time.  Where it led is kept with
+     * the file's ctime: a file seen then was found unprivileged. */
+    size_t known = link[0] ? seen_target(link, b.len, st, out, cap) : 0;
+    if (!known && (*priv = privileged(path, st)))
+        return CACHED_NONE;
+    if (!link[0])
+        return CACHED_NONE;
     if (known && ferry_raw4(SYS_newfstatat, AT_FDCWD, out, img, 0) != 0) {
-        seen_set(link, b.len, 0, 0);  /* gone since: what does the link say now? */
+        seen_set(link, b.len, st, 0, 0);  /* gone since: what does the link say now? */
         known = 0;
     }
     if (!known) {
         long got = follow_link(link, out, cap, img);
         if (got <= 0)
             return CACHED_NONE;
-        seen_set(link, b.len, out, (size_t)got);
+        seen_set(link, b.len, st, out, (size_t)got);
     }
     if (S_ISDIR(img->st_mode))
         return CACHED_LIBDIR;
@@ -935,7 +961,8 @@ long ferry_exec(const struct ferry_regs *r)
     ferry_store_hook_step(FERRY_HOOK_PATH);
     if (target[0]) {
         long err;
-        enum cached c = cached_image(target, image, sizeof(image), &st, &img, &err);
+        int priv;
+        enum cached c = cached_image(target, image, sizeof(image), &st, &img, &err, &priv);
         ferry_store_hook_step(FERRY_HOOK_CACHE);
         /* Most execs of a vfork child fail: a PATH search (posix_spawnp's,
          * make's, gcc's for `as`) tries each directory in turn.  Writing the
@@ -954,7 +981,7 @@ long ferry_exec(const struct ferry_regs *r)
             goto pass;
         }
         if (st.st_mode)
-            kind = classify(target, &st, head, sizeof(head) - 1, &got);
+            kind = priv ? FERRY_EXEC_SETUID : classify(target, &st, head, sizeof(head) - 1, &got);
         /* A Windows program starts "MZ" (a set-id file's first bytes are not
          * read): asked here, after the cache, whose programs are all ELF,
          * the question costs an exec of one nothing. */
@@ -975,7 +1002,7 @@ long ferry_exec(const struct ferry_regs *r)
         if (kind == FERRY_EXEC_UNKNOWN && parse_shebang(head, got, &interp, &arg)) {
             scripted = 1;
             struct stat ist;
-            c = cached_image(interp, image, sizeof(image), &ist, &img, &err);
+            c = cached_image(interp, image, sizeof(image), &ist, &img, &err, &priv);
             char **sargv = c == CACHED_IMAGE ? script_argv(interp, arg, path, argv, args, MAX_ARGS) : 0;
             /* With its cached libraries, the kernel runs the script as it
              * would: only the interpreter's libraries change. */
@@ -989,7 +1016,9 @@ long ferry_exec(const struct ferry_regs *r)
                 ilen = sizeof(target) - 1;
             ferry_memcpy(target, interp, ilen);
             target[ilen] = 0;
-            kind = ist.st_mode ? classify(target, &ist, head, sizeof(head) - 1, &got) : FERRY_EXEC_UNKNOWN;
+            kind = !ist.st_mode ? FERRY_EXEC_UNKNOWN
+                   : priv       ? FERRY_EXEC_SETUID
+                                : classify(target, &ist, head, sizeof(head) - 1, &got);
         }
     }
     /* No rewritten image: preload the shim, which patches the program's

@@ -63,7 +63,7 @@ enum ferry_proc_state {
 enum ferry_exec_kind {
     FERRY_EXEC_REWRITTEN = 1,   /* the cached rewritten image: it carries the shim */
     FERRY_EXEC_PLAIN = 2,       /* a dynamic program not rewritten yet */
-    FERRY_EXEC_SETUID = 3,      /* set-user/group-ID: never enabled */
+    FERRY_EXEC_SETUID = 3,      /* set-user/group-ID or file capabilities: never enabled */
     FERRY_EXEC_STATIC = 4,      /* statically linked, no rewritten image */
     FERRY_EXEC_UNKNOWN = 5,     /* not an ELF program (nor a script whose interpreter is one) */
     FERRY_EXEC_FOREIGN = 6,     /* an ELF program for another machine */
