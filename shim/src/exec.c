@@ -180,8 +180,10 @@ enum cached { CACHED_NONE, CACHED_IMAGE, CACHED_LIBDIR };
  * last: a shell runs the same few programs again and again, and reading the
  * link (its long text a block of the file system to read) was ~3.5 us of
  * each command.  Keyed by the link's name, which is the file's identity and
- * this shim's; each use still looks at the target, as a read of the link
- * does, and a target gone (the cache cleaned) reads the link again.  A
+ * this shim's, and by the file's ctime (an entry is made once the file was
+ * found unprivileged, and a chmod or setcap changes the ctime); each use
+ * still looks at the target, as a read of the link does, and a target gone
+ * (the cache cleaned) reads the link again.  A
  * vfork child's memory is its parent's, so what one command's child learnt
  * serves the next (a fork child starts with its parent's).  Several threads'
  * children may look at once: an entry is written while its word is odd,
