@@ -1091,17 +1091,33 @@ struct vfork_who {
  * written by its parent (or by whoever next finds it: the next vfork
  * child of the thread, the parent's exit or exec, when a signal handler
  * of the parent's came first). */
-static void vfork_ended_write(void)
+static long ended_write(const struct ferry_regs *unused)
 {
+    (void)unused;
     struct ferry_vfork_ended *e = &FERRY_THR->vfork_ended;
-    if (!e->set)
-        return;
-    e->set = 0;
     int handed_back = FERRY_THR->vfork_handed_back;
     vfork_take_back();
     vfork_child_write(e->pid, e->ppid, FERRY_STATE_EXEC, 0, e->exec_path, e->kind, 1, e);
     vfork_hand_back();
     FERRY_THR->vfork_handed_back = handed_back;
+    return 0;
+}
+
+/* `fn` run on the spare's stack, which no child uses now: a vfork child's
+ * record takes ~4 KiB of frames to write, and its parent may be on a small
+ * stack of the program's (a goroutine's: Go's os/exec vforks from one, and
+ * the frames ran into the next goroutine's stack). */
+static void on_spare_stack(long (*fn)(const struct ferry_regs *), const void *arg)
+{
+    ferry_call_on_stack(fn, arg, (char *)spare_internal() + SPARE_TALLY + SPARE_SCRATCH + SPARE_STACK);
+}
+
+static void vfork_ended_write(void)
+{
+    if (!FERRY_THR->vfork_ended.set || !FERRY_THR->spare)
+        return;
+    FERRY_THR->vfork_ended.set = 0;
+    on_spare_stack(ended_write, 0);
 }
 
 /* A vfork child that execs a program the shim serves (whose shim is handed
@@ -1236,16 +1252,24 @@ int ferry_store_exec_unseen(const char *path)
  * which here is the parent's).  A vfork of the parent's own that came
  * first (from a signal handler, before this call returned) cleared the
  * spare, and with it what there was to write. */
+/* (`child`: the child's pid, through on_spare_stack's argument) */
+static long unseen_write(const struct ferry_regs *child)
+{
+    const char *path = FERRY_THR->vfork_unseen;
+    FERRY_THR->vfork_unseen = 0;
+    vfork_take_back();
+    vfork_child_write(*(const int *)child, ferry_raw0(SYS_getpid), FERRY_STATE_EXEC, 0, path, FERRY_EXEC_UNKNOWN,
+                      0, 0);
+    vfork_hand_back();
+    return 0;
+}
+
 void ferry_store_vfork_returned(int child)
 {
     vfork_ended_write();
-    const char *path = FERRY_THR->vfork_unseen;
-    if (!path || !FERRY_THR->vfork_handed_back)
+    if (!FERRY_THR->vfork_unseen || !FERRY_THR->vfork_handed_back || !FERRY_THR->spare)
         return;
-    FERRY_THR->vfork_unseen = 0;
-    vfork_take_back();
-    vfork_child_write(child, ferry_raw0(SYS_getpid), FERRY_STATE_EXEC, 0, path, FERRY_EXEC_UNKNOWN, 0, 0);
-    vfork_hand_back();
+    on_spare_stack(unseen_write, &child);
 }
 
 /* The table is full (a shell, a make, a server's master that started

@@ -1,6 +1,6 @@
 // A static Go program exercising what a Go runtime does to the shim: many
-// goroutines on several threads, timers, os/exec of a child, os/signal, and
-// a panic.  `go_runtime` runs every part but the panic, in a fixed order,
+// goroutines on several threads, timers, os/exec of a child and of children
+// from several goroutines at once, os/signal, and a panic.  `go_runtime` runs every part but the panic, in a fixed order,
 // with output that does not depend on timing or pids; `go_runtime panic`
 // panics (exit 2, "panic: ..." and the goroutine trace on stderr);
 // `go_runtime child` is what the exec part starts.
@@ -87,6 +87,31 @@ func children() {
 	fmt.Printf("exec: sh said %q, exit %d\n", out, code)
 }
 
+// Children from several goroutines at once.  Go's os/exec vforks from a
+// goroutine's small stack; the later children take slots their parent
+// claimed ahead, and the parent writes their records once its vfork
+// returns: frames the shim ran there on the goroutine's stack overran it.
+func spawns() {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ran := 0
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 8; i++ {
+				if exec.Command("/bin/true").Run() == nil {
+					mu.Lock()
+					ran++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("spawns: %d of 32 ran\n", ran)
+}
+
 func signals() {
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGUSR1, syscall.SIGHUP)
@@ -117,6 +142,7 @@ func main() {
 	goroutines()
 	timers()
 	children()
+	spawns()
 	signals()
 	fmt.Println("done")
 }
