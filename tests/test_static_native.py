@@ -58,6 +58,7 @@ def test_go_program_is_static_and_runs_every_part(static_program):
         "timers: 5 ticks, after-func fired, long timer stopped true\n"
         'exec: self said "child [\\"a b\\" \\"c\\"]", err <nil>\n'
         'exec: sh said "from sh\\n", exit 3\n'
+        "spawns: 32 of 32 ran\n"
         "signals: got user defined signal 1, then hangup\n"
         "done\n")
 
