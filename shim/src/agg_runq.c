@@ -31,8 +31,11 @@
  * a carrier whose ring holds more than it can run at once wakes one idle
  * carrier (through its kick word, as a post does), which then steals.
  */
+#include <sys/syscall.h>
+
 #include "agg.h"
 #include "catchall.h"
+#include "raw.h"
 #include "util.h"
 
 #define SLOTS AGG_RQ_SLOTS
@@ -257,9 +260,13 @@ static unsigned grab(struct agg_carrier *v, struct agg_fiber **out)
             if (waited || !__atomic_load_n(&v->current, __ATOMIC_RELAXED))
                 return 0;
             waited = 1;
+            /* yielding, not spinning: when v's thread shares this CPU (a
+             * loaded machine, or one CPU for both), only a yield lets it run
+             * and park its fiber; a spin would wait the grace out and take
+             * the fiber every time, a move that buys no parallelism */
             uint64_t until = agg_now_ns() + GRACE_NS;
             while (agg_now_ns() < until && head_of(v) == h)
-                __asm__ volatile("pause");
+                ferry_raw0(SYS_sched_yield);
             if (head_of(v) != h || !__atomic_load_n(&v->current, __ATOMIC_RELAXED))
                 return 0;
         }

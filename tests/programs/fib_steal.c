@@ -219,8 +219,9 @@ int main(void)
 
     struct reader *r = NULL;
     pthread_t t = 0;
-    int moved = 0, reads_ok = 1;
+    int moved = 0, reads_ok = 1, elsewhere = 0, stayed = 0, tries = 0;
     for (int attempt = 0; attempt < ATTEMPTS && !moved; attempt++) {
+        tries++;
         r = start_reader(&t, 0);
         sleep_ms(1);                        /* let it park in its read */
         if (write(r->data[1], "hello", 5) != 5)
@@ -229,6 +230,10 @@ int main(void)
         moved = r->moved;
         if (moved)
             break;
+        if (r->kt_before != main_kt)
+            elsewhere++;
+        else
+            stayed++;
         join(t);
         reads_ok &= r->n == 5 && memcmp(r->got, "hello", 5) == 0;
         close(r->data[0]);
@@ -265,6 +270,9 @@ int main(void)
     if (write(idle_pipe[1], "x", 1) != 1)
         die("write", errno);
     join(idle);
+    /* why the tries that did not move did not, for a run that never moved */
+    fprintf(stderr, "tries %d: %d began on another kernel thread, %d stayed on the first\n", tries, elsewhere,
+            stayed);
     printf("obs moved-mid-call %s\n", moved ? "yes" : "no");
     printf("obs tgkill-after-move %s\n", r->kt_intr[0] != r->kt_before ? "yes" : "no");
     return failed ? 1 : 0;
