@@ -466,6 +466,24 @@ def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
         _end(proc, child, timeout=60)
 
 
+@pytest.mark.parametrize("profile", ["off", "count", "trace", "aggregate"])
+def test_a_shell_writes_no_page_of_the_shims_variables_after_it_forks(profile, test_programs, tmp_path):
+    """After a fork each page of the parent's is its child's too: the
+    parent's next write to it is a fault, for every command a shell
+    forks (bash), which then sets its signals' handlers again.  The shim's
+    calls write its record (a shared mapping), and its variables only when
+    they change: the catch-all stored its selector at every slow call and
+    which handlers' masks hold SIGSYS at every `rt_sigaction`, one fault or
+    two in the parent per command.  (Under fibers a call writes the
+    engine's state of the calling thread.)"""
+    argv = [str(test_programs / "fork_parent_faults")]
+    native = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    got = subprocess.run([*FERRY, "run", "-p", profile, "--no-learn", "-o", str(tmp_path / "run"), "--", *argv],
+                         capture_output=True, text=True, timeout=120)
+    assert (native.returncode, native.stdout) == (0, "faults 0\n"), native
+    assert (got.returncode, got.stdout) == (0, "faults 0\n"), got
+
+
 def _end(proc, pid, timeout=30):
     """The program a test found asleep (`pid`, or None when it never got
     that far) ended, then the `ferry run` (`proc`) that started it."""

@@ -97,7 +97,9 @@ void ferry_catchall_check(void)
 {
     if (!FERRY_THR->armed)
         ferry_catchall_thread();
-    else
+    else if (*FERRY_THR->selector_at != SELECTOR_BLOCK)
+        /* read first: after a fork the selector's page is the child's too,
+         * and a store of what it holds already would copy it */
         *FERRY_THR->selector_at = SELECTOR_BLOCK;
 }
 
@@ -332,8 +334,10 @@ static long sigaction_call(struct ferry_regs *r)
         return ret;
     if (r->rdx && had)
         ((struct ferry_ksigaction *)r->rdx)->mask |= SIGSYS_BIT;
-    if (r->rsi)
-        mask_had_sigsys = (asked & SIGSYS_BIT) ? mask_had_sigsys | bit : mask_had_sigsys & ~bit;
+    /* stored only when it changes: after a fork the page is the child's
+     * too, and a shell sets its handlers again for every command */
+    if (r->rsi && had != ((asked & SIGSYS_BIT) != 0))
+        mask_had_sigsys ^= bit;
     return 0;
 }
 
