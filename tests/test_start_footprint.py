@@ -437,7 +437,9 @@ def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
     pipelines, a prefork server's workers).  The child's start wrote 8: the
     fiber engine's futex table (5 pages, cleared though only fibers use
     it), and two flags stored with the value they had; now the record's
-    hot fields and its block table."""
+    hot fields and its block table.  A page read for the first time is a
+    fault too: the fd guard's lock and the count of threads outside the
+    fiber world lay in pages of .bss that only a fork child read."""
     pid_file = tmp_path / "child.pid"
     code = ("import os, time\n"
             "if os.fork() == 0:\n"
@@ -462,6 +464,12 @@ def test_a_fork_child_writes_few_pages_of_the_shims_variables(tmp_path):
             time.sleep(0.05)
         written = _shim_data_pages(child, _exclusive)
         assert len(written) <= 3, written
+        # ... and reads none that its parent never touched: each would be a
+        # fault too, for a page of zeros
+        with open(f"/proc/{child}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        fresh = set(_shim_data_pages(child, _present)) - set(_shim_data_pages(parent, _present))
+        assert not fresh, sorted(fresh)
     finally:
         _end(proc, child, timeout=60)
 

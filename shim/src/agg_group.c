@@ -52,7 +52,9 @@ int agg_fd_high(int fd)
  * program never opened it), a close_range closes everything else. */
 #define KEPT_MAX 32
 static struct io_uring *kept[KEPT_MAX];
-static int kept_lock;
+/* in .data: a fork child reads it (a page of .bss its parent never touched
+ * is a fault to read) */
+static int kept_lock FERRY_HOT;
 static int kept_n FERRY_HOT;  /* entries that may be in use (atomic): 0, nothing to guard */
 
 static const unsigned short guarded[] = {SYS_close, SYS_dup2, SYS_dup3, SYS_close_range};

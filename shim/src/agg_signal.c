@@ -51,7 +51,9 @@
 #define MAX_TICKING 64
 #define BIT(sig) (1ULL << ((sig) - 1))
 
-int agg_signal_owned;
+/* in .data: every exec reads it, and a page of .bss the process never
+ * touched is a fault to read (in each command a bash forks) */
+int agg_signal_owned FERRY_HOT;
 static struct ferry_ksigaction program_act;   /* what the program set for AGG_SIGNAL */
 static struct agg_carrier *ticking[MAX_TICKING];
 static unsigned nticking;

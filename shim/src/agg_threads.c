@@ -416,8 +416,9 @@ void agg_threads_idle(struct agg_carrier *c)
 /* Threads of the program that the fiber world does not run: made before it
  * started, or by a clone it let through (not a thread it can host, or one
  * it did not see).  Only they can wake a fiber's futex from outside the
- * engine, with a FUTEX_WAKE the engine never sees. */
-static int outside_threads;
+ * engine, with a FUTEX_WAKE the engine never sees.  In .data: every fork
+ * child reads it, and a page of .bss its parent never touched is a fault. */
+static int outside_threads FERRY_HOT;
 
 /* 0: the call runs as the kernel's; a clone that does is noted. */
 static int native_call(const struct ferry_regs *r)

@@ -457,8 +457,11 @@ void ferry_store_after_fork(void)
 {
     /* Everything mapped is the parent's (shared with its file): leave it
      * alone, and start a file of our own. */
-    for (uint32_t i = 0, n = claimed_blocks(ferry_hdr); i < n; i++)
-        blocks[i] = 0;
+    /* blocks[0] was never written when `first` stood for it: its page is
+     * not read either (a fault, for a page of zeros, in every fork child) */
+    for (uint32_t i = st.first ? 1 : 0, n = claimed_blocks(ferry_hdr); i < n; i++)
+        if (blocks[i])
+            blocks[i] = 0;
     FERRY_THR->blk = 0;
     FERRY_THR->no_block = 0;
     FERRY_THR->spare = 0;
