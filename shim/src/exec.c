@@ -198,6 +198,12 @@ struct seen_link {
     char link[SEEN_NAME], target[SEEN_NAME];
 };
 static struct seen_link seen[SEEN_ENTRIES] FERRY_COLD;
+/* Whether any entry was made: `seen`'s page is not looked at before.  A
+ * fork child looked at it, then wrote it, where its parent (a bash, which
+ * forks for every command and never vforks) had never touched it: two
+ * faults in each command, for an entry lost at its exec.  Entries are made
+ * by vfork children only, whose parent keeps them. */
+static int seen_any FERRY_HOT;
 
 static struct seen_link *seen_entry(const char *link, size_t n)
 {
@@ -213,6 +219,8 @@ static struct seen_link *seen_entry(const char *link, size_t n)
  * identity). */
 static size_t seen_target(const char *link, size_t n, const struct stat *st, char *out, size_t cap)
 {
+    if (!__atomic_load_n(&seen_any, __ATOMIC_RELAXED))
+        return 0;
     struct seen_link *e = seen_entry(link, n);
     uint32_t before = __atomic_load_n(&e->word, __ATOMIC_ACQUIRE);
     if ((before & 1) || e->link_len != n || !ferry_memeq(e->link, link, n) ||
@@ -234,8 +242,10 @@ static size_t seen_target(const char *link, size_t n, const struct stat *st, cha
  * writing the entry. */
 static void seen_set(const char *link, size_t n, const struct stat *st, const char *target, size_t len)
 {
-    if (n >= SEEN_NAME || len >= SEEN_NAME)
+    if (n >= SEEN_NAME || len >= SEEN_NAME || !ferry_in_vfork_child())
         return;
+    if (!__atomic_load_n(&seen_any, __ATOMIC_RELAXED))
+        __atomic_store_n(&seen_any, 1, __ATOMIC_RELAXED);
     struct seen_link *e = seen_entry(link, n);
     uint32_t w = __atomic_load_n(&e->word, __ATOMIC_RELAXED);
     if ((w & 1) || !__atomic_compare_exchange_n(&e->word, &w, w + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -958,7 +968,7 @@ long ferry_exec(const struct ferry_regs *r)
     /* Ferry's settings did not fit beside the program's environment (or it
      * could not be read): the program runs without the shim, and says why. */
     int unserved = 0, scripted = 0;
-    if (target[0])
+    if (target[0] && ferry_wine_is_loader(target))
         exec_wine(target, 0, path, argv, envp, env, args, x);
     ferry_store_hook_step(FERRY_HOOK_PATH);
     if (target[0]) {

@@ -76,6 +76,11 @@ static int is_wine(const char *path)
     return 0;
 }
 
+int ferry_wine_is_loader(const char *path)
+{
+    return is_wine(path);
+}
+
 /* Whether the file at `path` is an x86-64 Windows program (not a DLL):
  * the only kind ferry.dll serves. */
 static int pe_program(const char *path)

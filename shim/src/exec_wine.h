@@ -25,4 +25,10 @@ int ferry_wine_setting(const char *entry);
 char **ferry_wine_argv(const char *target, int direct, char *const *argv, char **out, size_t cap,
                        char *prog, size_t progcap, const char **run);
 
+/* Whether `path` is named as wine's loader ("wine", "wine64", ...): the
+ * question ferry_wine_argv asks first without `direct`, asked by the hook
+ * before it goes into their frames (5 KiB of stack: two pages, each a fault
+ * in a fork child, which runs the hook on the program's stack). */
+int ferry_wine_is_loader(const char *path);
+
 #endif
