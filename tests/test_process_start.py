@@ -210,6 +210,38 @@ def test_a_program_a_vfork_child_execs_takes_the_slot_the_child_claimed(tmp_path
     assert "FERRY_SLOT" not in out
 
 
+@pytest.mark.skipif(not shutil.which("bash"), reason="bash is not installed")
+def test_a_bash_command_and_its_program_take_slots_their_parent_claimed(tmp_path):
+    """bash forks for each command, where sh vforks.  The fork child took
+    its slot under the file's lock (flock, pread, ftruncate, flock), and
+    so did the program it execs: the parent now takes two before the fork
+    from those it claimed ahead, one lock for many commands; the child maps
+    the first and hands the second to its program (FERRY_SLOT)."""
+    run_dir = tmp_path / "run"
+    ferry("run", "-p", "trace", "-o", run_dir, "--", "bash", "-c",
+          "for i in 1 2 3 4 5 6 7 8; do /bin/true; done", check=True, timeout=300)
+    procs = procfile.read_dir(run_dir / "proc")
+    flock, ftruncate = syscall_table.NUMBERS["flock"], syscall_table.NUMBERS["ftruncate"]
+    children = [p for p in procs if p.exec_path == "/bin/true"]
+    images = [p for p in procs if p.exe == "/usr/bin/true"]
+    assert len(children) == len(images) == 8, [(p.pid, p.exe, p.exec_path) for p in procs]
+    for child in children:
+        image = next(p for p in images if p.pid == child.pid)
+        assert not child.internal.get(flock) and not child.internal.get(ftruncate), child.internal
+        assert not image.internal.get(flock) and not image.internal.get(ftruncate), image.internal
+        with open(image.file, "rb") as f:
+            slots = procfile.record_offsets(f)
+        assert image.file == child.file and slots.index(image.offset) == slots.index(child.offset) + 1
+        assert (image.pid, image.ppid) == (child.pid, child.ppid)
+    # the parent's claims: its own record's, then for one command, two,
+    # four and eight at once (not a claim per command)
+    shell = next(p for p in procs if p.exe == "/usr/bin/bash" and not p.exec_path)
+    assert shell.internal.get(flock, 0) <= 2 * 5, shell.internal
+    out = ferry("run", "-p", "trace", "-o", tmp_path / "env", "--", "bash", "-c", "/usr/bin/env; :",
+                check=True, timeout=300).stdout
+    assert "FERRY_SLOT" not in out
+
+
 def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
     # dash starts commands with vfork: the child's file was written whole,
     # header and block, 330 kB of mostly zeros per command, every page of

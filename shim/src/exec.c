@@ -24,6 +24,7 @@
 #include "exec_wine.h"
 #include "raw.h"
 #include "settings.h"
+#include "slots.h"
 #include "store.h"
 #include "util.h"
 
@@ -729,9 +730,10 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             out[n++] = saved[i];
     if (x->exe[0] && kind != ENV_WINE)
         out[n++] = x->exe;
-    /* A vfork child claims the program's slot beside its own (store.c); its
-     * value is written after the claim, before the exec. */
-    x->slot_used = kind != ENV_WINE && ferry_in_vfork_child();
+    /* A vfork child claims the program's slot beside its own (store.c), a
+     * fork child was given one by its parent; its value is written after
+     * the claim, before the exec. */
+    x->slot_used = kind != ENV_WINE && (ferry_in_vfork_child() || ferry_slot_ahead_left());
     if (x->slot_used) {
         ferry_memcpy(x->slot, "FERRY_SLOT=", 12);
         out[n++] = x->slot;

@@ -676,9 +676,12 @@ static long slow_call(struct ferry_regs *r)
             return hand_to_trampoline(nr, (unsigned long)r->rdi);
         /* fall through */
     case SYS_fork:  /* musl's fork: its child must start a record of its own too */
+        ferry_store_before_fork();
         r->rax = do_syscall(r);
         if (r->rax == 0)
             after_fork();
+        else
+            ferry_store_fork_returned();
         return FERRY_DONE;
     case SYS_sigaltstack:
         if (r->frame && agg_thread_fiber())

@@ -350,6 +350,31 @@ void ferry_slots_after_fork(void)
     ahead_children = 0;
 }
 
+int ferry_slot_reserve(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot)
+{
+    if (ferry_slot_take(uid, stride, count, slot) == 0)
+        return 0;
+    int fd = ferry_slot_open(dir, uid, stride, count, slot, 0);
+    if (fd < 0)
+        return fd;
+    ferry_raw1(SYS_close, fd);
+    return 0;
+}
+
+void ferry_slots_given(const struct ferry_slot *slot, uint32_t count, uint32_t uid, uint64_t stride,
+                       struct ferry_slot_hint *hint)
+{
+    *hint = (struct ferry_slot_hint){uid, slot->file, slot->index, cur.in_memory, stride};
+    if (count > 1)
+        ahead = AHEAD(slot->file, slot->index + 1, slot->index + count);
+}
+
+int ferry_slot_ahead_left(void)
+{
+    uint64_t a = __atomic_load_n(&ahead, __ATOMIC_RELAXED);
+    return a && AHEAD_NEXT(a) < AHEAD_END(a);
+}
+
 int ferry_slot_reopen(const char *dir, uint32_t uid, const struct ferry_slot *slot, struct ferry_tally *tally,
                       int sized, uint64_t *size)
 {

@@ -81,6 +81,19 @@ struct ferry_proc_header *ferry_slot_map_claimed(const char *dir, uint32_t uid, 
  * it, and checks it then): 0, or -ENOENT when there are not as many. */
 int ferry_slot_take(uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot);
 
+/* `count` slots for the child of a fork about to be made, taken in the
+ * parent (a fork child's memory is a copy: taking from `ahead` there would
+ * take what the parent takes too): from those claimed ahead, else claimed
+ * under one lock with more for the next children.  0, or -errno. */
+int ferry_slot_reserve(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot);
+/* In a fork child, after ferry_slots_after_fork: the slots its parent took
+ * for it (`count` from `slot`); `hint` gets the first, for its own record,
+ * and the others are its own ahead, for the program it may exec. */
+void ferry_slots_given(const struct ferry_slot *slot, uint32_t count, uint32_t uid, uint64_t stride,
+                       struct ferry_slot_hint *hint);
+/* Whether a slot claimed ahead is left (for the program this process execs). */
+int ferry_slot_ahead_left(void);
+
 /* The file of a slot, open for writing, or -errno; `sized`: the slot was
  * claimed before, and the file reaches past its header.  `size` (if not
  * NULL): the file's size. */

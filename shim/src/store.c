@@ -232,8 +232,8 @@ static uint64_t block_offset(uint32_t idx)
     return FERRY_PROC_HEADER_SIZE + (uint64_t)idx * st.block_size;
 }
 
-/* The slot a vfork child's exec hook claimed for this image (FERRY_SLOT):
- * taken by the image's first open_backing, never by a fork child's. */
+/* The slot a vfork child's exec hook claimed for this image (FERRY_SLOT),
+ * or a fork child's parent for it: taken by the next open_backing. */
 static struct ferry_slot_hint claimed FERRY_HOT;
 static int claimed_set FERRY_HOT;
 
@@ -453,6 +453,27 @@ void ferry_blk_retire(void)
     __atomic_fetch_add(&blocks_given_back, 1, __ATOMIC_RELEASE);
 }
 
+/* A fork child's record took its slot under the file's lock (flock, pread,
+ * ftruncate, flock), and so did the program it execs (each command of a
+ * bash, which forks where sh vforks): the parent takes two slots before
+ * the fork, from those it claimed ahead (one lock for many children), and
+ * the child maps the first and hands the second to its program
+ * (FERRY_SLOT), as a vfork child does. */
+void ferry_store_before_fork(void)
+{
+    FERRY_THR->fork_slot_set = 0;
+    if (!ferry_hdr || !st.in_file || FERRY_THR->in_vfork_child)
+        return;
+    if (ferry_slot_reserve(st.dir, st.uid, block_offset(FERRY_MAX_BLOCKS), 2, &FERRY_THR->fork_slot) == 0)
+        FERRY_THR->fork_slot_set = 1;
+}
+
+/* Unused when the fork failed: two slots the reader skips. */
+void ferry_store_fork_returned(void)
+{
+    FERRY_THR->fork_slot_set = 0;
+}
+
 void ferry_store_after_fork(void)
 {
     /* Everything mapped is the parent's (shared with its file): leave it
@@ -473,6 +494,11 @@ void ferry_store_after_fork(void)
     ferry_internal = 0;
     ferry_own = 0;
     ferry_slots_after_fork();
+    if (FERRY_THR->fork_slot_set) {
+        ferry_slots_given(&FERRY_THR->fork_slot, 2, st.uid, block_offset(FERRY_MAX_BLOCKS), &claimed);
+        claimed_set = 1;
+        FERRY_THR->fork_slot_set = 0;
+    }
     struct ferry_proc_header *parent = ferry_hdr;
     if (open_backing() != 0) {
         ferry_hdr = 0;
@@ -1182,18 +1208,18 @@ void ferry_store_exit(int status)
 
 /* The FERRY_SLOT entry for the program a vfork child execs (store.h):
  * the slot, and who the program will be (the child's pid and parent). */
-static void image_slot_entry(char *entry, size_t cap, struct vfork_who who)
+static void slot_entry_write(char *entry, size_t cap, int given, uint32_t file, uint32_t index,
+                             struct vfork_who who)
 {
     struct ferry_buf b = {entry, 0, cap, 0};
     ferry_buf_str(&b, "FERRY_SLOT=");
     size_t head = b.len;
-    uint32_t image = FERRY_THR->vfork_image;
-    if (image && FERRY_THR->vfork_file == VFORK_SLOT) {
+    if (given) {
         ferry_buf_u64(&b, ferry_slot_uid());
         ferry_buf_str(&b, ":");
-        ferry_buf_u64(&b, FERRY_THR->vfork_slot.file);
+        ferry_buf_u64(&b, file);
         ferry_buf_str(&b, ":");
-        ferry_buf_u64(&b, image - 1);
+        ferry_buf_u64(&b, index);
         ferry_buf_str(&b, ":");
         ferry_buf_u64(&b, block_offset(FERRY_MAX_BLOCKS));
         ferry_buf_str(&b, ferry_slot_in_memory() ? ":1:" : ":0:");
@@ -1202,6 +1228,25 @@ static void image_slot_entry(char *entry, size_t cap, struct vfork_who who)
         ferry_buf_u64(&b, (uint64_t)who.ppid);
     }
     entry[b.overflow ? head : b.len] = 0;
+}
+
+static void image_slot_entry(char *entry, size_t cap, struct vfork_who who)
+{
+    uint32_t image = FERRY_THR->vfork_image;
+    slot_entry_write(entry, cap, image && FERRY_THR->vfork_file == VFORK_SLOT, FERRY_THR->vfork_slot.file,
+                     image - 1, who);
+}
+
+/* The FERRY_SLOT entry for the program this process execs: a slot claimed
+ * ahead, when one is left (a fork child's parent took one for it). */
+static void own_exec_slot_entry(char *entry, size_t cap)
+{
+    struct ferry_slot slot;
+    int given = ferry_slot_take(ferry_slot_uid(), block_offset(FERRY_MAX_BLOCKS), 1, &slot) == 0;
+    struct vfork_who who = {0, 0};
+    if (given)
+        who = (struct vfork_who){ferry_hdr->pid, (int32_t)ferry_raw0(SYS_getppid)};
+    slot_entry_write(entry, cap, given, slot.file, slot.index, who);
 }
 
 void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, size_t cap)
@@ -1217,6 +1262,8 @@ void ferry_store_exec_begin(const char *path, uint32_t kind, char *slot_entry, s
     vfork_ended_write();
     if (!ferry_hdr)
         return;
+    if (slot_entry)
+        own_exec_slot_entry(slot_entry, cap);
     size_t n = ferry_strlen(path);
     if (n >= sizeof(ferry_hdr->exec_path))
         n = sizeof(ferry_hdr->exec_path) - 1;

@@ -27,6 +27,11 @@ struct ferry_blk *ferry_blk_get(void);
 void ferry_blk_count(long nr);
 void ferry_blk_retire(void);
 
+/* Around a fork (a clone without CLONE_VM) in the parent: the slots of
+ * its child's record and of the program the child may exec are taken
+ * before, and forgotten once the call returned. */
+void ferry_store_before_fork(void);
+void ferry_store_fork_returned(void);
 /* A fork child: a new file of its own, starting from zero. */
 void ferry_store_after_fork(void);
 

@@ -58,6 +58,8 @@ struct ferry_thread {
     uint32_t vfork_image;           /* 1 + the slot claimed for the program the child execs, or 0 */
     int32_t vfork_ppid;             /* the child's parent: its parent's record's pid (0: unknown) */
     struct ferry_vfork_ended vfork_ended;   /* a child's exec whose record its parent writes */
+    struct ferry_slot fork_slot;    /* slots taken for the child of the fork being made, */
+    int fork_slot_set;              /* ...two from its first, while the fork is made (store.c) */
     int no_block;                   /* every block was taken when this thread looked (store.c), */
     uint32_t no_block_at;           /* ...and how many had been given back then */
     /* shim.c: the clone-like call handed to the trampoline, for ferry_post
