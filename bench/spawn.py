@@ -1,12 +1,15 @@
 """bench/spawn: what enabling a process costs, for process-heavy workloads.
 
-Three workloads, each natively, under `ferry run -p off|count|trace` and under
+Four workloads, each natively, under `ferry run -p off|count|trace` and under
 `strace -f -c -o /dev/null`, interleaved over rounds (medians):
 
 * spawn: a shell loop running /bin/true 300 times;
 * build: `make -j2 -B` of a tree of small C files generated here;
 * configure: `./configure` of a small autoconf project generated here (the
-  configure script is made once with autoconf, then run each round).
+  configure script is made once with autoconf, then run each round);
+* bash: the spawn loop run by bash, which forks for each command where sh
+  (dash) vforks (configure runs itself again under bash): `bash_spawn_ratio`,
+  and its page faults per command (`bash_faults_per_process`).
 
 With SPAWN_BASELINE_SHIM=<another libferry.so>, trace mode also runs with
 that shim, alternated with the current one in every round, and the RESULT
@@ -207,15 +210,15 @@ def timed(cmd, env):
 # uses itself is not its children's.  (The shell's own `times` counts CPU in
 # steps of 10 ms, 33 us of a process of the loop.)
 REPORTER = ("import resource, subprocess, sys; "
-            "subprocess.run(['sh', '-c', sys.argv[1]], check=True); "
+            "subprocess.run([sys.argv[2], '-c', sys.argv[1]], check=True); "
             "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
             "print('cpu', r.ru_utime + r.ru_stime); print('minflt', r.ru_minflt)")
 
 
-def _report(mode, out, env, loop):
-    """{'cpu': seconds, 'minflt': faults} of `loop` and its processes,
-    natively (mode None) or under ferry run -p mode."""
-    cmd = [sys.executable, "-c", REPORTER, loop]
+def _report(mode, out, env, loop, shell="sh"):
+    """{'cpu': seconds, 'minflt': faults} of `loop` run by `shell` and its
+    processes, natively (mode None) or under ferry run -p mode."""
+    cmd = [sys.executable, "-c", REPORTER, loop, shell]
     if mode:
         cmd, env = _under(mode, out, env, cmd)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -232,12 +235,12 @@ def spawn_cpu(mode, out, env):
     return _report(mode, out, env, SPAWN_LOOP)["cpu"]
 
 
-def spawn_faults(mode, out, env, loop=SPAWN_LOOP):
+def spawn_faults(mode, out, env, loop=SPAWN_LOOP, shell="sh"):
     """Page faults of the spawn loop and its processes, natively (mode None)
     or under ferry run -p mode.  A count, not a time: it moves with each page
     a start touches or spares, by the same amount on an idle or a loaded
     machine, where the µs figures need many rounds to show a cut of 5 us."""
-    return _report(mode, out, env, loop)["minflt"]
+    return _report(mode, out, env, loop, shell)["minflt"]
 
 
 def shim_calls(run_dir):
@@ -398,6 +401,10 @@ def main():
     env = dict(os.environ, FERRY_CACHE=str(work / "cache"), FERRY_DATA=str(work / "data"))
     try:
         loads = {"spawn": ["sh", "-c", SPAWN_LOOP], "build": make_tree(work)}
+        # the same loop run by bash, which forks for each command where sh
+        # (dash) vforks: autoconf's configure runs itself again under bash
+        if shutil.which("bash"):
+            loads["bash"] = ["bash", "-c", SPAWN_LOOP]
         conf = make_configure(work)
         if conf:
             loads["configure"] = conf
@@ -465,11 +472,16 @@ def main():
         empty = "i=0; while [ $i -lt 0 ]; do /bin/true; i=$((i+1)); done"
         faults = {m: (spawn_faults(m, work / "faults", env) -
                       spawn_faults(m, work / "faults", env, empty)) / SPAWNS for m in (None, "trace")}
+        bash_faults = {m: (spawn_faults(m, work / "faults", env, shell="bash") -
+                           spawn_faults(m, work / "faults", env, empty, "bash")) / SPAWNS
+                       if "bash" in loads else NAN for m in (None, "trace")}
         calls, records = shim_calls(work / "spans")
         calls_per = calls / SPAWNS
         print(f"page faults per command: native {faults[None]:.1f}, trace {faults['trace']:.1f}; "
               f"the shim's own calls per command under trace: {calls_per:.1f} "
-              f"({records} records: each command is a vfork child's and an image's)")
+              f"({records} records: each command is a vfork child's and an image's); "
+              f"the loop run by bash (a fork for each command): native {bash_faults[None]:.1f}, "
+              f"trace {bash_faults['trace']:.1f}")
         native_dirty = libc_private_dirty(env)
         ferry_dirty = libc_private_dirty(env, "trace", work / "smaps")
         print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
@@ -512,6 +524,7 @@ def main():
             f" baseline_spawn_ratio={ratio('spawn', 'baseline'):.2f}"
             f" baseline_build_ratio={ratio('build', 'baseline'):.2f}"
             f" baseline_configure_ratio={ratio('configure', 'baseline'):.2f}"
+            f" baseline_bash_spawn_ratio={ratio('bash', 'baseline'):.2f}"
             f" baseline_per_process_us={per_mode['baseline']:.0f}"
             f" baseline_cpu_per_process_us={cpu_us['baseline']:.0f}")
         print(f"RESULT spawn_ratio={ratio('spawn', 'trace'):.2f} "
@@ -529,6 +542,9 @@ def main():
               f"disk_per_process_us={per_mode['disk']:.0f} "
               f"disk_cpu_per_process_us={cpu_us['disk']:.0f} "
               f"faults_per_process={faults['trace']:.1f} native_faults_per_process={faults[None]:.1f} "
+              f"bash_spawn_ratio={ratio('bash', 'trace'):.2f} "
+              f"bash_faults_per_process={bash_faults['trace']:.1f} "
+              f"native_bash_faults_per_process={bash_faults[None]:.1f} "
               f"shim_calls_per_process={calls_per:.1f} "
               f"wall_spawn_ratio={wall_ratio:.2f} after_us_per_process={after_us:.0f} "
               f"driver_us={driver_us:.0f} driver_cpu_us={driver_cpu_us:.0f} "
