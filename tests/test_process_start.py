@@ -185,29 +185,42 @@ def test_a_usual_environment_costs_the_hook_no_more_calls_than_a_tiny_one(tmp_pa
     assert usual == tiny, (usual, tiny)
 
 
+FLOCK, FTRUNCATE = syscall_table.NUMBERS["flock"], syscall_table.NUMBERS["ftruncate"]
+
+
+def _children_and_images(tmp_path, shell, script, count):
+    """[(child, image)] of the `count` commands of /bin/true `shell` ran
+    under trace: each child's record and its program's, in the slot after
+    the child's, with the same pid and parent; and every record of the run.
+    Nothing of the slots reaches a program (FERRY_SLOT)."""
+    run_dir = tmp_path / "run"
+    ferry("run", "-p", "trace", "-o", run_dir, "--", shell, "-c", script, check=True, timeout=300)
+    procs = procfile.read_dir(run_dir / "proc")
+    children = [p for p in procs if p.exec_path == "/bin/true"]
+    images = [p for p in procs if p.exe == "/usr/bin/true"]
+    assert len(children) == len(images) == count, [(p.pid, p.exe, p.exec_path) for p in procs]
+    pairs = []
+    for child in children:
+        image = next(p for p in images if p.pid == child.pid)
+        with open(image.file, "rb") as f:
+            slots = procfile.record_offsets(f)
+        assert image.file == child.file and slots.index(image.offset) == slots.index(child.offset) + 1
+        assert image.ppid == child.ppid
+        pairs.append((child, image))
+    out = ferry("run", "-p", "trace", "-o", tmp_path / "env", "--", shell, "-c", "/usr/bin/env; :",
+                check=True, timeout=300).stdout
+    assert "FERRY_SLOT" not in out
+    return pairs, procs
+
+
 def test_a_program_a_vfork_child_execs_takes_the_slot_the_child_claimed(tmp_path):
     # The child claims the program's slot beside its own, under one lock:
     # the program's shim maps it (FERRY_SLOT) where it took the file's lock
     # again, read its head and grew it.
-    run_dir = tmp_path / "run"
-    ferry("run", "-p", "trace", "-o", run_dir, "--", "sh", "-c", "/bin/true; /bin/true", check=True,
-          timeout=300)
-    procs = procfile.read_dir(run_dir / "proc")
-    flock, ftruncate = syscall_table.NUMBERS["flock"], syscall_table.NUMBERS["ftruncate"]
-    children = [p for p in procs if p.exec_path == "/bin/true"]
-    images = [p for p in procs if p.exe == "/usr/bin/true"]
-    assert len(children) == len(images) == 2, [(p.pid, p.exe, p.exec_path) for p in procs]
-    for child in children:
-        image = next(p for p in images if p.pid == child.pid)
-        assert child.internal.get(flock) == 2 and child.internal.get(ftruncate) == 1, child.internal
-        assert not image.internal.get(flock) and not image.internal.get(ftruncate), image.internal
-        with open(image.file, "rb") as f:
-            slots = procfile.record_offsets(f)
-        assert image.file == child.file and slots.index(image.offset) == slots.index(child.offset) + 1
-    # nothing of it reaches the program
-    out = ferry("run", "-p", "trace", "-o", tmp_path / "env", "--", "sh", "-c", "/usr/bin/env; :",
-                check=True, timeout=300).stdout
-    assert "FERRY_SLOT" not in out
+    pairs, _ = _children_and_images(tmp_path, "sh", "/bin/true; /bin/true", 2)
+    for child, image in pairs:
+        assert child.internal.get(FLOCK) == 2 and child.internal.get(FTRUNCATE) == 1, child.internal
+        assert not image.internal.get(FLOCK) and not image.internal.get(FTRUNCATE), image.internal
 
 
 @pytest.mark.skipif(not shutil.which("bash"), reason="bash is not installed")
@@ -217,29 +230,14 @@ def test_a_bash_command_and_its_program_take_slots_their_parent_claimed(tmp_path
     so did the program it execs: the parent now takes two before the fork
     from those it claimed ahead, one lock for many commands; the child maps
     the first and hands the second to its program (FERRY_SLOT)."""
-    run_dir = tmp_path / "run"
-    ferry("run", "-p", "trace", "-o", run_dir, "--", "bash", "-c",
-          "for i in 1 2 3 4 5 6 7 8; do /bin/true; done", check=True, timeout=300)
-    procs = procfile.read_dir(run_dir / "proc")
-    flock, ftruncate = syscall_table.NUMBERS["flock"], syscall_table.NUMBERS["ftruncate"]
-    children = [p for p in procs if p.exec_path == "/bin/true"]
-    images = [p for p in procs if p.exe == "/usr/bin/true"]
-    assert len(children) == len(images) == 8, [(p.pid, p.exe, p.exec_path) for p in procs]
-    for child in children:
-        image = next(p for p in images if p.pid == child.pid)
-        assert not child.internal.get(flock) and not child.internal.get(ftruncate), child.internal
-        assert not image.internal.get(flock) and not image.internal.get(ftruncate), image.internal
-        with open(image.file, "rb") as f:
-            slots = procfile.record_offsets(f)
-        assert image.file == child.file and slots.index(image.offset) == slots.index(child.offset) + 1
-        assert (image.pid, image.ppid) == (child.pid, child.ppid)
+    pairs, procs = _children_and_images(tmp_path, "bash", "for i in 1 2 3 4 5 6 7 8; do /bin/true; done", 8)
+    for child, image in pairs:
+        assert not child.internal.get(FLOCK) and not child.internal.get(FTRUNCATE), child.internal
+        assert not image.internal.get(FLOCK) and not image.internal.get(FTRUNCATE), image.internal
     # the parent's claims: its own record's, then for one command, two,
     # four and eight at once (not a claim per command)
     shell = next(p for p in procs if p.exe == "/usr/bin/bash" and not p.exec_path)
-    assert shell.internal.get(flock, 0) <= 2 * 5, shell.internal
-    out = ferry("run", "-p", "trace", "-o", tmp_path / "env", "--", "bash", "-c", "/usr/bin/env; :",
-                check=True, timeout=300).stdout
-    assert "FERRY_SLOT" not in out
+    assert shell.internal.get(FLOCK, 0) <= 2 * 5, shell.internal
 
 
 def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
