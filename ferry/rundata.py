@@ -198,7 +198,8 @@ def _model(run_dir, proc_dir, info, owner):
             else:
                 waited[pid] = status
 
-    processes = _processes(files, info, images, waited, _Creators(proc_dir, owner), terminated)
+    programs = _programs(files, images)
+    processes = _processes(files, info, programs, waited, _Creators(proc_dir, owner), terminated)
     _say_what_learning_did(processes, _learn_failures(run_dir))
     program = info.get("program") or {}
     if program.get("enabled") is False and not any(p["pid"] == info.get("pid") and not p.get("windows")
@@ -235,7 +236,7 @@ def _model(run_dir, proc_dir, info, owner):
                    "time_ns": sum(s["time_ns"] for s in syscalls.values()),
                    "processes": len(processes)},
         "events": events,
-        "threads": [t for f in files for t in _threads(f, _original_of(f.exe, images))],
+        "threads": [t for f in files for t in _threads(f, programs[id(f)])],
         "catch_all": catchdata.summarize([f.caught for f in files]),
         "aggregation": aggdata.summarize([(f.pid, f.aggregation) for f in files],
                                          aggdata.profile_pools(_run_profile(run_dir, info))),
@@ -268,6 +269,35 @@ def _original_of(exe, images, memo={}):
         except (OSError, ValueError):
             pass
     return memo[exe]
+
+
+def _programs(files, images):
+    """{id(record): the program it is of}: a rewritten image is named as the
+    file it was made from.  The cache keeps one image of identical files,
+    named after the first it was made from; an image whose process exec'd
+    it by another file's path (a static program's image, which names itself
+    by its place in the cache) is named as that path, when it is an ELF
+    program still (not a script the image interprets)."""
+    execd = {(f.windows, f.pid, f.seq): f.exec_path for f in files
+             if f.state == procfile.STATE_EXEC and f.exec_path}
+    out = {}
+    for f in files:
+        exe = _original_of(f.exe, images)
+        given = execd.get((f.windows, f.pid, f.seq - 1))
+        if exe != f.exe and f.exe not in images and given and given != exe and _is_elf(given):
+            exe = given
+        out[id(f)] = exe
+    return out
+
+
+def _is_elf(path, memo={}):
+    if path not in memo:
+        try:
+            with open(path, "rb") as f:
+                memo[path] = os.path.isabs(path) and f.read(4) == b"\x7fELF"
+        except OSError:
+            memo[path] = False
+    return memo[path]
 
 
 class _Creators:
@@ -379,7 +409,7 @@ def _enabled_by(f):
     return "load-time patch" if f.load_patched else "rewritten image"
 
 
-def _processes(files, info, images, waited, creators, terminated):
+def _processes(files, info, programs, waited, creators, terminated):
     out = []
     later_images = {}
     # Windows pids (wine's) and Linux pids are two numberings that a mixed run
@@ -393,7 +423,7 @@ def _processes(files, info, images, waited, creators, terminated):
         calls = sum(sum(b.calls) + b.invalid for b in f.blocks)
         errors = sum(s.errors for b in f.blocks for s in b.nr.values())
         ticks = sum(s.ticks for b in f.blocks for s in b.nr.values())
-        exe = _original_of(f.exe, images)
+        exe = programs[id(f)]
         entry = {
             "pid": f.pid, "ppid": f.ppid, "exe": exe, "image": f.exe, "argv": f.argv,
             "start": _iso(f.start_real_ns), "end": _iso(f.end_real_ns),
