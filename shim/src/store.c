@@ -1241,7 +1241,7 @@ static void image_slot_entry(char *entry, size_t cap, struct vfork_who who)
  * ahead, when one is left (a fork child's parent took one for it). */
 static void own_exec_slot_entry(char *entry, size_t cap)
 {
-    struct ferry_slot slot;
+    struct ferry_slot slot = {0, 0, 0};
     int given = ferry_slot_take(ferry_slot_uid(), block_offset(FERRY_MAX_BLOCKS), 1, &slot) == 0;
     struct vfork_who who = {0, 0};
     if (given)
