@@ -374,7 +374,7 @@ def manifest_of(path, kind, entry, rewritten, shim, records, **extra):
         "version": 1,
         "ferry": FERRY_VERSION,
         "layout": layout.FORMAT,
-        "input": str(path),
+        "input": os.path.abspath(path),   # the report names a process by it
         "kind": kind,
         **extra,
         "entry": entry,

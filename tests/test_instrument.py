@@ -94,6 +94,17 @@ def test_rewritten_file_is_recognized_and_not_rewritten_again(tmp_path):
     assert r.returncode == 2 and "already rewritten" in r.stderr
 
 
+def test_the_manifest_names_its_input_by_an_absolute_path(tmp_path):
+    """The report names a process run from a cached image by the manifest's
+    input: given relative, it read as relative to nothing the reader knew
+    (`st/child` for a program the user ran as /tmp/x/b)."""
+    (tmp_path / "sub").mkdir()
+    exe = _build(tmp_path / "sub", "prog", "-pie", "-fPIE")
+    ferry("instrument", "sub/prog", "-o", "out", check=True, cwd=tmp_path)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["input"] == str(exe)
+
+
 def test_shared_object_is_rewritten_into_the_output_directory(tmp_path):
     out = tmp_path / "out"
     ferry("instrument", LIBC, "-o", out, check=True)
