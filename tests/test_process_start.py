@@ -240,6 +240,21 @@ def test_a_bash_command_and_its_program_take_slots_their_parent_claimed(tmp_path
     assert shell.internal.get(FLOCK, 0) <= 2 * 5, shell.internal
 
 
+def test_a_subshells_commands_take_the_slots_it_claimed_ahead(tmp_path):
+    """A subshell is a fork child whose commands are vfork children: their
+    slots come from those it claims ahead, for one command, then two,
+    four, eight.  The slot its parent took for the program it might exec
+    once lay among them, and kept its own claims from being kept: each of
+    its commands claimed under the file's lock again."""
+    run_dir = tmp_path / "run"
+    ferry("run", "-p", "trace", "-o", run_dir, "--", "sh", "-c",
+          "( for i in 1 2 3 4 5 6 7 8 9 10 11 12; do /bin/true; done ); true", check=True, timeout=300)
+    children = [p for p in procfile.read_dir(run_dir / "proc") if p.exec_path == "/bin/true"]
+    assert len(children) == 12
+    claims = [p.internal.get(FLOCK, 0) // 2 for p in children]
+    assert sum(claims) <= 4, claims
+
+
 def test_a_vfork_childs_file_holds_only_what_it_counted(tmp_path):
     # dash starts commands with vfork: the child's file was written whole,
     # header and block, 330 kB of mostly zeros per command, every page of

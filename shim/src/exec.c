@@ -733,7 +733,7 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
     /* A vfork child claims the program's slot beside its own (store.c), a
      * fork child was given one by its parent; its value is written after
      * the claim, before the exec. */
-    x->slot_used = kind != ENV_WINE && (ferry_in_vfork_child() || ferry_slot_ahead_left());
+    x->slot_used = kind != ENV_WINE && (ferry_in_vfork_child() || ferry_slot_exec_left());
     if (x->slot_used) {
         ferry_memcpy(x->slot, "FERRY_SLOT=", 12);
         out[n++] = x->slot;

@@ -57,6 +57,11 @@ static struct {
 _Static_assert(FERRY_SLOTS_MAX <= 0xffff && MAX_FILES <= 0x7fff, "slots claimed ahead fit their word");
 static uint64_t ahead FERRY_HOT;
 static uint32_t ahead_children FERRY_HOT;
+/* The slot a fork child's parent took for the program the child may exec
+ * (packed as `ahead` is), apart from `ahead`: there a single slot left
+ * kept the child's own claims for its vfork children from being kept
+ * (a subshell's commands each claimed under the lock again). */
+static uint64_t exec_slot FERRY_HOT;
 
 /* Before the first file is open nothing is tallied (`tally` NULL: through
  * ferry_internal, if the caller has one); after it, into `tally`. */
@@ -348,6 +353,8 @@ void ferry_slots_after_fork(void)
 {
     ahead = 0;
     ahead_children = 0;
+    if (exec_slot)
+        exec_slot = 0;
 }
 
 int ferry_slot_reserve(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot)
@@ -361,18 +368,26 @@ int ferry_slot_reserve(const char *dir, uint32_t uid, uint64_t stride, uint32_t 
     return 0;
 }
 
-void ferry_slots_given(const struct ferry_slot *slot, uint32_t count, uint32_t uid, uint64_t stride,
-                       struct ferry_slot_hint *hint)
+void ferry_slots_given(const struct ferry_slot *slot, uint32_t uid, uint64_t stride, struct ferry_slot_hint *hint)
 {
     *hint = (struct ferry_slot_hint){uid, slot->file, slot->index, cur.in_memory, stride};
-    if (count > 1)
-        ahead = AHEAD(slot->file, slot->index + 1, slot->index + count);
+    exec_slot = AHEAD(slot->file, slot->index + 1, slot->index + 2);
 }
 
-int ferry_slot_ahead_left(void)
+int ferry_slot_exec_left(void)
 {
-    uint64_t a = __atomic_load_n(&ahead, __ATOMIC_RELAXED);
-    return a && AHEAD_NEXT(a) < AHEAD_END(a);
+    return __atomic_load_n(&exec_slot, __ATOMIC_RELAXED) != 0;
+}
+
+int ferry_slot_take_exec(uint32_t uid, uint64_t stride, struct ferry_slot *slot)
+{
+    if (!cur.valid || cur.uid != uid || cur.stride != stride)
+        return -ENOENT;
+    uint64_t a = __atomic_exchange_n(&exec_slot, 0, __ATOMIC_RELAXED);
+    if (!a || AHEAD_FILE(a) != cur.file)
+        return -ENOENT;
+    *slot = (struct ferry_slot){cur.file, AHEAD_NEXT(a), FERRY_SLOTS_HEAD + AHEAD_NEXT(a) * stride};
+    return 0;
 }
 
 int ferry_slot_reopen(const char *dir, uint32_t uid, const struct ferry_slot *slot, struct ferry_tally *tally,

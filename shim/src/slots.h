@@ -86,13 +86,13 @@ int ferry_slot_take(uint32_t uid, uint64_t stride, uint32_t count, struct ferry_
  * take what the parent takes too): from those claimed ahead, else claimed
  * under one lock with more for the next children.  0, or -errno. */
 int ferry_slot_reserve(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot);
-/* In a fork child, after ferry_slots_after_fork: the slots its parent took
- * for it (`count` from `slot`); `hint` gets the first, for its own record,
- * and the others are its own ahead, for the program it may exec. */
-void ferry_slots_given(const struct ferry_slot *slot, uint32_t count, uint32_t uid, uint64_t stride,
-                       struct ferry_slot_hint *hint);
-/* Whether a slot claimed ahead is left (for the program this process execs). */
-int ferry_slot_ahead_left(void);
+/* In a fork child, after ferry_slots_after_fork: the two slots its parent
+ * took for it (from `slot`); `hint` gets the first, for its own record,
+ * and the second is kept for the program it may exec. */
+void ferry_slots_given(const struct ferry_slot *slot, uint32_t uid, uint64_t stride, struct ferry_slot_hint *hint);
+/* Whether that second slot is still there, and it taken (0, or -ENOENT). */
+int ferry_slot_exec_left(void);
+int ferry_slot_take_exec(uint32_t uid, uint64_t stride, struct ferry_slot *slot);
 
 /* The file of a slot, open for writing, or -errno; `sized`: the slot was
  * claimed before, and the file reaches past its header.  `size` (if not

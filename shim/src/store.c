@@ -495,7 +495,7 @@ void ferry_store_after_fork(void)
     ferry_own = 0;
     ferry_slots_after_fork();
     if (FERRY_THR->fork_slot_set) {
-        ferry_slots_given(&FERRY_THR->fork_slot, 2, st.uid, block_offset(FERRY_MAX_BLOCKS), &claimed);
+        ferry_slots_given(&FERRY_THR->fork_slot, st.uid, block_offset(FERRY_MAX_BLOCKS), &claimed);
         claimed_set = 1;
         FERRY_THR->fork_slot_set = 0;
     }
@@ -1237,12 +1237,12 @@ static void image_slot_entry(char *entry, size_t cap, struct vfork_who who)
                      image - 1, who);
 }
 
-/* The FERRY_SLOT entry for the program this process execs: a slot claimed
- * ahead, when one is left (a fork child's parent took one for it). */
+/* The FERRY_SLOT entry for the program this process execs: the slot its
+ * parent took for it when it forked, if it is still there. */
 static void own_exec_slot_entry(char *entry, size_t cap)
 {
     struct ferry_slot slot = {0, 0, 0};
-    int given = ferry_slot_take(ferry_slot_uid(), block_offset(FERRY_MAX_BLOCKS), 1, &slot) == 0;
+    int given = ferry_slot_take_exec(ferry_slot_uid(), block_offset(FERRY_MAX_BLOCKS), &slot) == 0;
     struct vfork_who who = {0, 0};
     if (given)
         who = (struct vfork_who){ferry_hdr->pid, (int32_t)ferry_raw0(SYS_getppid)};
