@@ -1,9 +1,10 @@
 // A static Go program exercising what a Go runtime does to the shim: many
 // goroutines on several threads, timers, os/exec of a child and of children
-// from several goroutines at once, os/signal, and a panic.  `go_runtime` runs every part but the panic, in a fixed order,
-// with output that does not depend on timing or pids; `go_runtime panic`
-// panics (exit 2, "panic: ..." and the goroutine trace on stderr);
-// `go_runtime child` is what the exec part starts.
+// from several goroutines at once, os/signal, and a panic.  `go_runtime`
+// runs every part but the panic, in a fixed order, with output that does
+// not depend on timing or pids; `go_runtime panic` panics (exit 2,
+// "panic: ..." and the goroutine trace on stderr); `go_runtime child` is
+// what the exec part starts.
 package main
 
 import (
