@@ -367,6 +367,40 @@ def records_of(proc_dir, pid):
     return sorted(found, key=lambda r: r.start_mono_ns)
 
 
+# The exec kinds whose program records itself: the exec hook handed it the
+# run's settings (a rewritten image, or the shim preloaded).
+RECORDS_ITS_IMAGE = frozenset((EXEC_REWRITTEN, EXEC_PLAIN, EXEC_WINDOWS))
+_EXEC_HEAD = ("state", "pid", "start_mono_ns", "exec_kind")
+
+
+def pids_between_images(proc_dir):
+    """The pids whose latest record in `proc_dir` says they exec'd a program
+    that records itself: their new image has no record yet.  Only the heads
+    of the records are read (a few hundred bytes each)."""
+    latest = {}
+    need = max(HEADER.offset(m) + HEADER.span(m) for m in _EXEC_HEAD)
+    for path in sorted(Path(proc_dir).glob("*.ferry")):
+        try:
+            f, st = _open(path)
+        except ProcFileError:
+            continue
+        with f:
+            try:
+                offsets = record_offsets(f, st.st_size, path)
+            except ProcFileError:
+                continue
+            for base in offsets:
+                head = os.pread(f.fileno(), need, base)
+                if len(head) < need or head[:len(MAGIC)] != MAGIC:
+                    continue    # a slot its process has not filled in yet
+                h = {m: int.from_bytes(head[HEADER.offset(m):HEADER.offset(m) + HEADER.span(m)], "little",
+                                       signed=m == "pid") for m in _EXEC_HEAD}
+                if h["pid"] > 0 and h["start_mono_ns"] >= latest.get(h["pid"], (-1,))[0]:
+                    latest[h["pid"]] = (h["start_mono_ns"], h["state"], h["exec_kind"])
+    return sorted(pid for pid, (_, state, kind) in latest.items()
+                  if state == STATE_EXEC and kind in RECORDS_ITS_IMAGE)
+
+
 # What a record's reader takes of its header; its tables (modules, waits,
 # the catch-all's and the engine's areas) are read apart.
 _HEAD = tuple(m for m in HEADER.members

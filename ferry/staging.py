@@ -35,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import procfile
 from .base.atomic import umask
 from .base.sparse import data_extents
 
@@ -197,7 +198,15 @@ def _recording(run_dir, directory):
     still holds the run's setting (FERRY_RUN_DIR, which the shim takes out
     only once the record is mapped).  Looking at the maps alone, a run
     whose program ended while a child it started in the background was
-    in that window had its records moved away under the child."""
+    in that window had its records moved away under the child.  Before
+    that, in the kernel's exec itself (from the old image's memory given
+    up to the new stack's strings set up), a process shows neither: the
+    new image's maps hold only its program and ld.so, its environment
+    reads empty.  Its record, written before the exec, then says it exec'd
+    a program that records itself, and no record of that image began: a
+    process of the run, alive, with such a record is one too (a CI under
+    load ended a run in that window, and moved the records away under
+    the `sleep` the program had started in the background)."""
     needle = str(directory).encode() + b"/"
     setting = b"\0FERRY_RUN_DIR=" + str(Path(run_dir).absolute()).encode() + b"\0"
     for pid in os.listdir("/proc"):
@@ -212,7 +221,16 @@ def _recording(run_dir, directory):
                     return True
         except OSError:
             continue    # gone, or another user's (not a process of ours)
-    return False
+    return any(_alive(pid) for pid in procfile.pids_between_images(directory))
+
+
+def _alive(pid):
+    """Whether process `pid` exists and has not ended (a zombie has)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat_line[stat_line.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
 
 def _copy_sparse(src_fd, dst_fd, size):

@@ -132,6 +132,38 @@ def test_a_program_of_the_run_that_has_not_mapped_its_record_yet_keeps_the_recor
     assert (out / "proc").is_dir() and not held.exists()
 
 
+def test_a_process_in_the_kernels_exec_of_a_program_that_records_keeps_the_records_in_memory(
+        tmp_path, instrument):
+    # In the kernel's exec, between the old memory given up and the new
+    # stack set up, a process maps nothing of the run and its environment
+    # reads empty; only its record, written before the exec, says where it
+    # goes.  That window cannot be held open from outside: a live process
+    # that shows neither (a plain sleep) stands for the process in it, and
+    # a real record of the run is made to say that this pid exec'd a
+    # rewritten program.
+    out = tmp_path / "run"
+    out.mkdir()
+    held = staging.stage(out)
+    assert held is not None
+    env = dict(os.environ, FERRY_RUN_DIR=str(out))
+    subprocess.run([instrument("/bin/true").path], env=env, check=True, timeout=60)
+    [record] = procfile.read_dir(held)
+    between = subprocess.Popen(["sleep", "30"])
+    try:
+        with open(record.file, "r+b") as f:
+            H = procfile.HEADER
+            for member, value in (("pid", between.pid), ("state", procfile.STATE_EXEC),
+                                  ("exec_kind", procfile.EXEC_REWRITTEN)):
+                os.pwrite(f.fileno(), value.to_bytes(4, "little"), record.offset + H.offset(member))
+        assert staging.finish(out) == "live", "the records moved away under a process in its exec"
+        assert (out / "proc").is_symlink() and held.is_dir()
+    finally:
+        between.kill()
+        between.wait()
+    assert staging.finish(out) == "moved", "a process that ended in its exec held the records"
+    assert (out / "proc").is_dir() and not held.exists()
+
+
 def test_removing_a_run_while_a_process_still_records_frees_its_records(tmp_path):
     out = tmp_path / "run"
     sleeper = int(run(tmp_path, "sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!").stdout)
