@@ -6,6 +6,7 @@ The layout is rewriter/cache.py's.  An entry is one of
     module   modules/<sha>-<format>/    one rewritten library (or its sites)
     plan     plans/<identity>           a load-time patch plan of a library
     exec     exec/<identity>-<shim>     the shim's link from a file to its image
+    shim     shims/<sha>/               the shim every program directory links
 Names starting with "." are another process's work in progress and are never
 listed nor removed.
 """
@@ -18,8 +19,8 @@ from pathlib import Path
 from .rewriter import cache
 from .rewriter.layout import FORMAT
 
-SECTIONS = ("programs", "modules", "plans", "exec")
-KIND = {"programs": "program", "modules": "module", "plans": "plan", "exec": "exec"}
+SECTIONS = ("programs", "modules", "plans", "exec", "shims")
+KIND = {"programs": "program", "modules": "module", "plans": "plan", "exec": "exec", "shims": "shim"}
 PLAN_MAGIC = b"FERRYPLAN\0"
 
 
@@ -160,6 +161,15 @@ def _exec(link, shim_ids):
     return e
 
 
+def _shim(d, shim_shas):
+    """The copy of a shim that program directories link (cache.shim_copy):
+    one of another build serves only programs made with that build."""
+    e = Entry("shim", d, ", ".join(sorted(p.name for p in d.iterdir())) or "?", _bytes(d), d.stat().st_mtime)
+    if shim_shas and d.name not in shim_shas:
+        e.problems.append("another build of the shim")
+    return e
+
+
 def _visible(d):
     return sorted(p for p in d.iterdir() if not p.name.startswith(".")) if d.is_dir() else []
 
@@ -189,6 +199,7 @@ def entries(root=None):
                        for copy in cache.plan_copies(m.path) if (i := _identity(copy))})
     out += [_plan(p, identities) for p in _visible(root / "plans")]
     out += [_exec(p, shim_ids) for p in _visible(root / "exec") if p.is_symlink()]
+    out += [_shim(d, shim_shas) for d in _visible(root / "shims") if d.is_dir()]
     return out
 
 

@@ -19,6 +19,8 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
     <root>/programs/<sha>-<shim>-libs-<format>/ the same without the executable, for a
                                                 program that runs from its own file and
                                                 was never analyzed (prepare_libraries)
+    <root>/shims/<sha>/libferry.so              the shim of that hash, which every
+                                                program directory links as its own
     <root>/plans/<dev>-<ino>-<size>-<mtime_ns>  the load-time patch plan of a library
                                                 (plan.py), for a preloaded shim
     <root>/plans/<plan>.<ino>-<mtime_ns>@<dist> the library's file with the plan's
@@ -41,6 +43,7 @@ The root is $FERRY_CACHE, else $XDG_CACHE_HOME/ferry, else ~/.cache/ferry.
 import hashlib
 import json
 import os
+import shutil
 from functools import lru_cache
 from pathlib import Path
 
@@ -77,6 +80,19 @@ def _sha256_cached(path, size, mtime_ns, ino):
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def shim_copy(shim):
+    """The cache's one copy of the shim file `shim`, made the first time:
+    every program directory links it, so that the processes of every
+    program map one file, which the page cache holds once and whose pages
+    they share, where each program had a copy of its own (a megabyte of
+    disk each, its pages read and cached again for each program)."""
+    target = root() / "shims" / sha256_file(shim) / Path(shim).name
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_with(target, lambda tmp: shutil.copyfile(shim, tmp), os.stat(shim).st_mode & 0o777)
+    return target
 
 
 def sha256_file(path):

@@ -354,7 +354,7 @@ def _stage_libraries(tmp, mods, files, shim, link, image):
             name = Path(mod.name).name
             rewritten_libs[mod.name] = name
             _place(file, tmp / name, link)
-    shutil.copy2(shim, tmp / "libferry.so")
+    _place(cache.shim_copy(shim) if link else shim, tmp / "libferry.so", link)
     if image.binary.has_interpreter:
         _link_first_searched(tmp, [*rewritten_libs.values(), "libferry.so"], image.binary.interpreter)
     return rewritten_libs

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -66,13 +67,41 @@ def test_size_counts_the_entries_listed(filled):
     usage = json.loads(cache(env, "size", "--json").stdout)
     entries = listed(env)
     for section, kind in (("programs", "program"), ("modules", "module"), ("plans", "plan"),
-                          ("exec", "exec")):
+                          ("exec", "exec"), ("shims", "shim")):
         assert usage[section]["entries"] == sum(e["kind"] == kind for e in entries)
     du = subprocess.run(["du", "-s", "-B1", env["FERRY_CACHE"]], capture_output=True, text=True,
                         check=True)
     # du also counts the directories themselves; the files are most of it
     assert 0 < sum(u["bytes"] for u in usage.values()) <= int(du.stdout.split()[0])
     assert "total" in cache(env, "size").stdout
+
+
+def test_every_program_links_the_caches_one_copy_of_the_shim(filled, tmp_path):
+    # the processes of every program then map one file: the page cache
+    # holds its pages once, and they share them
+    env, _ = filled
+    other = tmp_path / "myecho"
+    shutil.copy2("/usr/bin/echo", other)
+    ferry("run", "-o", tmp_path / "run2", "--", other, "hi", env=env, check=True)
+    entries = listed(env)
+    (shim,) = [e for e in entries if e["kind"] == "shim"]
+    assert not shim["problems"] and shim["what"] == "libferry.so", shim
+    programs = [Path(e["path"]) for e in entries if e["kind"] == "program"]
+    linked = [p for d in programs for p in [d / "libferry.so", *d.glob("glibc-hwcaps/*/libferry.so")]]
+    assert len(programs) == 2 and len(linked) >= 2, linked
+    assert {p.stat().st_ino for p in linked} == {(Path(shim["path"]) / "libferry.so").stat().st_ino}
+
+
+def test_a_shim_of_another_build_is_pruned(filled):
+    env, _ = filled
+    old = Path(env["FERRY_CACHE"], "shims", "0" * 64)
+    old.mkdir(parents=True)
+    (old / "libferry.so").write_bytes(b"\x7fELF")
+    (entry,) = [e for e in listed(env) if e["path"] == str(old)]
+    assert entry["kind"] == "shim" and any("another build" in p for p in entry["problems"])
+    cache(env, "prune")
+    assert not old.exists()
+    assert [e for e in listed(env) if e["kind"] == "shim"]    # the current one stays
 
 
 def test_a_changed_program_is_found_and_pruned(filled):
