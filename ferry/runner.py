@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 from . import __version__, catchdata, runindex, runlock, staging
+from .base import folios
 from .base.errors import FerryError
+from .rewriter import cache
 from .rewriter.manifest import write_json
 
 DEFAULT_DIR = "ferry.data"
@@ -202,7 +204,6 @@ def finish_info(info, started, exit_=None, ended=None):
 def _is_cached_image(path):
     """A file the image cache made (a rewritten program or module), or one it
     has a plan for: its caught sites are the ones the rewriter could not patch."""
-    from .rewriter import cache
     try:
         return (Path(path).resolve().is_relative_to(cache.root().resolve())
                 or (cache.root() / "plans" / cache.exec_key(path)).is_file())
@@ -377,6 +378,9 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
     # What can fail for want of a part (the shim) fails before the run
     # directory is touched.
     env = _program_env(launch, profile, Path(out_dir).absolute())
+    # the images the programs' processes map, in large folios again after a
+    # reboot, where they were read back in 4 KiB pages (base/folios.py)
+    folios.warm(cache.linked_images(), cache.root())
     out_dir, rotation = _open_run_dir(out_dir, launch.manifest, profile, stage)
     lock, child = None, []
     try:

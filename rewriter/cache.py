@@ -47,7 +47,7 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
-from ..base import atomic
+from ..base import atomic, folios
 from .layout import FORMAT
 
 
@@ -91,8 +91,36 @@ def shim_copy(shim):
     target = root() / "shims" / sha256_file(shim) / Path(shim).name
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_with(target, lambda tmp: shutil.copyfile(shim, tmp), os.stat(shim).st_mode & 0o777)
+        atomic.write_with(target, lambda tmp: (shutil.copyfile(shim, tmp), settle(tmp)),
+                          os.stat(shim).st_mode & 0o777)
     return target
+
+
+def linked_images():
+    """The files of the cache that program directories link: the shim and
+    the rewritten libraries, which every enabled process of those programs
+    maps (a file of the cache that more than one name leads to)."""
+    def files(d, depth):
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            return
+        for e in entries:
+            if e.name.startswith(".") or e.name in ("module.json", "plan", "copies"):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                if depth:
+                    yield from files(e.path, depth - 1)
+            elif e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_nlink > 1:
+                yield Path(e.path)
+    r = root()
+    yield from files(r / "shims", 1)
+    yield from files(r / "modules", 2)      # modules/<sha>/<name>, modules/<sha>/origin-<h>/<name>
+
+
+def settle(path):
+    """A new image of the cache put in the page cache in large folios."""
+    folios.settle(path, root())
 
 
 def sha256_file(path):

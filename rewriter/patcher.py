@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import keystone
 import lief
 
-from ..base import atomic
-from . import layout, plan, room, trampoline
+from ..base import atomic, folios
+from . import cache, layout, plan, room, trampoline
 from ..base.errors import FerryError
 
 _TRAMP_ALIGN = 16
@@ -225,6 +225,8 @@ def rewrite(image, sites, cmap, out_path, changes, embed=None):
         _apply_dynamic(binary, changes)
     if embed is not None:
         embed(binary)
-    atomic.write_with(out_path, lambda tmp: _write_isolated(binary, tmp, image.path),
+    in_cache = os.path.realpath(out_path).startswith(os.path.realpath(cache.root()) + os.sep)
+    atomic.write_with(out_path, lambda tmp: (_write_isolated(binary, tmp, image.path),
+                                             cache.settle(tmp) if in_cache else folios.settle(tmp)),
                       os.stat(image.path).st_mode & 0o777)
     return plan.encode(tramp_base, bytes(code), ctl_base, ctl, module_refs, windows)

@@ -1,0 +1,121 @@
+"""Ferry's images kept in the page cache in large folios.
+
+Every enabled process maps the shim and the rewritten libraries (libc above
+all) and unmaps them at its exit.  The kernel's work for that (fault-around
+mapping the file's cached pages, the exit unmapping them, the reverse-map
+counts) goes by folio, not by page.  A file written in large pieces is
+cached in large folios; one the kernel read back once it had left the cache
+(a reboot, memory pressure), by ld.so's reads and faults, in 4 KiB pages.
+What a `posix_spawn` of an enabled /bin/true costs above native depends on
+it by tens of microseconds (docs/start.md).  The system's own libraries
+(ld.so, the programs) are cached as they were read, for every process,
+enabled or not.
+
+`settle(path)`: a file just written is written back, dropped from the cache
+and read back through a mapping marked MADV_HUGEPAGE, whose faults the
+kernel serves with large folios (readahead of the huge page's order) where
+the file system allows.  `warm(paths, marker_dir)`: the same, once per boot,
+for those of `paths` that a program directory links (the shim, the
+rewritten libraries): after a reboot they are read back in 4 KiB pages by
+the first process that maps them.  Which files were done this boot is kept
+in `<marker_dir>/folios-<boot id>`, "dev:inode" a line.  The page cache does
+not say how large its folios are to an unprivileged process; a file evicted
+and read back again within a boot (memory pressure) stays in 4 KiB pages
+until the next.  Where the kernel cannot (transparent huge pages off, no
+MADV_POPULATE_READ before Linux 5.14), only the files' pages are read.
+"""
+import mmap
+import os
+from pathlib import Path
+
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+
+
+def _read_back(fd, size):
+    """Drop what the cache holds of the open file (what no process maps),
+    then read it all back through a mapping marked for huge pages."""
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE)
+            m.madvise(MADV_POPULATE_READ)
+        except OSError:
+            pass    # no transparent huge pages, or an older kernel: the faults read it
+
+
+def _marker(marker_dir):
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    return Path(marker_dir) / f"folios-{boot}"
+
+
+def _remember(marker, keys):
+    """Add `keys` to this boot's marker (O_APPEND: lines of writers at once
+    do not mix); the markers of earlier boots go."""
+    if marker is None or not keys:
+        return
+    try:
+        fresh = not marker.exists()
+        with open(marker, "a") as f:
+            f.write("".join(f"{k}\n" for k in keys))
+        if fresh:
+            for old in marker.parent.glob("folios-*"):
+                if old != marker:
+                    old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def settle(path, marker_dir=None):
+    """Put the file at `path`, just written, in the page cache in large folios."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if st.st_size:
+            os.fdatasync(fd)    # dirty pages are not dropped
+            _read_back(fd, st.st_size)
+            if marker_dir is not None:
+                _remember(_marker(marker_dir), [f"{st.st_dev}:{st.st_ino}"])
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def warm(paths, marker_dir):
+    """Read back in large folios, once per boot, those of `paths` that a
+    program directory links (more than one name); returns them."""
+    marker = _marker(marker_dir)
+    if marker is None or not os.access(marker_dir, os.W_OK):
+        return []   # with nothing to say what was done, it would be done at every run
+    try:
+        done = set(marker.read_text().split())
+    except OSError:
+        done = set()
+    warmed, keys = [], []
+    for path in paths:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            key = f"{st.st_dev}:{st.st_ino}"
+            if st.st_nlink < 2 or not st.st_size or key in done or (st.st_mode & 0o170000) != 0o100000:
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) == (st.st_dev, st.st_ino):
+                _read_back(fd, st.st_size)
+                warmed.append(path)
+                keys.append(key)
+                done.add(key)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    _remember(marker, keys)
+    return warmed
