@@ -15,15 +15,18 @@ enabled or not.
 and read back through a mapping marked MADV_HUGEPAGE, whose faults the
 kernel serves with large folios (readahead of the huge page's order) where
 the file system allows.  `warm(paths, marker_dir)`: the same, once per boot,
-for those of `paths` that a program directory links (the shim, the
-rewritten libraries): after a reboot they are read back in 4 KiB pages by
-the first process that maps them.  Which files were done this boot is kept
+for those of `paths` in use (the shim and the rewritten libraries, which
+program directories link; the patched text a preloaded shim made from a
+plan, once a process mapped it): after a reboot they are read back in 4 KiB
+pages by the first process that maps them.  Which files were done this boot is kept
 in `<marker_dir>/folios-<boot id>`, "dev:inode" a line.  The page cache does
 not say how large its folios are to an unprivileged process; a file evicted
 and read back again within a boot (memory pressure) stays in 4 KiB pages
 until the next.  Where the kernel cannot (transparent huge pages off, no
 MADV_POPULATE_READ before Linux 5.14), only the files' pages are read.
 """
+import ctypes
+import functools
 import mmap
 import os
 from pathlib import Path
@@ -87,9 +90,39 @@ def settle(path, marker_dir=None):
         os.close(fd)
 
 
-def warm(paths, marker_dir):
-    """Read back in large folios, once per boot, those of `paths` that a
-    program directory links (more than one name); returns them."""
+def _cached_any(fd, size):
+    """Whether any page of the open file is in the page cache: mincore of a
+    mapping never touched, which reads nothing in (a read with RWF_NOWAIT
+    starts the readahead it does not wait for)."""
+    libc, pages = _libc(), -(-size // mmap.PAGESIZE)
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        return False
+    try:
+        vec = ctypes.create_string_buffer(pages)
+        return libc.mincore(addr, size, vec) == 0 and any(b & 1 for b in vec.raw)
+    finally:
+        libc.munmap(addr, size)
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def warm(paths, marker_dir, in_use="linked"):
+    """Read back in large folios, once per boot, those of `paths` in use;
+    returns them.  `in_use`: "linked", a file a program directory links
+    (more than one name: the shim, the rewritten libraries), which the next
+    process maps whether it is cached or not; "cached", one the page cache
+    holds at least in part (the patched text a preloaded shim made from a
+    plan, which a process mapped this boot)."""
     marker = _marker(marker_dir)
     if marker is None or not os.access(marker_dir, os.W_OK):
         return []   # with nothing to say what was done, it would be done at every run
@@ -102,13 +135,16 @@ def warm(paths, marker_dir):
         try:
             st = os.stat(path, follow_symlinks=False)
             key = f"{st.st_dev}:{st.st_ino}"
-            if st.st_nlink < 2 or not st.st_size or key in done or (st.st_mode & 0o170000) != 0o100000:
+            if not st.st_size or key in done or (st.st_mode & 0o170000) != 0o100000 or \
+                    (in_use == "linked" and st.st_nlink < 2):
                 continue
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue
         try:
-            if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) == (st.st_dev, st.st_ino):
+            now = os.fstat(fd)
+            same = (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+            if same and (in_use == "linked" or _cached_any(fd, st.st_size)):
                 _read_back(fd, st.st_size)
                 warmed.append(path)
                 keys.append(key)

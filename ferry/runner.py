@@ -379,8 +379,10 @@ def run(argv, profile, out_dir=DEFAULT_DIR, progress=None, index=True, stage=Tru
     # directory is touched.
     env = _program_env(launch, profile, Path(out_dir).absolute())
     # the images the programs' processes map, in large folios again after a
-    # reboot, where they were read back in 4 KiB pages (base/folios.py)
+    # reboot, where they were read back in 4 KiB pages (base/folios.py);
+    # the text patched from plans once a process of this boot mapped it
     folios.warm(cache.linked_images(), cache.root())
+    folios.warm(cache.plan_texts(), cache.root(), in_use="cached")
     out_dir, rotation = _open_run_dir(out_dir, launch.manifest, profile, stage)
     lock, child = None, []
     try:

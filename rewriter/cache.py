@@ -118,6 +118,18 @@ def linked_images():
     yield from files(r / "modules", 2)      # modules/<sha>/<name>, modules/<sha>/origin-<h>/<name>
 
 
+def plan_texts():
+    """The patched text and trampolines preloaded shims made from plans
+    (plans/<plan>.<ino>-<mtime_ns>@<dist>[.tramp])."""
+    try:
+        entries = list(os.scandir(root() / "plans"))
+    except OSError:
+        return
+    for e in entries:
+        if "@" in e.name and not e.name.startswith(".") and e.is_file(follow_symlinks=False):
+            yield Path(e.path)
+
+
 def settle(path):
     """A new image of the cache put in the page cache in large folios."""
     folios.settle(path, root())

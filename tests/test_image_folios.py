@@ -77,6 +77,12 @@ def test_the_images_are_read_back_once_a_boot_and_no_more(filled):
     shutil.copy2(images[0], lone)
     marker.unlink()
     assert lone not in folios.warm([*images, lone], root)
+    # text patched from a plan: read back once a process of this boot mapped it
+    _evict(lone)
+    assert folios.warm([lone], root, in_use="cached") == []
+    lone.read_bytes()
+    assert folios.warm([lone], root, in_use="cached") == [lone]
+    assert folios.warm([lone], root, in_use="cached") == []
 
 
 def _kernel_gives_large_folios(tmp_path):
