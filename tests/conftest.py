@@ -133,6 +133,16 @@ def read_record(rec, size=None):
         return f.read(size)
 
 
+def evict(path):
+    """`path`'s pages out of the page cache (written back first)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def pages_with_data(path, start, end):
     """The pages (file offset // 4096) of [start, end) of the sparse file at
     `path` that hold data."""

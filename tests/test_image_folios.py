@@ -11,18 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ferry
+from conftest import evict, ferry
 from ferry.base import folios
 from ferry.rewriter import cache
-
-
-def _evict(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def _pages_in_large_folios(path):
@@ -78,7 +69,7 @@ def test_the_images_are_read_back_once_a_boot_and_no_more(filled):
     marker.unlink()
     assert lone not in folios.warm([*images, lone], root)
     # text patched from a plan: read back once a process of this boot mapped it
-    _evict(lone)
+    evict(lone)
     assert folios.warm([lone], root, in_use="cached") == []
     lone.read_bytes()
     assert folios.warm([lone], root, in_use="cached") == [lone]
@@ -105,7 +96,7 @@ def test_images_read_back_in_small_pages_after_a_reboot_are_read_back_in_large_f
     # out of the cache, then read back by ld.so and the faults of a process
     # that maps them: in 4 KiB pages
     for image in images:
-        _evict(image)
+        evict(image)
     libs = next(p for p in images if p.name == "libc.so.6")
     shim = next(p for p in images if p.name == "libferry.so")
     subprocess.run(["/bin/true"], env=dict(os.environ, LD_LIBRARY_PATH=str(libs.parent),

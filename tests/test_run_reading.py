@@ -7,20 +7,10 @@ import subprocess
 
 import pytest
 
-from conftest import ferry
+from conftest import evict, ferry
 from ferry import procfile
 from ferry.base.syscall_table import NUMBERS
 from ferry.rundata import load_run
-
-
-def _evict(path):
-    """`path`'s pages out of the page cache (written back first)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def _resident(path):
@@ -42,7 +32,7 @@ def test_reading_a_run_leaves_its_holes_unread(tmp_path):
     files = sorted((run_dir / "proc").glob("*.ferry"))
     assert files
     for f in files:
-        _evict(f)
+        evict(f)
         assert _resident(f) == 0
     model = load_run(run_dir)
     assert len(model["processes"]) >= 4
