@@ -57,6 +57,14 @@ own system calls per command (every record's tally).  Private_Dirty of
 libc's text is read from /proc/PID/smaps of a process that waits on a pipe,
 natively and enabled.
 
+The same C loop is also run under trace with the cache's images (the shim,
+the rewritten libc) in the page cache as ld.so reads them back once they
+left it (after a reboot: in 4 KiB pages), alternated with the state Ferry
+keeps them in (large folios, base/folios.py) in every round:
+`small_pages_driver_us`, `small_pages_driver_cpu_us` (trace above native).
+A fresh cache, as this bench makes, is in the second state; a user's after
+a reboot was in the first until `ferry run` read the images back.
+
 The floor under any design that preloads its runtime: the spawn loop run
 natively with an empty shared library in LD_PRELOAD (built here), timed in
 every round beside the native loop.  What one more library costs each
@@ -81,6 +89,7 @@ environment built (`hook_env`), the record's slot open (`hook_slot`), its
 block packed (`hook_packed`) and the record written (`hook_write`).
 """
 import json
+import mmap
 import os
 import re
 import shutil
@@ -92,6 +101,8 @@ import time
 from pathlib import Path
 
 from ferry import procfile
+from ferry.base import folios
+from ferry.rewriter import cache
 
 ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
@@ -184,6 +195,20 @@ def make_driver(top):
     exe = top / "spawn_driver"
     subprocess.run(["cc", "-O2", "-o", str(exe), str(ROOT / "bench" / "spawn_driver.c")], check=True)
     return exe
+
+
+def in_small_pages(images):
+    """The images out of the page cache, then read back as a process's
+    faults read a file that left it (no MADV_HUGEPAGE): in 4 KiB pages."""
+    for p in images:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            with mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ) as m:
+                m.madvise(folios.MADV_POPULATE_READ)
+        finally:
+            os.close(fd)
 
 
 def driven(argv, env):
@@ -418,7 +443,9 @@ def main():
         driver = [str(make_driver(work)), str(DRIVER_SPAWNS), "/bin/true"]
         ferry_run(driver, "trace", work / "warm", env)
         preload_env = dict(env, LD_PRELOAD=str(make_empty_library(work)))
-        drives = {m: [] for m in ("native", "preload", "trace")}
+        drives = {m: [] for m in ("native", "preload", "trace", "small")}
+        os.environ["FERRY_CACHE"] = env["FERRY_CACHE"]      # cache.linked_images() of this cache
+        images = list(cache.linked_images())
         times = {(n, m): [] for n in loads for m in ("native", "strace") + modes}
         times[("spawn", "preload")] = []
         empty = ["sh", "-c", EMPTY_LOOP]
@@ -436,10 +463,15 @@ def main():
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             cpu_order = cpu_modes[r % len(cpu_modes):] + cpu_modes[:r % len(cpu_modes)]
             cpu["native"].append(spawn_cpu(None, None, env))
-            for m in list(drives)[r % 3:] + list(drives)[:r % 3]:
+            for m in list(drives)[r % 4:] + list(drives)[:r % 4]:
                 argv, denv = ((driver, env) if m == "native" else (driver, preload_env) if m == "preload"
-                              else _under("trace", work / "run-driver", env, driver))
+                              else _under("trace", work / f"run-driver-{m}", env, driver))
+                if m == "small":
+                    in_small_pages(images)
                 drives[m].append(driven(argv, denv))
+                if m == "small":
+                    for p in images:
+                        folios.settle(p)
             for mode in cpu_order:
                 cpu[mode].append(spawn_cpu(mode, work / f"cpu-{mode}", env))
             for name, cmd in loads.items():
@@ -508,7 +540,12 @@ def main():
               f"the empty library preloaded {drive['preload'][0]:.0f}/{drive['preload'][1]:.0f}, "
               f"trace {drive['trace'][0]:.0f}/{drive['trace'][1]:.0f}: trace above native "
               f"{driver_us:.0f}/{driver_cpu_us:.0f}, the library's floor {driver_floor_us:.0f}")
-        dparts = breakdown(work / "run-driver")
+        small_us = paired([w for w, _ in drives["small"]], [w for w, _ in drives["native"]])
+        small_cpu_us = paired([c for _, c in drives["small"]], [c for _, c in drives["native"]])
+        print(f"the same under trace with the shim and the rewritten libc in 4 KiB pages of the page "
+              f"cache (read back as after a reboot): {drive['small'][0]:.0f}/{drive['small'][1]:.0f}, "
+              f"above native {small_us:.0f}/{small_cpu_us:.0f}")
+        dparts = breakdown(work / "run-driver-trace")
         print("start of one /bin/true a C loop's posix_spawn started (median µs): " +
               ", ".join(f"{k} {v:.1f}" for k, v in dparts.items()))
         whole = median([w for w, _ in walls["spawn"]])
@@ -548,7 +585,8 @@ def main():
               f"shim_calls_per_process={calls_per:.1f} "
               f"wall_spawn_ratio={wall_ratio:.2f} after_us_per_process={after_us:.0f} "
               f"driver_us={driver_us:.0f} driver_cpu_us={driver_cpu_us:.0f} "
-              f"driver_floor_us={driver_floor_us:.0f}{baseline}")
+              f"driver_floor_us={driver_floor_us:.0f} small_pages_driver_us={small_us:.0f} "
+              f"small_pages_driver_cpu_us={small_cpu_us:.0f}{baseline}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
