@@ -37,6 +37,8 @@ FORMAT, so a changed file or a newer planner never gets a stale image:
                                                 only one that carries itself: a child
                                                 never runs a stale shim after a rebuild,
                                                 nor another build's sharing the cache
+    <root>/folios-<boot id>                     the images read back in large folios
+                                                since this machine booted (base/folios.py)
 
 The root is $FERRY_CACHE, else $XDG_CACHE_HOME/ferry, else ~/.cache/ferry.
 """
