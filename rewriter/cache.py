@@ -91,7 +91,11 @@ def shim_copy(shim):
     they share, where each program had a copy of its own (a megabyte of
     disk each, its pages read and cached again for each program)."""
     target = root() / "shims" / sha256_file(shim) / Path(shim).name
-    if not target.is_file():
+    try:
+        whole = target.stat().st_size == os.stat(shim).st_size
+    except OSError:
+        whole = False
+    if not whole:   # not made yet, or cut short since: program directories made from now on link a new one
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_with(target, lambda tmp: (shutil.copyfile(shim, tmp), settle(tmp)),
                           os.stat(shim).st_mode & 0o777)

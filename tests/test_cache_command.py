@@ -92,6 +92,20 @@ def test_every_program_links_the_caches_one_copy_of_the_shim(filled, tmp_path):
     assert {p.stat().st_ino for p in linked} == {(Path(shim["path"]) / "libferry.so").stat().st_ino}
 
 
+def test_a_copy_of_the_shim_cut_short_is_not_linked_again(filled, tmp_path):
+    env, _ = filled
+    (shim,) = [e for e in listed(env) if e["kind"] == "shim"]
+    copy = Path(shim["path"]) / "libferry.so"
+    whole = copy.stat().st_size
+    os.truncate(copy, 4096)
+    other = tmp_path / "myecho"
+    shutil.copy2("/usr/bin/echo", other)
+    r = ferry("run", "-o", tmp_path / "run2", "--", other, "hi", env=env, check=True)
+    assert r.stdout.strip() == "hi"
+    made = [Path(e["path"]) for e in listed(env) if e["kind"] == "program" and e["what"] == str(other)]
+    assert made and (made[0] / "libferry.so").stat().st_size == whole
+
+
 def test_a_shim_of_another_build_is_pruned(filled):
     env, _ = filled
     old = Path(env["FERRY_CACHE"], "shims", "0" * 64)
