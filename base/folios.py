@@ -72,7 +72,9 @@ def _remember(marker, keys):
 
 
 def settle(path, marker_dir=None):
-    """Put the file at `path`, just written, in the page cache in large folios."""
+    """Put the file at `path`, just written, in the page cache in large folios
+    (and say so in `marker_dir`'s marker, when it has one: an image written
+    elsewhere, `ferry instrument -o DIR`, is a line that no scan asks for)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:

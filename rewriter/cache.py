@@ -97,7 +97,7 @@ def shim_copy(shim):
         whole = False
     if not whole:   # not made yet, or cut short since: program directories made from now on link a new one
         target.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_with(target, lambda tmp: (shutil.copyfile(shim, tmp), settle(tmp)),
+        atomic.write_with(target, lambda tmp: (shutil.copyfile(shim, tmp), folios.settle(tmp, root())),
                           os.stat(shim).st_mode & 0o777)
     return target
 
@@ -134,11 +134,6 @@ def plan_texts():
     for e in entries:
         if "@" in e.name and not e.name.startswith(".") and e.is_file(follow_symlinks=False):
             yield Path(e.path)
-
-
-def settle(path):
-    """A new image of the cache put in the page cache in large folios."""
-    folios.settle(path, root())
 
 
 def sha256_file(path):

@@ -225,8 +225,7 @@ def rewrite(image, sites, cmap, out_path, changes, embed=None):
         _apply_dynamic(binary, changes)
     if embed is not None:
         embed(binary)
-    in_cache = os.path.realpath(out_path).startswith(os.path.realpath(cache.root()) + os.sep)
     atomic.write_with(out_path, lambda tmp: (_write_isolated(binary, tmp, image.path),
-                                             cache.settle(tmp) if in_cache else folios.settle(tmp)),
+                                             folios.settle(tmp, cache.root())),
                       os.stat(image.path).st_mode & 0o777)
     return plan.encode(tramp_base, bytes(code), ctl_base, ctl, module_refs, windows)

@@ -37,19 +37,15 @@ def _pages_in_large_folios(path):
 
 
 @pytest.fixture
-def filled(tmp_path):
+def filled(tmp_path, monkeypatch):
     """(env, program, the linked images): a private cache holding a copy of
     `true` rewritten, run once."""
-    env = dict(os.environ, FERRY_CACHE=str(tmp_path / "cache"))
+    monkeypatch.setenv("FERRY_CACHE", str(tmp_path / "cache"))
+    env = dict(os.environ)
     program = tmp_path / "mytrue"
     shutil.copy2("/usr/bin/true", program)
     ferry("run", "-o", tmp_path / "run", "--", program, env=env, check=True)
-    old = os.environ.get("FERRY_CACHE")
-    os.environ["FERRY_CACHE"] = env["FERRY_CACHE"]
-    try:
-        images = sorted(cache.linked_images())
-    finally:
-        os.environ.pop("FERRY_CACHE") if old is None else os.environ.update(FERRY_CACHE=old)
+    images = sorted(cache.linked_images())
     names = sorted(p.name for p in images)
     assert "libferry.so" in names and "libc.so.6" in names, images
     return env, program, images

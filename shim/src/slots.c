@@ -274,20 +274,27 @@ struct ferry_proc_header *ferry_slot_map(const char *dir, uint32_t uid, uint64_t
     return 0;
 }
 
-int ferry_slot_take(uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot)
+/* `count` slots of those a packed word (`ahead`, `exec_slot`) holds, taken
+ * with a compare-and-swap (vfork children of several threads take at once). */
+static int take_from(uint64_t *from, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot)
 {
     if (!cur.valid || cur.uid != uid || cur.stride != stride)
         return -ENOENT;
-    uint64_t a = __atomic_load_n(&ahead, __ATOMIC_RELAXED);
+    uint64_t a = __atomic_load_n(from, __ATOMIC_RELAXED);
     for (;;) {
         if (!a || AHEAD_FILE(a) != cur.file || AHEAD_NEXT(a) + count > AHEAD_END(a))
             return -ENOENT;
         uint64_t taken = AHEAD(AHEAD_FILE(a), AHEAD_NEXT(a) + count, AHEAD_END(a));
-        if (__atomic_compare_exchange_n(&ahead, &a, taken, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        if (__atomic_compare_exchange_n(from, &a, taken, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             break;
     }
     *slot = (struct ferry_slot){cur.file, AHEAD_NEXT(a), FERRY_SLOTS_HEAD + AHEAD_NEXT(a) * stride};
     return 0;
+}
+
+int ferry_slot_take(uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot)
+{
+    return take_from(&ahead, uid, stride, count, slot);
 }
 
 /* `count` slots from those claimed ahead, if they hold as many: the
@@ -353,8 +360,7 @@ void ferry_slots_after_fork(void)
 {
     ahead = 0;
     ahead_children = 0;
-    if (exec_slot)
-        exec_slot = 0;
+    exec_slot = 0;
 }
 
 int ferry_slot_reserve(const char *dir, uint32_t uid, uint64_t stride, uint32_t count, struct ferry_slot *slot)
@@ -376,18 +382,13 @@ void ferry_slots_given(const struct ferry_slot *slot, uint32_t uid, uint64_t str
 
 int ferry_slot_exec_left(void)
 {
-    return __atomic_load_n(&exec_slot, __ATOMIC_RELAXED) != 0;
+    uint64_t a = __atomic_load_n(&exec_slot, __ATOMIC_RELAXED);
+    return a && AHEAD_NEXT(a) < AHEAD_END(a);
 }
 
 int ferry_slot_take_exec(uint32_t uid, uint64_t stride, struct ferry_slot *slot)
 {
-    if (!cur.valid || cur.uid != uid || cur.stride != stride)
-        return -ENOENT;
-    uint64_t a = __atomic_exchange_n(&exec_slot, 0, __ATOMIC_RELAXED);
-    if (!a || AHEAD_FILE(a) != cur.file)
-        return -ENOENT;
-    *slot = (struct ferry_slot){cur.file, AHEAD_NEXT(a), FERRY_SLOTS_HEAD + AHEAD_NEXT(a) * stride};
-    return 0;
+    return take_from(&exec_slot, uid, stride, 1, slot);
 }
 
 int ferry_slot_reopen(const char *dir, uint32_t uid, const struct ferry_slot *slot, struct ferry_tally *tally,

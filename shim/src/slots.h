@@ -90,8 +90,9 @@ int ferry_slot_reserve(const char *dir, uint32_t uid, uint64_t stride, uint32_t 
  * took for it (from `slot`); `hint` gets the first, for its own record,
  * and the second is kept for the program it may exec. */
 void ferry_slots_given(const struct ferry_slot *slot, uint32_t uid, uint64_t stride, struct ferry_slot_hint *hint);
-/* Whether that second slot is still there, and it taken (0, or -ENOENT). */
+/* Whether that second slot is still there. */
 int ferry_slot_exec_left(void);
+/* It taken: 0, or -ENOENT. */
 int ferry_slot_take_exec(uint32_t uid, uint64_t stride, struct ferry_slot *slot);
 
 /* The file of a slot, open for writing, or -errno; `sized`: the slot was
