@@ -9,7 +9,8 @@ Four workloads, each natively, under `ferry run -p off|count|trace` and under
   configure script is made once with autoconf, then run each round);
 * bash: the spawn loop run by bash, which forks for each command where sh
   (dash) vforks (configure runs itself again under bash): `bash_spawn_ratio`,
-  and its page faults per command (`bash_faults_per_process`).
+  its page faults per command (`bash_faults_per_process`) and the exec
+  hook's span in the fork child (`bash_exec_hook_us`).
 
 With SPAWN_BASELINE_SHIM=<another libferry.so>, trace mode also runs with
 that shim, alternated with the current one in every round, and the RESULT
@@ -500,6 +501,13 @@ def main():
         parts = breakdown(work / "spans")
         print("start of one /bin/true under trace (median µs): " +
               ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
+        # bash's commands: the exec hook runs in a fork child, on bash's stack
+        hook = {m: NAN for m in ("trace",) + (("baseline",) if BASELINE else ())}
+        for mode in hook if "bash" in loads else ():
+            ferry_run(loads["bash"], mode, work / f"bash-spans-{mode}", env)
+            hook[mode] = breakdown(work / f"bash-spans-{mode}").get("exec_hook", NAN)
+        print("the exec hook of a command bash forked (median µs): " +
+              ", ".join(f"{m} {v:.1f}" for m, v in hook.items()))
         # counts per command, above what the same loop of no command costs
         empty = "i=0; while [ $i -lt 0 ]; do /bin/true; i=$((i+1)); done"
         faults = {m: (spawn_faults(m, work / "faults", env) -
@@ -563,6 +571,7 @@ def main():
             f" baseline_configure_ratio={ratio('configure', 'baseline'):.2f}"
             f" baseline_bash_spawn_ratio={ratio('bash', 'baseline'):.2f}"
             f" baseline_per_process_us={per_mode['baseline']:.0f}"
+            f" baseline_bash_exec_hook_us={hook['baseline']:.1f}"
             f" baseline_cpu_per_process_us={cpu_us['baseline']:.0f}")
         print(f"RESULT spawn_ratio={ratio('spawn', 'trace'):.2f} "
               f"build_ratio={ratio('build', 'trace'):.2f} "
@@ -582,6 +591,7 @@ def main():
               f"bash_spawn_ratio={ratio('bash', 'trace'):.2f} "
               f"bash_faults_per_process={bash_faults['trace']:.1f} "
               f"native_bash_faults_per_process={bash_faults[None]:.1f} "
+              f"bash_exec_hook_us={hook['trace']:.1f} "
               f"shim_calls_per_process={calls_per:.1f} "
               f"wall_spawn_ratio={wall_ratio:.2f} after_us_per_process={after_us:.0f} "
               f"driver_us={driver_us:.0f} driver_cpu_us={driver_cpu_us:.0f} "
