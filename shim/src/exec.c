@@ -505,7 +505,12 @@ static int add_var(const char *name, const char *ours, const char *old, int ours
  * environment (this machine's shells: 40-60 entries) in one batch, one
  * getpid and two reads; 32 took two of each. */
 #define ENV_BATCH 64
-#define ENV_HEAD 64
+#define ENV_HEAD 32
+/* A head is what tells Ferry's settings (and LD_PRELOAD=, LD_LIBRARY_PATH=)
+ * from the rest: every setting's name and its '=' must fit before the NUL
+ * build_env puts at its end (a string too long for its array is an error).
+ * 64 took a bash fork child's hook two pages of stack more, two faults. */
+_Static_assert(sizeof((const char[][ENV_HEAD - 2]){FERRY_SETTINGS}) > 0, "every setting fits a head");
 /* The heads of a batch are read in one piece when they lie within this
  * many bytes of each other (a kernel-made environment lies back to back on
  * the stack): each piece read costs the kernel a page lookup, and 32 of
@@ -660,8 +665,6 @@ static int read_env_batch(char *const *array, size_t from, struct env_batch *b, 
     if (got < (long)sizeof(char *))
         return -1;
     size_t want = (size_t)got / sizeof(char *);
-    struct iovec lv[ENV_BATCH], rv[ENV_BATCH];
-    long total = 0;
     b->count = 0;
     b->last = 0;
     for (size_t i = 0; i < want; i++) {
@@ -672,13 +675,17 @@ static int read_env_batch(char *const *array, size_t from, struct env_batch *b, 
         }
         long len = 4096 - (long)((uintptr_t)p & 4095);
         b->len[i] = len < ENV_HEAD ? len : ENV_HEAD;
-        lv[i] = (struct iovec){b->head[i], (size_t)b->len[i]};
-        rv[i] = (struct iovec){p, (size_t)b->len[i]};
-        total += b->len[i];
         b->count++;
     }
     if (read_heads_at_once(pid, b, span))
         return 0;
+    struct iovec lv[ENV_BATCH], rv[ENV_BATCH];
+    long total = 0;
+    for (size_t i = 0; i < b->count; i++) {
+        lv[i] = (struct iovec){b->head[i], (size_t)b->len[i]};
+        rv[i] = (struct iovec){b->ptr[i], (size_t)b->len[i]};
+        total += b->len[i];
+    }
     if (b->count && ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)b->count, (long)rv,
                                (long)b->count, 0) != total)
         return -1;
