@@ -449,13 +449,18 @@ enum env_kind {
 };
 
 struct env_extra {
-    char preload[2100], libpath[2100];
-    char was_preload[1100], was_libpath[1100];
     char exe[64];   /* FERRY_EXE=<dev>:<ino> (exepath.h), or "" */
     char slot[96];  /* FERRY_SLOT=..., filled in once the slot is claimed (store.h) */
     int slot_used;  /* the environment built last holds `slot` */
     char *span;   /* ENV_SPAN bytes for reading the environment (NULL: none) */
     struct env_prefetch *pre;  /* the array's first pointers, read with the path */
+    /* LD_PRELOAD and LD_LIBRARY_PATH as the new program gets them, and
+     * their markers, one after the other from the start: in a fork child
+     * the hook runs on the program's stack, and each page it writes there
+     * is a fault (a buffer of its own for each, sized for the longest, put
+     * them on as many pages) */
+    size_t vars_used;
+    char vars[2 * 2100 + 2 * 1100];
 };
 
 /* The environment built last's FERRY_SLOT entry, for the store to fill in,
@@ -468,10 +473,11 @@ static char *slot_entry(struct env_extra *x)
 /* "NAME=ours[:old]" into `dst`, or "NAME=old:ours" when `ours_last`, and
  * the marker the new program's shim uses to give NAME its old value back
  * (environ.c). */
-static int add_var(const char *name, const char *ours, const char *old, int ours_last, char *dst,
-                   size_t cap, char *marker, size_t mcap)
+static int add_var(const char *name, const char *ours, const char *old, int ours_last, struct env_extra *x,
+                   char **var, char **marker)
 {
-    struct ferry_buf b = {dst, 0, cap, 0};
+    char *dst = x->vars + x->vars_used;
+    struct ferry_buf b = {dst, 0, sizeof(x->vars) - x->vars_used, 0};
     ferry_buf_str(&b, name);
     ferry_buf_str(&b, "=");
     if (old && old[0] && ours_last) {
@@ -483,15 +489,24 @@ static int add_var(const char *name, const char *ours, const char *old, int ours
         ferry_buf_str(&b, ":");
         ferry_buf_str(&b, old);
     }
-    dst[b.overflow ? 0 : b.len] = 0;
-    struct ferry_buf m = {marker, 0, mcap, 0};
+    if (b.overflow)  /* a ferry_buf keeps room for the NUL */
+        return 0;
+    dst[b.len] = 0;
+    x->vars_used += b.len + 1;
+    char *mark = x->vars + x->vars_used;
+    struct ferry_buf m = {mark, 0, sizeof(x->vars) - x->vars_used, 0};
     ferry_buf_str(&m, "FERRY_WAS_");
     ferry_buf_str(&m, name);
     ferry_buf_str(&m, old ? "=1" : "=0");
     if (old)
         ferry_buf_str(&m, old);
-    marker[m.overflow ? 0 : m.len] = 0;
-    return !b.overflow && !m.overflow;
+    if (m.overflow)
+        return 0;
+    mark[m.len] = 0;
+    x->vars_used += m.len + 1;
+    *var = dst;
+    *marker = mark;
+    return 1;
 }
 
 /* The environment the new program gets: the program's own, less Ferry's
@@ -699,6 +714,7 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
     int have_preload = 0, have_libpath = 0;
     char old_preload[1024], old_libpath[1024];
     struct env_batch batch;
+    x->vars_used = 0;  /* what an environment built before holds is not this one's */
     for (size_t i = 0; user_envp; i += batch.count) {
         if (read_env_batch(user_envp, i, &batch, x->span, x->pre))
             return 0;
@@ -780,28 +796,28 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             ferry_buf_str(&b, shim_path);
         }
         shim[b.overflow ? 0 : b.len] = 0;
-        if (b.overflow || !add_var("LD_PRELOAD", shim, have_preload ? old_preload : 0, 0, x->preload,
-                                   sizeof(x->preload), x->was_preload, sizeof(x->was_preload)))
+        char *var, *marker;
+        if (b.overflow || !add_var("LD_PRELOAD", shim, have_preload ? old_preload : 0, 0, x, &var, &marker))
             return 0;
         if (preload_at != none)
-            out[preload_at] = x->preload;
+            out[preload_at] = var;
         else
-            out[n++] = x->preload;
-        out[n++] = x->was_preload;
+            out[n++] = var;
+        out[n++] = marker;
     }
     if (kind == ENV_LIBDIR) {
         /* The user's own directories first, as natively: the program
          * directory also links the system's libraries where ld.so looks
          * first (rewriter/instrument.py), which must not hide a library a
          * user points ld.so at. */
-        if (!add_var("LD_LIBRARY_PATH", libdir, have_libpath ? old_libpath : 0, 1, x->libpath,
-                     sizeof(x->libpath), x->was_libpath, sizeof(x->was_libpath)))
+        char *var, *marker;
+        if (!add_var("LD_LIBRARY_PATH", libdir, have_libpath ? old_libpath : 0, 1, x, &var, &marker))
             return 0;
         if (libpath_at != none)
-            out[libpath_at] = x->libpath;
+            out[libpath_at] = var;
         else
-            out[n++] = x->libpath;
-        out[n++] = x->was_libpath;
+            out[n++] = var;
+        out[n++] = marker;
     }
     out[n] = 0;
     return out;
