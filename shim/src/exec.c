@@ -470,9 +470,10 @@ static char *slot_entry(struct env_extra *x)
     return x->slot_used ? x->slot : 0;
 }
 
-/* "NAME=ours[:old]" into `dst`, or "NAME=old:ours" when `ours_last`, and
- * the marker the new program's shim uses to give NAME its old value back
- * (environ.c). */
+/* "NAME=ours[:old]", or "NAME=old:ours" when `ours_last`, and the marker
+ * the new program's shim uses to give NAME its old value back (environ.c),
+ * one after the other in x->vars after what is there (*var and *marker say
+ * where).  0 when they do not fit. */
 static int add_var(const char *name, const char *ours, const char *old, int ours_last, struct env_extra *x,
                    char **var, char **marker)
 {
@@ -524,7 +525,8 @@ static int add_var(const char *name, const char *ours, const char *old, int ours
 /* A head is what tells Ferry's settings (and LD_PRELOAD=, LD_LIBRARY_PATH=)
  * from the rest: every setting's name and its '=' must fit before the NUL
  * build_env puts at its end (a string too long for its array is an error).
- * 64 took a bash fork child's hook two pages of stack more, two faults. */
+ * Heads of 64 bytes put a fork child's hook, which runs on the program's
+ * stack, on more pages: 0.8 faults more a command of a bash loop. */
 _Static_assert(sizeof((const char[][ENV_HEAD - 2]){FERRY_SETTINGS}) > 0, "every setting fits a head");
 /* The heads of a batch are read in one piece when they lie within this
  * many bytes of each other (a kernel-made environment lies back to back on
@@ -560,8 +562,8 @@ struct env_batch {
  * Without `span` (an exec outside a vfork child, on the program's stack)
  * the piece goes into a buffer on the stack, of the window's size, within
  * ENV_SPAN_STACK: a fork child of bash, whose environment is malloc'd
- * strings, read 35 heads as 35 pieces, ~12 us of every command it ran, 1
- * as one piece and a copy, and a page or two of stack more. */
+ * strings, read 35 heads as 35 pieces, ~12 us of every command it ran,
+ * where one piece and the copies take ~1 us (and a page of stack). */
 static int read_heads_at_once(long pid, struct env_batch *b, char *span)
 {
     if (!b->count)
