@@ -597,25 +597,30 @@ def _maps_name(pid, suffix):
 def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path, shell):
     """A shell's child passes on an environment that lies mostly back to
     back; its exec hook reads the heads of the entries (to take Ferry's out)
-    as one piece and the few others apart, not one piece each (each piece
-    read costs the kernel a page lookup).  dash's child is a vfork child,
-    whose hook reads into a scratch area of its own; bash's is a fork child,
-    whose hook reads on the program's stack, and whose environment is
-    strings bash malloc'd (it read them a piece each: ~12 us of every
-    command)."""
+    in one read of a few pieces, those close together as one, not one piece
+    each (each piece read costs the kernel a page lookup).  dash's child is
+    a vfork child, whose hook reads into a scratch area of its own; bash's
+    is a fork child, whose hook reads onto the program's stack, and whose
+    environment is strings bash malloc'd (it read them a piece each: ~12 us
+    of every command; with a long variable among them, 9 pieces while the
+    heads were read as one window and the rest apart)."""
     if not shutil.which("strace"):
         pytest.skip("strace is not installed")
     if not shutil.which(shell):
         pytest.skip(f"{shell} is not installed")
     log, run_dir = tmp_path / "strace.log", tmp_path / "run"
-    env = dict(os.environ, **{f"PIECES_TEST_VAR_{i}": "x" * i for i in range(40)})
+    # the machine's long variables out (each splits a piece, below), ours in:
+    # 40 short ones, and one of 6 KiB among them, which splits one piece
+    env = {k: v for k, v in os.environ.items() if len(v) <= 256 or k == "PATH"}
+    env.update({f"PIECES_TEST_VAR_{i}": "x" * i for i in range(40)})
+    env["PIECES_TEST_VAR_20"] = "y" * 6144
     # `; :` keeps bash from running its last command in its own process
     subprocess.run(["strace", "-f", "-qq", "-e", "trace=process_vm_readv", "-o", str(log), *FERRY,
                     "run", "--no-learn", "-o", str(run_dir), "--", shell, "-c",
                     "export CHANGED=1; /bin/true; :"], env=env, check=True, capture_output=True, timeout=300)
     pieces = [int(m.group(1)) for m in re.finditer(r"\], (\d+), 0\) = \d+", log.read_text())]
-    # bash's: the window read onto the stack is smaller, and the variables
-    # bash set since it started lie apart (3 of them here); 64 a batch before
+    # bash's: the variables bash set since it started lie apart (3 of them
+    # here); 64 pieces, a batch, before
     assert pieces and max(pieces) <= (3 if shell == "sh" else 6), sorted(pieces)
 
 

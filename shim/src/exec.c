@@ -536,6 +536,8 @@ _Static_assert(sizeof((const char[][ENV_HEAD - 2]){FERRY_SETTINGS}) > 0, "every 
 /* ...and outside a vfork child, where the piece is read onto the program's
  * stack: ~40 KiB deep already (a shell's 40-60 variables take 2-3 KiB) */
 #define ENV_SPAN_STACK (8 * 1024)
+/* A head this close to the piece before it is read with it (below). */
+#define ENV_GAP 512
 _Static_assert((MAX_ENV + MAX_ARGS) * sizeof(char *) + ENV_SPAN <= 64 * 1024, "fits ferry_vfork_scratch()");
 
 struct env_prefetch {
@@ -551,24 +553,29 @@ struct env_batch {
     int last;       /* the array ends in this batch */
 };
 
-/* The heads of batch `b` in one read: those that lie within ENV_SPAN bytes
- * of each other as one piece (into `span`), each of the others on its
- * own; a shell keeps most of its environment where the kernel put it, and
- * the few it changed elsewhere.  0 when that read cannot be made whole (a
- * gap between mappings inside the span): then each head is read apart.
- * The window is found over the heads in address order (an insertion sort:
- * a kernel-made environment is in order already), one pass: trying each
- * head as the window's start against every other took ~2 us a batch.
- * Without `span` (an exec outside a vfork child, on the program's stack)
- * the piece goes into a buffer on the stack, of the window's size, within
- * ENV_SPAN_STACK: a fork child of bash, whose environment is malloc'd
+/* The heads of batch `b` in one read, into `span`, as few pieces as they
+ * make: in address order, a head that starts within ENV_GAP bytes of the
+ * end of the piece before it is read with that piece, the bytes between
+ * included; each piece costs the kernel a page lookup (~900 cycles here),
+ * a few hundred bytes more to copy much less.  A shell keeps most of its
+ * environment where the kernel put it, back to back, and the few variables
+ * it changed elsewhere; one variable of several KiB in the middle (a
+ * token, LS_COLORS) only splits a piece.  At most `cap` bytes of pieces
+ * (ENV_SPAN in a vfork child's scratch area; without `span`, an exec on
+ * the program's stack, a buffer of their size within ENV_SPAN_STACK);
+ * a head beyond them is read on its own, into its place.  0 when nothing
+ * joined (each head read apart is the same read) or the read cannot be
+ * made whole (a gap between mappings inside a piece): then each head is
+ * read apart.  A fork child of bash, whose environment is malloc'd
  * strings, read 35 heads as 35 pieces, ~12 us of every command it ran,
- * where one piece and the copies take ~1 us (and a page of stack). */
+ * where a piece and the copies take ~1 us (and a page of stack).  The
+ * heads are put in address order by an insertion sort: a kernel-made
+ * environment is in order already. */
 static int read_heads_at_once(long pid, struct env_batch *b, char *span)
 {
     if (!b->count)
         return 0;
-    const uintptr_t cap = span ? ENV_SPAN : ENV_SPAN_STACK;
+    const size_t cap = span ? ENV_SPAN : ENV_SPAN_STACK;
     uint8_t order[ENV_BATCH];
     for (size_t i = 0; i < b->count; i++) {
         size_t k = i;
@@ -576,47 +583,54 @@ static int read_heads_at_once(long pid, struct env_batch *b, char *span)
             order[k] = order[k - 1];
         order[k] = (uint8_t)i;
     }
-    /* the window of ENV_SPAN bytes that starts at a head and holds most */
-    uintptr_t lo = 0, hi = 0;
-    size_t most = 0, first = 0;
+    struct iovec lv[ENV_BATCH], rv[ENV_BATCH];
+    int32_t at[ENV_BATCH];  /* where head k's bytes lie among the pieces', -1: read apart */
+    size_t pieces = 0, used = 0;
     for (size_t j = 0; j < b->count; j++) {
-        uintptr_t end = (uintptr_t)b->ptr[order[j]] + (uintptr_t)b->len[order[j]];
-        while (end - (uintptr_t)b->ptr[order[first]] > cap)
-            first++;
-        if (j + 1 - first > most) {
-            most = j + 1 - first;
-            lo = (uintptr_t)b->ptr[order[first]];
+        size_t k = order[j];
+        uintptr_t p = (uintptr_t)b->ptr[k], end = p + (uintptr_t)b->len[k];
+        struct iovec *last = pieces ? &rv[pieces - 1] : 0;
+        uintptr_t lo = last ? (uintptr_t)last->iov_base : 0, hi = lo + (last ? last->iov_len : 0);
+        if (last && p <= hi + ENV_GAP && used + (end > hi ? end - hi : 0) <= cap) {
+            if (end > hi) {
+                used += end - hi;
+                last->iov_len = end - lo;
+            }
+            at[k] = (int32_t)(used - last->iov_len + (p - lo));
+        } else if (used + (end - p) <= cap) {
+            rv[pieces++] = (struct iovec){(void *)p, end - p};
+            at[k] = (int32_t)used;
+            used += end - p;
+        } else {
+            at[k] = -1;
         }
     }
-    for (size_t k = 0; k < b->count; k++) {
-        uintptr_t p = (uintptr_t)b->ptr[k];
-        if (p >= lo && p + (uintptr_t)b->len[k] - lo <= cap && p + (uintptr_t)b->len[k] > hi)
-            hi = p + (uintptr_t)b->len[k];
-    }
-    char own[span ? 1 : hi - lo];
+    size_t apart = 0;
+    for (size_t k = 0; k < b->count; k++)
+        apart += at[k] < 0;
+    if (pieces + apart >= b->count)
+        return 0;
+    char own[span ? 1 : used];
     if (!span)
         span = own;
-    struct iovec lv[ENV_BATCH + 1], rv[ENV_BATCH + 1];
     size_t n = 0;
-    long total = (long)(hi - lo);
-    lv[n] = (struct iovec){span, hi - lo};
-    rv[n++] = (struct iovec){(void *)lo, hi - lo};
+    long total = 0;
+    for (; n < pieces; n++) {  /* one after the other, as `at` counts them */
+        lv[n] = (struct iovec){span + total, rv[n].iov_len};
+        total += (long)rv[n].iov_len;
+    }
     for (size_t k = 0; k < b->count; k++) {
-        uintptr_t p = (uintptr_t)b->ptr[k];
-        if (p >= lo && p + (uintptr_t)b->len[k] <= hi)
+        if (at[k] >= 0)
             continue;
         lv[n] = (struct iovec){b->head[k], (size_t)b->len[k]};
-        rv[n++] = (struct iovec){(void *)p, (size_t)b->len[k]};
+        rv[n++] = (struct iovec){b->ptr[k], (size_t)b->len[k]};
         total += b->len[k];
     }
-    if (n > ENV_BATCH / 2 ||  /* scattered: no better than a piece each */
-        ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)n, (long)rv, (long)n, 0) != total)
+    if (ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)n, (long)rv, (long)n, 0) != total)
         return 0;
-    for (size_t k = 0; k < b->count; k++) {
-        uintptr_t p = (uintptr_t)b->ptr[k];
-        if (p >= lo && p + (uintptr_t)b->len[k] <= hi)
-            ferry_memcpy(b->head[k], span + (p - lo), (size_t)b->len[k]);
-    }
+    for (size_t k = 0; k < b->count; k++)
+        if (at[k] >= 0)
+            ferry_memcpy(b->head[k], span + at[k], (size_t)b->len[k]);
     return 1;
 }
 
