@@ -14,7 +14,9 @@ enabled or not.
 `settle(path)`: a file just written is written back, dropped from the cache
 and read back through a mapping marked MADV_HUGEPAGE, whose faults the
 kernel serves with large folios (readahead of the huge page's order) where
-the file system allows.  `warm(paths, marker_dir)`: the same, once per boot,
+the file system allows (`read_back(path, huge=False)` reads it back in 4
+KiB pages instead, as after a reboot: bench/spawn compares the two).
+`warm(paths, marker_dir)`: the same, once per boot,
 for those of `paths` in use (the shim and the rewritten libraries, which
 program directories link; the patched text a preloaded shim made from a
 plan, once a process mapped it): after a reboot they are read back in 4 KiB
@@ -34,13 +36,15 @@ from pathlib import Path
 MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 
 
-def _read_back(fd, size):
+def _read_back(fd, size, huge=True):
     """Drop what the cache holds of the open file (what no process maps),
-    then read it all back through a mapping marked for huge pages."""
+    then read it all back through a mapping marked for huge pages (`huge`),
+    or not: as the faults of a process read a file that left the cache."""
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
         try:
-            m.madvise(mmap.MADV_HUGEPAGE)
+            if huge:
+                m.madvise(mmap.MADV_HUGEPAGE)
             m.madvise(MADV_POPULATE_READ)
         except OSError:
             pass    # no transparent huge pages, or an older kernel: the faults read it
@@ -71,25 +75,35 @@ def _remember(marker, keys):
         pass
 
 
+def read_back(path, huge=True):
+    """The file at `path` written back, dropped from the page cache and read
+    back: in large folios (`huge`), else in 4 KiB pages, as a process's
+    faults read it after a reboot (bench/spawn measures both).  Its status,
+    or None when it is empty or could not be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not st.st_size:
+            return None
+        os.fdatasync(fd)    # dirty pages are not dropped
+        _read_back(fd, st.st_size, huge)
+        return st
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def settle(path, marker_dir=None):
     """Put the file at `path`, just written, in the page cache in large folios
     (and say so in `marker_dir`'s marker, when it has one: an image written
     elsewhere, `ferry instrument -o DIR`, is a line that no scan asks for)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        st = os.fstat(fd)
-        if st.st_size:
-            os.fdatasync(fd)    # dirty pages are not dropped
-            _read_back(fd, st.st_size)
-            if marker_dir is not None:
-                _remember(_marker(marker_dir), [f"{st.st_dev}:{st.st_ino}"])
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    st = read_back(path)
+    if st is not None and marker_dir is not None:
+        _remember(_marker(marker_dir), [f"{st.st_dev}:{st.st_ino}"])
 
 
 def _cached_any(fd, size):

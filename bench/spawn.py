@@ -90,7 +90,6 @@ environment built (`hook_env`), the record's slot open (`hook_slot`), its
 block packed (`hook_packed`) and the record written (`hook_write`).
 """
 import json
-import mmap
 import os
 import re
 import shutil
@@ -196,20 +195,6 @@ def make_driver(top):
     exe = top / "spawn_driver"
     subprocess.run(["cc", "-O2", "-o", str(exe), str(ROOT / "bench" / "spawn_driver.c")], check=True)
     return exe
-
-
-def in_small_pages(images):
-    """The images out of the page cache, then read back as a process's
-    faults read a file that left it (no MADV_HUGEPAGE): in 4 KiB pages."""
-    for p in images:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            with mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ) as m:
-                m.madvise(folios.MADV_POPULATE_READ)
-        finally:
-            os.close(fd)
 
 
 def driven(argv, env):
@@ -468,7 +453,8 @@ def main():
                 argv, denv = ((driver, env) if m == "native" else (driver, preload_env) if m == "preload"
                               else _under("trace", work / f"run-driver-{m}", env, driver))
                 if m == "small":
-                    in_small_pages(images)
+                    for p in images:
+                        folios.read_back(p, huge=False)
                 drives[m].append(driven(argv, denv))
                 if m == "small":
                     for p in images:

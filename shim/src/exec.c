@@ -585,7 +585,7 @@ static int read_heads_at_once(long pid, struct env_batch *b, char *span)
     }
     struct iovec lv[ENV_BATCH], rv[ENV_BATCH];
     int32_t at[ENV_BATCH];  /* where head k's bytes lie among the pieces', -1: read apart */
-    size_t pieces = 0, used = 0;
+    size_t pieces = 0, apart = 0, used = 0;
     for (size_t j = 0; j < b->count; j++) {
         size_t k = order[j];
         uintptr_t p = (uintptr_t)b->ptr[k], end = p + (uintptr_t)b->len[k];
@@ -603,11 +603,9 @@ static int read_heads_at_once(long pid, struct env_batch *b, char *span)
             used += end - p;
         } else {
             at[k] = -1;
+            apart++;
         }
     }
-    size_t apart = 0;
-    for (size_t k = 0; k < b->count; k++)
-        apart += at[k] < 0;
     if (pieces + apart >= b->count)
         return 0;
     char own[span ? 1 : used];
