@@ -517,10 +517,13 @@ static int add_var(const char *name, const char *ours, const char *old, int ours
 /* The next entries of the program's environment array, and the first bytes
  * of each (never past the end of its page: what lies beyond may not exist),
  * in two reads however many there are: one read per entry made the hook
- * ~200 system calls for a usual environment.  64 a batch: a usual
- * environment (this machine's shells: 40-60 entries) in one batch, one
- * getpid and two reads; 32 took two of each. */
-#define ENV_BATCH 64
+ * ~200 system calls for a usual environment.  128 a batch: a usual
+ * environment in one batch, one getpid and two reads (a desktop's shell
+ * has 40-60 entries, a CI runner's 60-100; 64 a batch took two reads
+ * more past 64, and 32 two batches at 40).  One pointer more than a
+ * batch is read, so that an array of exactly a batch ends in it: its
+ * NULL took a read of its own (a CI machine's shell had 64 entries). */
+#define ENV_BATCH 128
 #define ENV_HEAD 32
 /* A head is what tells Ferry's settings (and LD_PRELOAD=, LD_LIBRARY_PATH=)
  * from the rest: every setting's name and its '=' must fit before the NUL
@@ -531,51 +534,60 @@ _Static_assert(sizeof((const char[][ENV_HEAD - 2]){FERRY_SETTINGS}) > 0, "every 
 /* The heads of a batch are read in one piece when they lie within this
  * many bytes of each other (a kernel-made environment lies back to back on
  * the stack): each piece read costs the kernel a page lookup, and 32 of
- * them were half the hook's time in a vfork child. */
-#define ENV_SPAN (16 * 1024)
-/* ...and outside a vfork child, where the piece is read onto the program's
- * stack: ~40 KiB deep already (a shell's 40-60 variables take 2-3 KiB) */
-#define ENV_SPAN_STACK (8 * 1024)
+ * them were half the hook's time in a vfork child.  Up to 16 KiB of
+ * pieces, and room beside them for every head of a batch as a piece of
+ * its own (plan_heads). */
+#define ENV_SPAN (16 * 1024 + ENV_BATCH * ENV_HEAD)
+/* ...and outside a vfork child, where the pieces are read onto the
+ * program's stack, up to 8 KiB: ~40 KiB deep already (a shell's 40-60
+ * variables take 2-3 KiB) */
+#define ENV_SPAN_STACK (8 * 1024 + ENV_BATCH * ENV_HEAD)
 /* A head this close to the piece before it is read with it (below). */
 #define ENV_GAP 512
 _Static_assert((MAX_ENV + MAX_ARGS) * sizeof(char *) + ENV_SPAN <= 64 * 1024, "fits ferry_vfork_scratch()");
 
 struct env_prefetch {
-    char *ptr[ENV_BATCH];
+    char *ptr[ENV_BATCH + 1];
     size_t bytes;   /* of them read; 0: none */
 };
 
+/* Pieces a read of heads takes at most: a kernel-made environment makes
+ * one or two, bash's fork child a few (plan_heads); more are read 32 a
+ * read. */
+#define ENV_PIECES 32
+
+/* What build_env reads a batch with.  The heads stay where they were read,
+ * in the span, at `at`: a copy of each into an array of its own was 4 KiB
+ * more for a fork child's hook to write on the program's stack, where each
+ * page written is a fault. */
 struct env_batch {
-    char *ptr[ENV_BATCH];
-    char head[ENV_BATCH][ENV_HEAD];
-    long len[ENV_BATCH];
+    char *ptr[ENV_BATCH + 1];
+    uint16_t at[ENV_BATCH];
+    uint8_t len[ENV_BATCH];
     size_t count;   /* entries read (the terminating NULL excluded) */
     int last;       /* the array ends in this batch */
+    size_t pieces;  /* of the heads: in `piece`, one after the other from `at` 0 */
+    struct iovec piece[ENV_BATCH];
 };
+_Static_assert(ENV_SPAN <= 65536 && ENV_HEAD < 256, "a head's place and length fit `at` and `len`");
 
-/* The heads of batch `b` in one read, into `span`, as few pieces as they
- * make: in address order, a head that starts within ENV_GAP bytes of the
- * end of the piece before it is read with that piece, the bytes between
- * included; each piece costs the kernel a page lookup (~900 cycles here),
- * a few hundred bytes more to copy much less.  A shell keeps most of its
- * environment where the kernel put it, back to back, and the few variables
- * it changed elsewhere; one variable of several KiB in the middle (a
- * token, LS_COLORS) only splits a piece.  At most `cap` bytes of pieces
- * (ENV_SPAN in a vfork child's scratch area; without `span`, an exec on
- * the program's stack, a buffer of their size within ENV_SPAN_STACK);
- * a head beyond them is read on its own, into its place.  0 when nothing
- * joined (each head read apart is the same read) or the read cannot be
- * made whole (a gap between mappings inside a piece): then each head is
- * read apart.  A fork child of bash, whose environment is malloc'd
- * strings, read 35 heads as 35 pieces, ~12 us of every command it ran,
- * where a piece and the copies take ~1 us (and a page of stack).  The
- * heads are put in address order by an insertion sort: a kernel-made
- * environment is in order already. */
-static int read_heads_at_once(long pid, struct env_batch *b, char *span)
+/* The pieces to read the heads of batch `b` in, and each head's place
+ * among their bytes (`at`); how many bytes they take, within `cap`.  In
+ * address order, a head that starts within ENV_GAP bytes of the end of the
+ * piece before it is read with that piece, the bytes between included
+ * (unless `alone`): each piece costs the kernel a page lookup (~900 cycles
+ * here), a few hundred bytes more to copy much less.  A shell keeps most
+ * of its environment where the kernel put it, back to back, and the few
+ * variables it changed elsewhere; one variable of several KiB in the
+ * middle (a token, LS_COLORS) only splits a piece.  A head joins a piece
+ * only while the heads after it would still fit as pieces of their own
+ * (`cap` holds ENV_BATCH of those).  A fork child of bash, whose
+ * environment is malloc'd strings, read 35 heads as 35 pieces, ~12 us of
+ * every command it ran, where a few pieces take ~1 us.  The heads are put
+ * in address order by an insertion sort: a kernel-made environment is in
+ * order already. */
+static size_t plan_heads(struct env_batch *b, size_t cap, int alone)
 {
-    if (!b->count)
-        return 0;
-    const size_t cap = span ? ENV_SPAN : ENV_SPAN_STACK;
     uint8_t order[ENV_BATCH];
     for (size_t i = 0; i < b->count; i++) {
         size_t k = i;
@@ -583,53 +595,44 @@ static int read_heads_at_once(long pid, struct env_batch *b, char *span)
             order[k] = order[k - 1];
         order[k] = (uint8_t)i;
     }
-    struct iovec lv[ENV_BATCH], rv[ENV_BATCH];
-    int32_t at[ENV_BATCH];  /* where head k's bytes lie among the pieces', -1: read apart */
-    size_t pieces = 0, apart = 0, used = 0;
+    size_t n = 0, used = 0;
     for (size_t j = 0; j < b->count; j++) {
-        size_t k = order[j];
-        uintptr_t p = (uintptr_t)b->ptr[k], end = p + (uintptr_t)b->len[k];
-        struct iovec *last = pieces ? &rv[pieces - 1] : 0;
+        size_t k = order[j], later = (b->count - j - 1) * ENV_HEAD;
+        uintptr_t p = (uintptr_t)b->ptr[k], end = p + b->len[k];
+        struct iovec *last = n ? &b->piece[n - 1] : 0;
         uintptr_t lo = last ? (uintptr_t)last->iov_base : 0, hi = lo + (last ? last->iov_len : 0);
-        if (last && p <= hi + ENV_GAP && used + (end > hi ? end - hi : 0) <= cap) {
-            if (end > hi) {
-                used += end - hi;
-                last->iov_len = end - lo;
-            }
-            at[k] = (int32_t)(used - last->iov_len + (p - lo));
-        } else if (used + (end - p) <= cap) {
-            rv[pieces++] = (struct iovec){(void *)p, end - p};
-            at[k] = (int32_t)used;
-            used += end - p;
-        } else {
-            at[k] = -1;
-            apart++;
-        }
-    }
-    if (pieces + apart >= b->count)
-        return 0;
-    char own[span ? 1 : used];
-    if (!span)
-        span = own;
-    size_t n = 0;
-    long total = 0;
-    for (; n < pieces; n++) {  /* one after the other, as `at` counts them */
-        lv[n] = (struct iovec){span + total, rv[n].iov_len};
-        total += (long)rv[n].iov_len;
-    }
-    for (size_t k = 0; k < b->count; k++) {
-        if (at[k] >= 0)
+        size_t grow = end > hi ? end - hi : 0;
+        if (!alone && last && p <= hi + ENV_GAP && used + grow + later <= cap) {
+            last->iov_len += grow;
+            used += grow;
+            b->at[k] = (uint16_t)(used - last->iov_len + (p - lo));
             continue;
-        lv[n] = (struct iovec){b->head[k], (size_t)b->len[k]};
-        rv[n++] = (struct iovec){b->ptr[k], (size_t)b->len[k]};
-        total += b->len[k];
+        }
+        b->piece[n++] = (struct iovec){(void *)p, end - p};
+        b->at[k] = (uint16_t)used;
+        used += end - p;
     }
-    if (ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)n, (long)rv, (long)n, 0) != total)
-        return 0;
-    for (size_t k = 0; k < b->count; k++)
-        if (at[k] >= 0)
-            ferry_memcpy(b->head[k], span + at[k], (size_t)b->len[k]);
-    return 1;
+    b->pieces = n;
+    return used;
+}
+
+/* The pieces plan_heads made, into `span`, one after the other. */
+static int read_heads(long pid, struct env_batch *b, char *span)
+{
+    struct iovec lv[ENV_PIECES];
+    size_t total = 0;
+    for (size_t i = 0; i < b->pieces; i += ENV_PIECES) {
+        size_t n = b->pieces - i < ENV_PIECES ? b->pieces - i : ENV_PIECES, bytes = 0;
+        for (size_t k = 0; k < n; k++) {
+            lv[k] = (struct iovec){span + total + bytes, b->piece[i + k].iov_len};
+            bytes += b->piece[i + k].iov_len;
+        }
+        if (ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)n, (long)&b->piece[i], (long)n, 0) !=
+            (long)bytes)
+            return -1;
+        total += bytes;
+    }
+    return 0;
 }
 
 /* The pieces to read a batch of the array's pointers from entry `from` in
@@ -641,7 +644,7 @@ static int read_heads_at_once(long pid, struct env_batch *b, char *span)
 static int env_pieces(char *const *array, size_t from, char **ptr, struct iovec *local, struct iovec *remote)
 {
     uintptr_t at = (uintptr_t)&array[from];
-    size_t bytes = ENV_BATCH * sizeof(char *), first = 4096 - (at & 4095);
+    size_t bytes = (ENV_BATCH + 1) * sizeof(char *), first = 4096 - (at & 4095);
     if (first > bytes)
         first = bytes;
     local[0] = (struct iovec){ptr, first};
@@ -678,10 +681,12 @@ static long read_path_and_env(char *dst, const char *src, size_t cap, char *cons
     return ferry_exec_string(dst, src, cap);  /* a path that runs on into the next page */
 }
 
-static int read_env_batch(char *const *array, size_t from, struct env_batch *b, char *span,
+/* The next batch of the environment array's pointers, from entry `from`,
+ * and how far each head can be read (never past the end of its page: what
+ * lies beyond may not exist). */
+static int read_env_batch(char *const *array, size_t from, struct env_batch *b, long pid,
                           const struct env_prefetch *pre)
 {
-    long pid = ferry_memory_pid();
     long got;
     if (from == 0 && pre && pre->bytes >= sizeof(char *)) {
         ferry_memcpy(b->ptr, pre->ptr, pre->bytes);
@@ -702,22 +707,12 @@ static int read_env_batch(char *const *array, size_t from, struct env_batch *b, 
             b->last = 1;
             break;
         }
+        if (i == ENV_BATCH)  /* the pointer past the batch: not NULL, the next batch's */
+            break;
         long len = 4096 - (long)((uintptr_t)p & 4095);
         b->len[i] = len < ENV_HEAD ? len : ENV_HEAD;
         b->count++;
     }
-    if (read_heads_at_once(pid, b, span))
-        return 0;
-    struct iovec lv[ENV_BATCH], rv[ENV_BATCH];
-    long total = 0;
-    for (size_t i = 0; i < b->count; i++) {
-        lv[i] = (struct iovec){b->head[i], (size_t)b->len[i]};
-        rv[i] = (struct iovec){b->ptr[i], (size_t)b->len[i]};
-        total += b->len[i];
-    }
-    if (b->count && ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)b->count, (long)rv,
-                               (long)b->count, 0) != total)
-        return -1;
     return 0;
 }
 
@@ -728,13 +723,26 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
     int have_preload = 0, have_libpath = 0;
     char old_preload[1024], old_libpath[1024];
     struct env_batch batch;
+    long pid = ferry_memory_pid();
+    const size_t span_cap = x->span ? ENV_SPAN : ENV_SPAN_STACK;
     x->vars_used = 0;  /* what an environment built before holds is not this one's */
     for (size_t i = 0; user_envp; i += batch.count) {
-        if (read_env_batch(user_envp, i, &batch, x->span, x->pre))
+        if (read_env_batch(user_envp, i, &batch, pid, x->pre))
+            return 0;
+        /* The heads, into a vfork child's scratch area, or onto the
+         * program's stack, a buffer of what the pieces take (each page
+         * written there is a fault); when a piece cannot be read whole (a
+         * gap between mappings inside it), each head as a piece of its own,
+         * which take no more than ENV_HEAD a head. */
+        size_t need = plan_heads(&batch, span_cap, 0), alone = batch.count * ENV_HEAD;
+        char own[x->span ? 1 : (need > alone ? need : alone) + 1];
+        char *span = x->span ? x->span : own;
+        if (read_heads(pid, &batch, span) && (plan_heads(&batch, span_cap, 1), read_heads(pid, &batch, span)))
             return 0;
         for (size_t k = 0; k < batch.count; k++) {
-            char *p = batch.ptr[k], *head = batch.head[k];
+            char *p = batch.ptr[k], head[ENV_HEAD];
             long got = batch.len[k];
+            ferry_memcpy(head, span + batch.at[k], (size_t)got);
             head[got < ENV_HEAD ? got : ENV_HEAD - 1] = 0;
             if (ferry_is_setting(head))
                 continue;
