@@ -129,7 +129,9 @@ def _plan(p, identities):
 def _plan_text(p, identities):
     """What the shim made from a plan (shim/src/plantext.c): the library's
     patched text, `<plan>.<plan inode>-<plan mtime ns>@<distance>`, and its
-    trampolines, the same name + `.tramp`; usable while that plan is."""
+    trampolines and the control block after them, the same name +
+    `.tramp-ctl`; usable while that plan is (`.tramp`, the trampolines alone,
+    is what an older shim kept, which this one does not use)."""
     plan_name, _, made_from = p.name.partition(".")
     e = Entry("plan", p, identities.get(plan_name, "?"), p.stat().st_size, p.stat().st_mtime)
     try:
@@ -139,6 +141,8 @@ def _plan_text(p, identities):
         current = None
     if current is None or not made_from.startswith(current):
         e.problems.append("made from a plan that is gone or was replaced")
+    elif p.name.endswith(".tramp"):
+        e.problems.append("trampolines without their control block, as an older shim kept them")
     elif plan_name not in identities:
         e.problems.append("no cached library has this identity any more (changed or gone)")
     return e

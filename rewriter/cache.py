@@ -126,7 +126,7 @@ def linked_images():
 
 def plan_texts():
     """The patched text and trampolines preloaded shims made from plans
-    (plans/<plan>.<ino>-<mtime_ns>@<dist>[.tramp])."""
+    (plans/<plan>.<ino>-<mtime_ns>@<dist>[.tramp-ctl])."""
     try:
         entries = list(os.scandir(root() / "plans"))
     except OSError:

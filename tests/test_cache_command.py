@@ -53,9 +53,15 @@ def test_text_patched_at_load_is_part_of_the_cache(filled, tmp_path):
     shutil.copy2("/usr/bin/true", fresh)
     ferry("run", "--no-learn", "-o", tmp_path / "run2", "--", "sh", "-c", f"{fresh}; :", env=env, check=True)
     plans = [e for e in listed(env) if e["kind"] == "plan"]
-    assert any(e["path"].endswith(".tramp") for e in plans), plans
+    assert any(e["path"].endswith(".tramp-ctl") for e in plans), plans
     assert all(not e["problems"] for e in plans), plans
     assert cache(env, "verify").returncode == 0
+    # what an older shim kept, the trampolines alone, is no use to this one
+    kept = next(e["path"] for e in plans if e["path"].endswith(".tramp-ctl"))
+    older = kept[:-len("-ctl")]
+    shutil.copy2(kept, older)
+    assert [e["problems"] for e in listed(env) if e["path"] == older] != [[]]
+    os.unlink(older)
     plan = next(e["path"] for e in plans if "@" not in os.path.basename(e["path"]))
     os.utime(plan)  # a plan made again: what was made from the old one is stale
     stale = [e for e in listed(env) if e["kind"] == "plan" and e["problems"]]

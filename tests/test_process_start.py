@@ -345,10 +345,25 @@ def test_trampolines_placed_at_load_are_shared(tmp_path):
     shutil.copy2("/bin/cat", cat)
     for attempt in ("makes-the-file", "maps-it"):
         maps = _while_cat_waits(tmp_path / attempt, "trace", _exec_maps, ["sh", "-c", f"{cat}; :"])
-        tramps = [(line, kb) for line, kb in maps if line.endswith(".tramp")]
+        tramps = [(line, kb) for line, kb in maps if line.endswith(".tramp-ctl")]
         assert tramps and all(kb == 0 for _, kb in tramps), (attempt, maps)
         anonymous = [line for line, _ in maps if len(line.split()) < 6]
         assert not anonymous, (attempt, anonymous)
+
+
+def test_the_control_block_placed_at_load_is_the_caches_until_written(tmp_path):
+    # The control block after libc's trampolines (8 KiB: its header, then a
+    # record per site) is the same bytes in every process until the shim
+    # writes its vector: it was three pages of anonymous memory, zeroed and
+    # written in each process; now it is mapped from the trampolines' file,
+    # and only the page the shim writes is the process's own.
+    cat = tmp_path / "cat"
+    shutil.copy2("/bin/cat", cat)
+    for attempt in ("makes-the-file", "maps-it"):
+        maps = _while_cat_waits(tmp_path / attempt, "trace", _smaps, ["sh", "-c", f"{cat}; :"])
+        ctl = [(line, int(f.get("Private_Dirty", "0 kB").split()[0])) for line, f in maps
+               if line.endswith(".tramp-ctl") and line.split()[1] == "rw-p"]
+        assert ctl and all(kb <= 4 for _, kb in ctl), (attempt, ctl)
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")

@@ -275,11 +275,16 @@ static int collect(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
-/* Room for `size` bytes as near `want` as we can get (rel32 reaches 2 GiB). */
+/* Room for `size` bytes as near `want` as we can get (rel32 reaches 2 GiB).
+ * 16 MiB below first, then `want` itself, then further either way: `want`
+ * is where the module's own layout has them, just past its end, and there
+ * a preloaded shim loads right after libc, so that trying it first failed
+ * (EEXIST) in every process a plan was applied in. */
 static uint64_t place(uint64_t want, uint64_t size)
 {
     for (long k = 0; k < 96; k++) {
-        long step = (k & 1 ? -1 : 1) * ((k + 1) / 2) * (long)(16UL << 20);
+        long j = k < 2 ? 1 - k : k;
+        long step = (j & 1 ? -1 : 1) * ((j + 1) / 2) * (long)(16UL << 20);
         uint64_t hint = (want + (uint64_t)step) & ~(PAGE - 1);
         long p = ferry_raw6(SYS_mmap, (long)hint, (long)size, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
@@ -426,13 +431,14 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, const struct tar
     uint64_t at = place(base + h->tramp_vaddr, total);
     if (!at)
         return 0;
-    ferry_memcpy((void *)(at + dist), ctl, h->ctl_size);
     int64_t delta = (int64_t)(at - (base + h->tramp_vaddr));
     /* Trampolines on pages of their own (the control block, written by each
-     * process, is not on them) are shared, mapped from the cache. */
-    int own_pages = dist >= page_up(h->tramp_size);
-    int mapped = own_pages && ferry_plantext_tramp_map(key, delta, at, h->tramp_size) == 0;
+     * process, is not on them) are shared, mapped from the cache, and the
+     * control block after them too, until written. */
+    int own_pages = dist >= page_up(h->tramp_size) && !(dist & (PAGE - 1));
+    int mapped = own_pages && ferry_plantext_tramp_map(key, delta, at, h->tramp_size, dist, h->ctl_size) == 0;
     if (!mapped) {
+        ferry_memcpy((void *)(at + dist), ctl, h->ctl_size);
         ferry_memcpy((void *)at, tramp, h->tramp_size);
         for (uint32_t i = 0; i < h->nrefs; i++) {
             if (refs[i] + 4 > h->tramp_size)
@@ -440,8 +446,8 @@ static struct ferry_ctl *apply(const char *data, uint64_t size, const struct tar
             int32_t *field = (int32_t *)(at + refs[i]);
             *field = (int32_t)((int64_t)*field - delta);
         }
-        mapped = own_pages && ferry_plantext_tramp_keep(key, delta, at, h->tramp_size) == 0 &&
-                 ferry_plantext_tramp_map(key, delta, at, h->tramp_size) == 0;
+        mapped = own_pages && ferry_plantext_tramp_keep(key, delta, at, h->tramp_size, dist, h->ctl_size) == 0 &&
+                 ferry_plantext_tramp_map(key, delta, at, h->tramp_size, dist, h->ctl_size) == 0;
         if (!mapped)
             ferry_raw3(SYS_mprotect, at, page_up(h->tramp_size), PROT_READ | PROT_EXEC);
     }

@@ -208,47 +208,57 @@ int ferry_plantext_map(const struct ferry_plantext_key *k, int64_t delta, const 
 }
 
 /* The trampolines, as placed `delta` bytes from where the rewritten file
- * has them, beside the copy: `<copy's name>.tramp`. */
+ * has them, and the control block after them, beside the copy: `<copy's
+ * name>.tramp-ctl` (`.tramp` held the trampolines alone). */
 static int tramp_name(char *out, size_t cap, const struct ferry_plantext_key *k, int64_t delta)
 {
-    if (text_name(out, cap - 8, k, delta))
+    if (text_name(out, cap - 12, k, delta))
         return -ENAMETOOLONG;
     size_t n = ferry_strlen(out);
-    ferry_memcpy(out + n, ".tramp", 7);
+    ferry_memcpy(out + n, ".tramp-ctl", 11);
     return 0;
 }
 
-int ferry_plantext_tramp_map(const struct ferry_plantext_key *k, int64_t delta, uint64_t at, uint64_t size)
+int ferry_plantext_tramp_map(const struct ferry_plantext_key *k, int64_t delta, uint64_t at, uint64_t size,
+                             uint64_t ctl_at, uint64_t ctl_size)
 {
     char name[2700];
     if (tramp_name(name, sizeof(name), k, delta))
         return -ENAMETOOLONG;
-    long fd = open_trusted(name, k, size);
+    long fd = open_trusted(name, k, ctl_at + ctl_size);
     if (fd < 0)
         return (int)fd;
-    long p = ferry_raw6(SYS_mmap, (long)at, (long)page_up(size), PROT_READ | PROT_EXEC,
-                        MAP_PRIVATE | MAP_FIXED, fd, 0);
+    /* the control block first: should its mapping fail, nothing changed */
+    long c = ferry_raw6(SYS_mmap, (long)(at + ctl_at), (long)page_up(ctl_size), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_FIXED, fd, (long)ctl_at);
+    long p = IS_ERR(c) ? c
+                       : ferry_raw6(SYS_mmap, (long)at, (long)page_up(size), PROT_READ | PROT_EXEC,
+                                    MAP_PRIVATE | MAP_FIXED, fd, 0);
     ferry_raw1(SYS_close, fd);
     return IS_ERR(p) ? (int)p : 0;
 }
 
 struct tramp_ctx {
-    const void *bytes;
-    uint64_t size;
+    const void *bytes, *ctl;
+    uint64_t size, ctl_at, ctl_size;
 };
 
 static int fill_tramp(long fd, void *data)
 {
     const struct tramp_ctx *t = data;
-    return ferry_raw4(SYS_pwrite64, fd, t->bytes, t->size, 0) == (long)t->size ? 0 : -EIO;
+    if (ferry_raw4(SYS_pwrite64, fd, t->bytes, t->size, 0) != (long)t->size ||
+        ferry_raw4(SYS_pwrite64, fd, t->ctl, t->ctl_size, t->ctl_at) != (long)t->ctl_size)
+        return -EIO;
+    return 0;
 }
 
-int ferry_plantext_tramp_keep(const struct ferry_plantext_key *k, int64_t delta, uint64_t at, uint64_t size)
+int ferry_plantext_tramp_keep(const struct ferry_plantext_key *k, int64_t delta, uint64_t at, uint64_t size,
+                              uint64_t ctl_at, uint64_t ctl_size)
 {
     char name[2700];
     if (tramp_name(name, sizeof(name), k, delta))
         return -ENAMETOOLONG;
-    struct tramp_ctx t = {(const void *)at, size};
+    struct tramp_ctx t = {(const void *)at, (const void *)(at + ctl_at), size, ctl_at, ctl_size};
     long fd = make_file(name, fill_tramp, &t);
     if (fd < 0)
         return (int)fd;

@@ -29,14 +29,21 @@ int ferry_plantext_map(const struct ferry_plantext_key *key, int64_t delta, cons
                        uint64_t base, const ElfW(Phdr) *phdr, int phnum);
 
 /* The trampolines a plan places `delta` bytes from where the rewritten file
- * has them are the same bytes in every process: kept once in a file beside
- * the copy and mapped (private, read-only, executable) at `at` over the
- * `size` bytes placed there, so that their pages are the page cache's, not
- * ~45 KiB copied into each process.  0, or -errno with `at` untouched. */
+ * has them are the same bytes in every process, and so is the control block
+ * that follows them, until the shim writes it: kept once in a file beside
+ * the copy (the trampolines, then the control block `ctl_at` bytes from
+ * their start, a page boundary) and mapped at `at`, the trampolines private,
+ * read-only and executable, the control block private and writable, so that
+ * their pages are the page cache's: ~45 KiB of trampolines were copied into
+ * each process, and the control block (8 KiB of libc's) was three pages
+ * zeroed and written, where the shim writes one of them (its vector).  0, or
+ * -errno, with at most the control block mapped (the same bytes as the
+ * plan's). */
 int ferry_plantext_tramp_map(const struct ferry_plantext_key *key, int64_t delta, uint64_t at,
-                             uint64_t size);
-/* Keep the `size` bytes at `at` (relocated for `delta`) as that file. */
+                             uint64_t size, uint64_t ctl_at, uint64_t ctl_size);
+/* Keep the `size` bytes at `at` (relocated for `delta`) and the control
+ * block at `at + ctl_at` as that file. */
 int ferry_plantext_tramp_keep(const struct ferry_plantext_key *key, int64_t delta, uint64_t at,
-                              uint64_t size);
+                              uint64_t size, uint64_t ctl_at, uint64_t ctl_size);
 
 #endif
