@@ -396,7 +396,12 @@ def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
     head, the plans' table (planned), the plans' ranges (avoid,
     remapped).  Without RELRO the first two are one page and the
     settings' tail one more: still four, but the first is written before
-    it is read, one fault where there were two."""
+    it is read, one fault where there were two.  Three since the settings
+    the exec hook keeps fit on that first page: FERRY_TRACE_SYSCALLS's
+    table (512 bytes, filled at every start) lies apart and is written
+    only for a list, and the settings' names are characters, not pointers
+    relocated into .data (~900 bytes of room; a `ferry run`'s settings
+    take ~600)."""
     out = tmp_path / "run"
     ready = tmp_path / "ready"
     proc = subprocess.Popen([*FERRY, "run", "-p", "trace", "--no-learn", "-o", str(out), "--", "sh", "-c",
@@ -405,7 +410,7 @@ def test_a_start_touches_few_pages_of_the_shims_variables(tmp_path):
     try:
         pid = _sleep_started(proc, 30, enabled=True)
         pages = _shim_data_pages(pid, _present)
-        assert len(pages) <= 4, pages
+        assert len(pages) <= 3, pages
     finally:
         proc.terminate()
         subprocess.run(["pkill", "-x", "-f", "sleep 30"], check=False)
@@ -416,7 +421,9 @@ def test_a_shells_command_touches_few_pages_of_the_shims_variables(tmp_path):
     """The same for a command a shell starts (a vfork child's exec, handed
     the slot its parent claimed) from the programs cache: taking that slot
     wrote a variable on a page of .bss that such a start touched nowhere
-    else, one fault more in every command."""
+    else, one fault more in every command.  One page since the settings
+    the exec hook keeps for the command's children share it (two before:
+    their copy began 64 bytes before a page's end)."""
     for _ in range(2):  # learn sh and sleep
         ferry("run", "-p", "trace", "-o", tmp_path / "learn", "--", "sh", "-c", "sleep 0; :", check=True,
               timeout=300)
@@ -426,7 +433,7 @@ def test_a_shells_command_touches_few_pages_of_the_shims_variables(tmp_path):
     try:
         pid = _sleep_started(proc, 33, enabled=True, command_of=True)
         pages = _shim_data_pages(pid, _present)
-        assert len(pages) <= 2, pages
+        assert len(pages) <= 1, pages
     finally:
         _end(proc, pid)
 

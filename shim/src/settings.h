@@ -13,13 +13,22 @@
         "FERRY_TSC", "FERRY_WIN_LAUNCH", "FERRY_WIN_DLL", "FERRY_WIN_DETOURS", "FERRY_WIN_RUN_DIR", \
         "FERRY_EXE", "FERRY_SLOT", "FERRY_PAD"
 
+/* The longest setting's name (FERRY_TRACE_SYSCALLS, 20 characters); a longer one
+ * fails the build. */
+#define FERRY_SETTING_NAME_MAX 23
+_Static_assert(sizeof((const char[][FERRY_SETTING_NAME_MAX]){FERRY_SETTINGS}) > 0, "every setting's name fits");
+
 /* Markers that give a variable Ferry changed its old value back. */
 #define FERRY_WAS_PREFIX "FERRY_WAS_"
 
 /* Whether `entry` ("NAME=value") is one of Ferry's settings or markers. */
 static inline int ferry_is_setting(const char *entry)
 {
-    static const char *const names[] = {FERRY_SETTINGS};
+    /* names, not pointers to them: an array of pointers is relocated at
+     * load, a copy in each file that includes this (a page of .data that
+     * every start writes, and the room on it the exec hook's kept settings
+     * need to share it: exec.c) */
+    static const char names[][FERRY_SETTING_NAME_MAX + 1] = {FERRY_SETTINGS};
     if (!ferry_memeq(entry, "FERRY_", 6))
         return 0;
     if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10))

@@ -51,7 +51,12 @@ static struct ferry_ctl *modules[MAX_MODULES];
 static unsigned nmodules;
 static int active;
 static int mode = FERRY_MODE_COUNT;
-static unsigned char traced[FERRY_NR_MAX];
+/* FERRY_TRACE_SYSCALLS's list, when there is one; without, every call is
+ * traced.  Written only for a list: filled at every start, its 512 bytes
+ * had pushed the exec hook's kept settings (saved_buf) onto a page of
+ * their own, a fault in every process. */
+static int traced_all FERRY_HOT;
+static unsigned char traced[FERRY_NR_MAX] FERRY_COLD;
 
 /* Resolved from libc at load time when it is there; the shim links nothing. */
 extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
@@ -205,8 +210,7 @@ static void configure(char **envp)
         mode = ferry_agg_configure(envp) == 0 ? FERRY_MODE_AGGREGATE : FERRY_MODE_COUNT;
     /* ferry-agg end */
     const char *list = ferry_env_lookup(envp, "FERRY_TRACE_SYSCALLS");
-    for (int i = 0; i < FERRY_NR_MAX; i++)
-        traced[i] = list == 0;
+    traced_all = list == 0;
     for (const char *p = list; p && *p;) {
         long nr = parse_number(&p);
         if (nr >= 0 && nr < FERRY_NR_MAX)
@@ -218,7 +222,7 @@ static void configure(char **envp)
         ferry_action[special[i]] = 1;
     if (mode == FERRY_MODE_TRACE)
         for (int i = 0; i < FERRY_NR_MAX; i++)
-            ferry_action[i] |= traced[i];
+            ferry_action[i] |= traced_all || traced[i];
 }
 
 /* Modules loaded later (dlopen) are enabled as they appear: ld.so calls
@@ -638,7 +642,7 @@ static int recorded(long nr)
 {
     if ((unsigned long)nr >= FERRY_NR_MAX)
         return 0;
-    return mode == FERRY_MODE_AGGREGATE || (mode == FERRY_MODE_TRACE && traced[nr]);
+    return mode == FERRY_MODE_AGGREGATE || (mode == FERRY_MODE_TRACE && (traced_all || traced[nr]));
 }
 
 static void record(const struct ferry_regs *r, long nr, uint64_t t0, uint64_t t1)
