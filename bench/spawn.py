@@ -10,7 +10,8 @@ Four workloads, each natively, under `ferry run -p off|count|trace` and under
 * bash: the spawn loop run by bash, which forks for each command where sh
   (dash) vforks (configure runs itself again under bash): `bash_spawn_ratio`,
   its page faults per command (`bash_faults_per_process`) and the exec
-  hook's span in the fork child (`bash_exec_hook_us`).
+  hook's span in the fork child (`bash_exec_hook_us`, the median of
+  HOOK_RUNS runs, alternated with the baseline's).
 
 With SPAWN_BASELINE_SHIM=<another libferry.so>, trace mode also runs with
 that shim, alternated with the current one in every round, and the RESULT
@@ -108,6 +109,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FERRY = str(Path(sys.executable).parent / "ferry")
 SPAWNS = 300
 DRIVER_SPAWNS = 1000   # posix_spawns per round of bench/spawn_driver.c
+HOOK_RUNS = 5          # bash loops a mode for the exec hook's span in a fork child
 SPAWN_LOOP = f'i=0; while [ $i -lt {SPAWNS} ]; do /bin/true; i=$((i+1)); done'
 # The same loop running no command: what a run costs whatever it runs (the
 # shell's own start; under ferry run, starting the program from a fork of
@@ -487,12 +489,17 @@ def main():
         parts = breakdown(work / "spans")
         print("start of one /bin/true under trace (median µs): " +
               ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
-        # bash's commands: the exec hook runs in a fork child, on bash's stack
+        # bash's commands: the exec hook runs in a fork child, on bash's
+        # stack.  The median of HOOK_RUNS runs a mode, the modes alternated:
+        # one run each moved by 5 us on a loaded machine.
         hook = {m: NAN for m in ("trace",) + (("baseline",) if BASELINE else ())}
-        for mode in hook if "bash" in loads else ():
-            ferry_run(loads["bash"], mode, work / f"bash-spans-{mode}", env)
-            hook[mode] = breakdown(work / f"bash-spans-{mode}").get("exec_hook", NAN)
-        print("the exec hook of a command bash forked (median µs): " +
+        spans = {m: [] for m in hook}
+        for r in range(HOOK_RUNS if "bash" in loads else 0):
+            for mode in (list(hook) if r % 2 == 0 else list(hook)[::-1]):
+                ferry_run(loads["bash"], mode, work / f"bash-spans-{mode}-{r}", env)
+                spans[mode].append(breakdown(work / f"bash-spans-{mode}-{r}").get("exec_hook", NAN))
+        hook.update({m: median(v) for m, v in spans.items() if v})
+        print(f"the exec hook of a command bash forked (median µs, {HOOK_RUNS} runs a mode): " +
               ", ".join(f"{m} {v:.1f}" for m, v in hook.items()))
         # counts per command, above what the same loop of no command costs
         empty = "i=0; while [ $i -lt 0 ]; do /bin/true; i=$((i+1)); done"
