@@ -330,10 +330,16 @@ def _allocated(record):
 
 
 
+def _dirty_maps(pid, perms):
+    """(header line, kB of Private_Dirty) of each mapping whose permissions
+    `perms` accepts."""
+    return [(line, int(f.get("Private_Dirty", "0 kB").split()[0])) for line, f in _smaps(pid)
+            if perms(line.split()[1])]
+
+
 def _exec_maps(pid):
     """(header line, kB of Private_Dirty) of each executable mapping."""
-    return [(line, int(f.get("Private_Dirty", "0 kB").split()[0])) for line, f in _smaps(pid)
-            if "x" in line.split()[1]]
+    return _dirty_maps(pid, lambda perms: "x" in perms)
 
 
 def test_trampolines_placed_at_load_are_shared(tmp_path):
@@ -360,9 +366,9 @@ def test_the_control_block_placed_at_load_is_the_caches_until_written(tmp_path):
     cat = tmp_path / "cat"
     shutil.copy2("/bin/cat", cat)
     for attempt in ("makes-the-file", "maps-it"):
-        maps = _while_cat_waits(tmp_path / attempt, "trace", _smaps, ["sh", "-c", f"{cat}; :"])
-        ctl = [(line, int(f.get("Private_Dirty", "0 kB").split()[0])) for line, f in maps
-               if line.endswith(".tramp-ctl") and line.split()[1] == "rw-p"]
+        maps = _while_cat_waits(tmp_path / attempt, "trace", lambda pid: _dirty_maps(pid, "rw-p".__eq__),
+                                ["sh", "-c", f"{cat}; :"])
+        ctl = [(line, kb) for line, kb in maps if line.endswith(".tramp-ctl")]
         assert ctl and all(kb <= 4 for _, kb in ctl), (attempt, ctl)
 
 

@@ -648,7 +648,7 @@ def test_the_exec_hook_reads_the_path_and_the_environment_in_two_reads(tmp_path)
     """The program's path and the first pointers of its environment array in
     one read, the heads of the entries in the next: each read through the
     kernel is ~1.5 us of a shell's command (dash's: a vfork child's hook)."""
-    lines, run_dir = _strace_run(tmp_path, "process_vm_readv,execve", "sh", "-c", "/bin/true; :")
+    lines, _ = _strace_run(tmp_path, "process_vm_readv,execve", "sh", "-c", "/bin/true; :")
     assert _reads_before(lines, "/bin/true") == 2, lines
 
 

@@ -510,13 +510,9 @@ static int add_var(const char *name, const char *ours, const char *old, int ours
     return 1;
 }
 
-/* The environment the new program gets: the program's own, less Ferry's
- * settings, plus the run's, plus what `kind` needs (`libdir`: the directory
- * of cached rewritten libraries).  NULL when it does not fit (the program's
- * own is then passed unchanged). */
 /* The next entries of the program's environment array, and the first bytes
  * of each (never past the end of its page: what lies beyond may not exist),
- * in two reads however many there are: one read per entry made the hook
+ * in two reads a batch: one read per entry made the hook
  * ~200 system calls for a usual environment.  128 a batch: a usual
  * environment in one batch, one getpid and two reads (a desktop's shell
  * has 40-60 entries, a CI runner's 60-100; 64 a batch took two reads
@@ -716,6 +712,10 @@ static int read_env_batch(char *const *array, size_t from, struct env_batch *b, 
     return 0;
 }
 
+/* The environment the new program gets: the program's own, less Ferry's
+ * settings, plus the run's, plus what `kind` needs (`libdir`: the directory
+ * of cached rewritten libraries).  NULL when it does not fit (the program's
+ * own is then passed unchanged). */
 static char **build_env(char *const *user_envp, char **out, size_t cap, enum env_kind kind,
                         const char *libdir, struct env_extra *x)
 {
@@ -737,8 +737,11 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
         size_t need = plan_heads(&batch, span_cap, 0), alone = batch.count * ENV_HEAD;
         char own[x->span ? 1 : (need > alone ? need : alone) + 1];
         char *span = x->span ? x->span : own;
-        if (read_heads(pid, &batch, span) && (plan_heads(&batch, span_cap, 1), read_heads(pid, &batch, span)))
-            return 0;
+        if (read_heads(pid, &batch, span)) {
+            plan_heads(&batch, span_cap, 1);
+            if (read_heads(pid, &batch, span))
+                return 0;
+        }
         for (size_t k = 0; k < batch.count; k++) {
             char *p = batch.ptr[k], head[ENV_HEAD];
             long got = batch.len[k];
