@@ -72,9 +72,9 @@ def test_a_large_environment_is_the_programs_own_in_proc_too(tmp_path, extra):
     assert under.stdout == native.stdout
 
 
-@pytest.mark.parametrize("preset", [{"LD_PRELOAD": ""}, {"LD_LIBRARY_PATH": "/opt/none"},
+@pytest.mark.parametrize("preset", [{}, {"LD_PRELOAD": ""}, {"LD_LIBRARY_PATH": "/opt/none"},
                                     {"LD_PRELOAD": "", "LD_LIBRARY_PATH": "/opt/x:/opt/y"}],
-                         ids=["preload", "library-path", "both"])
+                         ids=["none", "preload", "library-path", "both"])
 def test_a_users_loader_variables_keep_their_place_and_ferrys_stay_out_of_proc(tmp_path, preset):
     """With LD_PRELOAD or LD_LIBRARY_PATH of the user's own, a program sees
     them where it would natively, and /proc/PID/environ shows the same
@@ -84,7 +84,9 @@ def test_a_users_loader_variables_keep_their_place_and_ferrys_stay_out_of_proc(t
     found them moved to the end; and the shim measured the strings after
     rebuilding a marker into the value it gives back (one byte shorter), so
     they no longer lay back to back and every setting of Ferry's stayed in
-    /proc.  `env` is the enabled program whose exec the hook serves."""
+    /proc.  `env` is the enabled program whose exec the hook serves.
+    Without either (none), the strings kept are moved down in place, with
+    no copy: they are in address order."""
     env = dict(preset, **{k: v for k, v in os.environ.items() if k not in preset})  # theirs first
     code = "import sys; sys.stdout.buffer.write(open('/proc/self/environ', 'rb').read().rstrip(b'\\0'))"
     native, under = native_and_ferry(tmp_path, ["/usr/bin/env", PYTHON, "-c", code], env=env)

@@ -39,16 +39,37 @@ static char *marker_of(char **envp, const char *name)
 /* /proc/PID/environ shows the strings the kernel laid out, not the array:
  * move the ones kept (`kept`, their lengths `len`) down over the ones taken
  * out, from `start` (the first string) up to `end` (past the last), so that
- * it shows none of Ferry's.  Through `copy` (`cap` bytes): the entries kept
- * are not in address order (a value given back lives where its marker
- * was). */
+ * it shows none of Ferry's, in the array's order as natively.  In place
+ * when the entries kept are in address order, as they are unless a value
+ * was given back (it lives where its marker was); through `copy` (`cap`
+ * bytes) when they are not.  The copy was made in every start: for an
+ * environment of more than a few KiB (a CI runner's, ~10) it lay in a
+ * scratch area of its own, a fault for each of its pages. */
 static void compact_strings(char *start, char *end, char **kept, const uint32_t *len, char *copy,
                             size_t cap)
 {
-    size_t used = 0;
+    int ascending = 1;
     for (size_t k = 0; kept[k]; k++) {
         if (kept[k] < start || kept[k] >= end)
             return;  /* a string from elsewhere: leave the layout alone */
+        ascending &= k == 0 || kept[k] > kept[k - 1];
+    }
+    if (ascending) {
+        char *cursor = start;
+        for (size_t k = 0; kept[k]; k++) {
+            size_t n = (size_t)len[k] + 1;
+            /* ferry_memcpy copies forwards (rep movsb), so a string moved
+             * to a lower address that overlaps its old place is intact */
+            if (kept[k] != cursor)
+                ferry_memcpy(cursor, kept[k], n);
+            kept[k] = cursor;
+            cursor += n;
+        }
+        ferry_memset(cursor, 0, (size_t)(end - cursor));
+        return;
+    }
+    size_t used = 0;
+    for (size_t k = 0; kept[k]; k++) {
         size_t n = (size_t)len[k] + 1;
         if (used + n > cap)
             return;
