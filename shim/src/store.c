@@ -13,6 +13,7 @@
 #include "exepath.h"
 #include "raw.h"
 #include "slots.h"
+#include "trace.h"
 #include "tscrate.h"
 #include "util.h"
 
@@ -186,6 +187,7 @@ static void fill_identity(struct ferry_proc_header *h, char **argv, const char *
 static void calibrate(struct ferry_proc_header *h, const char *handed_down)
 {
     ferry_tsc_rate(handed_down, ferry_cache_root(), &h->cal_tsc, &h->cal_ns);
+    ferry_trace_set_rate(h->cal_tsc, h->cal_ns);
 }
 
 int ferry_store_rate(char *out, size_t cap)
