@@ -34,10 +34,13 @@ strace are timed from spawn to reap; ferry's figure is the
 program's own `duration_s` from info.json (also spawn to reap), so ferry's
 Python start-up and the image-cache lookup are not counted.  The
 per-process costs (`per_process_us`, `preload_floor_us`) are each mode's
-time of the loop less its time of the same loop running no command, above
-the same difference natively: what a command adds, without what a run
-costs whatever it runs (the shell's start; ferry run's fork of its Python,
-~3 ms, where the native loop is started with vfork).  What a user's
+time of the loop less its time of the same loop running no command (the
+shortest of the rounds': its outliers, `ferry run`'s threads delaying the
+reap, are all long ones), above the same difference natively: what a
+command adds, without what a run costs whatever it runs (the shell's start;
+ferry run's fork of its Python, ~3 ms, where the native loop is started
+with vfork).  Each timed run goes into a directory emptied before it, so
+that `ferry run` has no earlier run to remove beside the program.  What a user's
 `time ferry run ...` shows is also given, for the spawn loop under trace:
 the whole command against native (`wall_spawn_ratio`), and what `ferry run`
 does after the program ended, per process (reading and indexing the
@@ -281,6 +284,16 @@ def _under(mode, out, env, cmd):
 def ferry_run(cmd, mode, out, env, walls=None):
     """The program's own duration under `ferry run -p mode`; `walls` (a list)
     gets (the whole command's, the program's)."""
+    if out.exists():
+        # `ferry run` keeps the run it replaces as DIR.old and removes the one
+        # before, in a thread beside the program: a run of the spawn loop
+        # (600 records) took ~10 ms to remove, that thread's CPU and its
+        # hold of Python's lock (it delays the reap, and the program's end)
+        # went into the run measured, and the loop of no command came out
+        # 5-22 ms long: 30-50 us of each command's figure.  What is measured
+        # is the program, so the run dir is gone before, not during.
+        for old in (out, out.with_name(out.name + ".old")):
+            shutil.rmtree(old, ignore_errors=True)
     argv, env = _under(mode, out, env, cmd)
     t0 = time.perf_counter()
     r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -519,8 +532,13 @@ def main():
         ferry_dirty = libc_private_dirty(env, "trace", work / "smaps")
         print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
               f"{ferry_dirty} kB")
+        # A run of no command lasts 5 ms, or 15-30 when `ferry run`'s own
+        # threads delay its reap: its outliers are all long ones, and one in a
+        # round moved that round's figure by 30-80 us a command.  What a run
+        # costs whatever it runs is its shortest.
         def per_command(m):
-            return [(s - e) / SPAWNS for s, e in zip(times[("spawn", m)], times[("empty", m)])]
+            fixed = min(times[("empty", m)])
+            return [(s - fixed) / SPAWNS for s in times[("spawn", m)]]
         per_mode = {m: paired(per_command(m), per_command("native")) * 1e6 for m in modes}
         print("per-process cost above native (µs; each mode's loop less the same loop running "
               "no command): " + ", ".join(f"{m} {v:.0f}" for m, v in per_mode.items()))
