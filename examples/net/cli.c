@@ -38,7 +38,8 @@ static void usage(void)
            "  --docroot DIR the page is DIR/index.html, opened, fstat'ed, read and closed for\n"
            "                every request (default: the page linked into the program)\n"
            "Prints \"listening on PORT\" once ready; %s\n"
-           "The cluster model runs only under `ferry run` with an aggregate profile.\n",
+           "The cluster model runs only under `ferry run` with an aggregate profile whose\n"
+           "threads are the program's own (aggregate, net; not fibers).\n",
            net_stop_help);
 }
 

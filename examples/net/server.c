@@ -473,7 +473,9 @@ static void *carrier_thread(void *arg)
 {
     int rc = ferry_carrier_run(group, carrier_main, arg);
     if (rc < 0) {
-        fprintf(stderr, PROG ": ferry_carrier_run: %s\n", strerror(-rc));
+        fprintf(stderr, PROG ": ferry_carrier_run: %s%s\n", strerror(-rc),
+                rc == -EBUSY ? " (this thread runs as a fiber already: the cluster model makes its own "
+                               "carriers; run it under -p aggregate or -p net, not -p fibers)" : "");
         exit(1);
     }
     atomic_fetch_sub(&running, 1);

@@ -106,7 +106,10 @@ int ferry_group_create(struct ferry_group **out, const struct ferry_group_config
 int ferry_group_destroy(struct ferry_group *g);
 
 /* Make the calling thread a carrier of `g`: `main(arg)` runs as its first
- * fiber; returns once every fiber of this carrier has finished. */
+ * fiber; returns once every fiber of this carrier has finished.  -EBUSY
+ * when the caller is a carrier already or runs as a fiber: under a profile
+ * with threads = "fibers" every thread of the program is one (a program
+ * that makes its own carriers runs under `aggregate` or `net`). */
 int ferry_carrier_run(struct ferry_group *g, void (*main)(void *), void *arg);
 
 /* On a carrier: a new fiber, ready to run; `*out` (may be NULL) to join it. */
