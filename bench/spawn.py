@@ -35,8 +35,8 @@ program's own `duration_s` from info.json (also spawn to reap), so ferry's
 Python start-up and the image-cache lookup are not counted.  The
 per-process costs (`per_process_us`, `preload_floor_us`) are each mode's
 time of the loop less its time of the same loop running no command (the
-shortest of the rounds': its outliers, `ferry run`'s threads delaying the
-reap, are all long ones), above the same difference natively: what a
+shortest of the rounds': that run lasts 5 ms, or 15-30 in some runs, and
+its outliers are all long ones), above the same difference natively: what a
 command adds, without what a run costs whatever it runs (the shell's start;
 ferry run's fork of its Python, ~3 ms, where the native loop is started
 with vfork).  Each timed run goes into a directory emptied before it, so
@@ -287,10 +287,8 @@ def ferry_run(cmd, mode, out, env, walls=None):
     if out.exists():
         # `ferry run` keeps the run it replaces as DIR.old and removes the one
         # before, in a thread beside the program: a run of the spawn loop
-        # (600 records) took ~10 ms to remove, that thread's CPU and its
-        # hold of Python's lock (it delays the reap, and the program's end)
-        # went into the run measured, and the loop of no command came out
-        # 5-22 ms long: 30-50 us of each command's figure.  What is measured
+        # (600 records) takes ~10 ms to remove, work (and a hold of Python's
+        # lock, around the reap) beside the run measured.  What is measured
         # is the program, so the run dir is gone before, not during.
         for old in (out, out.with_name(out.name + ".old")):
             shutil.rmtree(old, ignore_errors=True)
@@ -532,10 +530,11 @@ def main():
         ferry_dirty = libc_private_dirty(env, "trace", work / "smaps")
         print(f"Private_Dirty of libc text: native {native_dirty} kB, ferry run -p trace "
               f"{ferry_dirty} kB")
-        # A run of no command lasts 5 ms, or 15-30 when `ferry run`'s own
-        # threads delay its reap: its outliers are all long ones, and one in a
-        # round moved that round's figure by 30-80 us a command.  What a run
-        # costs whatever it runs is its shortest.
+        # A run of no command lasts 5 ms, or 15-30 in some runs (with or
+        # without an earlier run to remove; `ferry run`'s own work beside the
+        # program, not pinned down): its outliers are all long ones, and one
+        # in a round moved that round's figure by 30-80 us a command.  What a
+        # run costs whatever it runs is its shortest.
         def per_command(m):
             fixed = min(times[("empty", m)])
             return [(s - fixed) / SPAWNS for s in times[("spawn", m)]]
