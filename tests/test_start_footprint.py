@@ -631,11 +631,8 @@ def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path, shell):
     environment is strings bash malloc'd (it read them a piece each: ~12 us
     of every command; with a long variable among them, 9 pieces while the
     heads were read as one window and the rest apart)."""
-    if not shutil.which("strace"):
-        pytest.skip("strace is not installed")
     if not shutil.which(shell):
         pytest.skip(f"{shell} is not installed")
-    log, run_dir = tmp_path / "strace.log", tmp_path / "run"
     # an environment of the test's own: where bash's strings land depends on
     # how many there are and of what lengths (a CI runner's 60 more variables
     # put bash's heads in 10 pieces); then 40 short ones, and one of 6 KiB
@@ -644,10 +641,9 @@ def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path, shell):
     env.update({f"PIECES_TEST_VAR_{i}": "x" * i for i in range(40)})
     env["PIECES_TEST_VAR_20"] = "y" * 6144
     # `; :` keeps bash from running its last command in its own process
-    subprocess.run(["strace", "-f", "-qq", "-e", "trace=process_vm_readv", "-o", str(log), *FERRY,
-                    "run", "--no-learn", "-o", str(run_dir), "--", shell, "-c",
-                    "export CHANGED=1; /bin/true; :"], env=env, check=True, capture_output=True, timeout=300)
-    pieces = [int(m.group(1)) for m in re.finditer(r"\], (\d+), 0\) = \d+", log.read_text())]
+    lines, _ = _strace_run(tmp_path, "process_vm_readv", shell, "-c", "export CHANGED=1; /bin/true; :",
+                           env=env)
+    pieces = [int(m.group(1)) for m in re.finditer(r"\], (\d+), 0\) = \d+", "\n".join(lines))]
     # bash's: the variables bash set since it started, and its strings on
     # either side of the long one, lie apart: 7-8 pieces of ~60 heads, one
     # batch, as the lengths of the run's paths move bash's strings (one piece

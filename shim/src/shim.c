@@ -58,6 +58,12 @@ static int mode = FERRY_MODE_COUNT;
 static int traced_all FERRY_HOT;
 static unsigned char traced[FERRY_NR_MAX] FERRY_COLD;
 
+/* Whether trace mode times call `nr` (below FERRY_NR_MAX). */
+static inline int traced_nr(long nr)
+{
+    return traced_all || traced[nr];
+}
+
 /* Resolved from libc at load time when it is there; the shim links nothing. */
 extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
     __attribute__((weak));
@@ -222,7 +228,7 @@ static void configure(char **envp)
         ferry_action[special[i]] = 1;
     if (mode == FERRY_MODE_TRACE)
         for (int i = 0; i < FERRY_NR_MAX; i++)
-            ferry_action[i] |= traced_all || traced[i];
+            ferry_action[i] |= traced_nr(i);
 }
 
 /* Modules loaded later (dlopen) are enabled as they appear: ld.so calls
@@ -642,7 +648,7 @@ static int recorded(long nr)
 {
     if ((unsigned long)nr >= FERRY_NR_MAX)
         return 0;
-    return mode == FERRY_MODE_AGGREGATE || (mode == FERRY_MODE_TRACE && (traced_all || traced[nr]));
+    return mode == FERRY_MODE_AGGREGATE || (mode == FERRY_MODE_TRACE && traced_nr(nr));
 }
 
 static void record(const struct ferry_regs *r, long nr, uint64_t t0, uint64_t t1)
