@@ -301,6 +301,10 @@ def _program_env(launch, profile, out_dir):
     settings = run_settings(profile, out_dir)
     from .injector.pe_launch import linux_settings
     settings.update(linux_settings(profile, out_dir))   # `wine app.exe` from a script
+    if launch.self_name:   # an image: the program is told its own name (shim/src/selfexe.c)
+        settings["FERRY_SELF"] = launch.self_name
+        if launch.execfn:
+            settings["FERRY_EXECFN"] = launch.execfn
     return enabled_env(base, settings, launch.how, shim=settings["FERRY_SHIM"],
                        libdir=launch.libdir)
 

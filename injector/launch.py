@@ -36,6 +36,11 @@ class Launch:
     reason: str = None         # why not enabled
     note: str = None           # something the user should hear once
     image: str = None          # wine: the rewritten program started in the original's place
+    # RUN: the file the image stands for as an exec of it names it, and the
+    # name the exec is given when that is another file (a script's): what
+    # the program is told of itself (FERRY_SELF, FERRY_EXECFN; shim/src/selfexe.c)
+    self_name: str = None
+    execfn: str = None
 
     @property
     def enabled(self):
@@ -170,6 +175,7 @@ def prepare(argv, progress=None, depth=0):
             # The interpreter's rewritten image, run on the script as the
             # kernel would have: [interp, arg, script as given, args...].
             interp.argv = interp.argv + list(argv[1:])
+            interp.execfn = given
         else:
             # The kernel runs the script; only the interpreter's libraries change.
             interp.argv, interp.executable = list(argv), given
@@ -185,12 +191,12 @@ def prepare(argv, progress=None, depth=0):
         how, result, problem = _instrumented(original, progress)
         if result is None:
             return Launch(list(argv), given, original, reason=f"{detail}: {problem}")
-        return Launch(list(argv), str(result.entry), original, result.manifest, RUN)
+        return Launch(list(argv), str(result.entry), original, result.manifest, RUN, self_name=given)
     if kind != DYNAMIC:
         return Launch(list(argv), given, original, reason=detail)
     how, result, problem = _instrumented(original, progress)
     if how == RUN:
-        return Launch(list(argv), str(result.entry), original, result.manifest, RUN)
+        return Launch(list(argv), str(result.entry), original, result.manifest, RUN, self_name=given)
     if how == LIBDIR:
         return Launch(list(argv), given, original, result.manifest, LIBDIR, libdir=str(result.out_dir))
     _plan_libc(original)

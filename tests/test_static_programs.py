@@ -215,6 +215,15 @@ def test_go_static_program_behaves_as_natively(tmp_path, go_program, profile, ar
         assert counted.get("sigaltstack", 0) > 0  # every Go thread sets its own
 
 
+def test_a_go_program_knows_its_own_executable(tmp_path, go_program):
+    """os.Executable() names the program's file, not its image in the cache
+    (tests/test_self_exe.py has the rest of what a program sees of itself)."""
+    argv = [str(go_program), "exe"]
+    native, under = _native(argv), _under_ferry(tmp_path / "run", argv)
+    assert native.stdout == f"executable {go_program} <nil>\n".encode()
+    assert (under.stdout, under.returncode) == (native.stdout, 0)
+
+
 def test_go_fibers_refused(tmp_path, go_program):
     r = _under_ferry(tmp_path / "run", [str(go_program)], profile="fibers")
     assert r.returncode == 2 and len(r.stderr.decode().strip().splitlines()) == 1

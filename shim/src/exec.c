@@ -23,6 +23,7 @@
 #include "exec.h"
 #include "exec_wine.h"
 #include "raw.h"
+#include "selfexe.h"
 #include "settings.h"
 #include "slots.h"
 #include "store.h"
@@ -76,10 +77,12 @@ FERRY_HOT_TEXT static void save(const char *entry)
     size_t n = ferry_strlen(entry) + 1;
     if (nsaved >= MAX_SAVED || used + n > sizeof(saved_buf))
         return;
-    /* A marker, the hint about its executable or the slot claimed for it
-     * describes this process's own start, never a child's. */
+    /* A marker, the hint about its executable, the slot claimed for it or
+     * the names its image stands for describes this process's own start,
+     * never a child's. */
     if (ferry_memeq(entry, FERRY_WAS_PREFIX, 10) || ferry_memeq(entry, "FERRY_EXE=", 10) ||
-        ferry_memeq(entry, "FERRY_SLOT=", 11))
+        ferry_memeq(entry, "FERRY_SLOT=", 11) || ferry_memeq(entry, "FERRY_SELF=", 11) ||
+        ferry_memeq(entry, "FERRY_EXECFN=", 13))
         return;
     saved[nsaved++] = ferry_memcpy(saved_buf + used, entry, n);
     used += n;
@@ -461,6 +464,10 @@ struct env_extra {
      * them on as many pages) */
     size_t vars_used;
     char vars[2 * 2100 + 2 * 1100];
+    /* For an image that stands for another file (ENV_RUN): that file as the
+     * exec named it, and the name the exec was given when it is not that
+     * file (a script's); selfexe.c */
+    const char *self, *self_execfn;
 };
 
 /* The environment built last's FERRY_SLOT entry, for the store to fill in,
@@ -470,6 +477,40 @@ static char *slot_entry(struct env_extra *x)
     return x->slot_used ? x->slot : 0;
 }
 
+/* "NAME=before:value:after" (`before`, `after` left out when NULL or
+ * empty) in x->vars after what is there (*entry says where); 0 when it
+ * does not fit. */
+static int add_entry(const char *name, const char *before, const char *value, const char *after,
+                     struct env_extra *x, char **entry)
+{
+    char *dst = x->vars + x->vars_used;
+    struct ferry_buf b = {dst, 0, sizeof(x->vars) - x->vars_used, 0};
+    ferry_buf_str(&b, name);
+    ferry_buf_str(&b, "=");
+    if (before && before[0]) {
+        ferry_buf_str(&b, before);
+        ferry_buf_str(&b, ":");
+    }
+    ferry_buf_str(&b, value);
+    if (after && after[0]) {
+        ferry_buf_str(&b, ":");
+        ferry_buf_str(&b, after);
+    }
+    if (b.overflow)  /* a ferry_buf keeps room for the NUL */
+        return 0;
+    dst[b.len] = 0;
+    x->vars_used += b.len + 1;
+    *entry = dst;
+    return 1;
+}
+
+/* The setting "NAME=value" in x->vars (*entry says where); 0 when it does
+ * not fit. */
+static int add_setting(const char *name, const char *value, struct env_extra *x, char **entry)
+{
+    return add_entry(name, 0, value, 0, x, entry);
+}
+
 /* "NAME=ours[:old]", or "NAME=old:ours" when `ours_last`, and the marker
  * the new program's shim uses to give NAME its old value back (environ.c),
  * one after the other in x->vars after what is there (*var and *marker say
@@ -477,23 +518,9 @@ static char *slot_entry(struct env_extra *x)
 static int add_var(const char *name, const char *ours, const char *old, int ours_last, struct env_extra *x,
                    char **var, char **marker)
 {
-    char *dst = x->vars + x->vars_used;
-    struct ferry_buf b = {dst, 0, sizeof(x->vars) - x->vars_used, 0};
-    ferry_buf_str(&b, name);
-    ferry_buf_str(&b, "=");
-    if (old && old[0] && ours_last) {
-        ferry_buf_str(&b, old);
-        ferry_buf_str(&b, ":");
-    }
-    ferry_buf_str(&b, ours);
-    if (old && old[0] && !ours_last) {
-        ferry_buf_str(&b, ":");
-        ferry_buf_str(&b, old);
-    }
-    if (b.overflow)  /* a ferry_buf keeps room for the NUL */
+    char *dst;
+    if (!add_entry(name, ours_last ? old : 0, ours, ours_last ? 0 : old, x, &dst))
         return 0;
-    dst[b.len] = 0;
-    x->vars_used += b.len + 1;
     char *mark = x->vars + x->vars_used;
     struct ferry_buf m = {mark, 0, sizeof(x->vars) - x->vars_used, 0};
     ferry_buf_str(&m, "FERRY_WAS_");
@@ -750,8 +777,9 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             if (ferry_is_setting(head))
                 continue;
             /* room for what goes after them: the settings kept, the hints
-             * (exe, slot), the pad, two variables and their markers, the NULL */
-            if (n + nsaved + 8 >= cap)
+             * (exe, slot, the image's two names), the pad, two variables
+             * and their markers, the NULL */
+            if (n + nsaved + 10 >= cap)
                 return 0;
             /* The first entry of a name is the one getenv reads, and ld.so
              * the last: later ones go.  Ours takes the first one's place,
@@ -790,6 +818,17 @@ static char **build_env(char *const *user_envp, char **out, size_t cap, enum env
             out[n++] = saved[i];
     if (x->exe[0] && kind != ENV_WINE)
         out[n++] = x->exe;
+    if (kind == ENV_RUN && x->self) {
+        /* in `vars`, which only the other kinds use; an image whose names
+         * do not fit runs as before, seeing its own name */
+        char *var, *execfn = 0;
+        if (add_setting("FERRY_SELF", x->self, x, &var) &&
+            (!x->self_execfn || add_setting("FERRY_EXECFN", x->self_execfn, x, &execfn))) {
+            out[n++] = var;
+            if (execfn)
+                out[n++] = execfn;
+        }
+    }
     /* A vfork child claims the program's slot beside its own (store.c), a
      * fork child was given one by its parent; its value is written after
      * the claim, before the exec. */
@@ -992,6 +1031,7 @@ long ferry_exec(const struct ferry_regs *r)
     struct env_extra extra, *x = &extra;
     exe_hint(x, 0);
     x->slot_used = 0;
+    x->self = x->self_execfn = 0;
     /* Off the stack in a vfork child: its hook's stack has no room for them
      * beside the frames (nor for a span of the environment, which other
      * execs read by parts). */
@@ -1047,6 +1087,14 @@ long ferry_exec(const struct ferry_regs *r)
          * record: store.c). */
         if ((err == -ENOENT || err == -ENOTDIR) && ferry_store_exec_unseen(path))
             return pass(r, at, envp);
+        /* What an image sees of itself is the file the exec named (not said
+         * of a name relative to another directory's descriptor), or, for
+         * this process's own image (by /proc/self/exe), what this process
+         * was told of itself. */
+        int named = target[0] && ferry_memeq(target, path, ferry_strlen(path) + 1);
+        const char *own = ferry_self_on && st.st_mode ? ferry_self_image(&st) : 0;  /* cold text */
+        x->self = own ? own : named ? path : 0;
+        x->self_execfn = own && named ? path : 0;
         /* The program's own file, its cached libraries first: what it sees
          * of itself (/proc/self/exe, AT_EXECFN, $ORIGIN) stays its own. */
         if (use_cached(c, image, path, argv, envp, env, x, &use_env, &unserved, &img,
@@ -1062,8 +1110,12 @@ long ferry_exec(const struct ferry_regs *r)
         if (kind == FERRY_EXEC_SETUID || (kind == FERRY_EXEC_UNKNOWN && got >= 2 && head[0] == 'M' &&
                                           head[1] == 'Z'))
             exec_wine(target, 1, path, argv, envp, env, args, x);
-        if (static_image_in_cache(target, kind)) {
-            exe_hint(x, 0);  /* the static shim asks /proc (exepath.c) */
+        /* This process's own image runs as it is, as a static program's
+         * named by its place in the cache does. */
+        if (own || static_image_in_cache(target, kind)) {
+            exe_hint(x, 0);  /* the image's shim asks /proc (exepath.c) */
+            if (!own)
+                x->self = 0;
             if ((built = build_env(envp, env, MAX_ENV, ENV_RUN, 0, x))) {
                 use_env = built;
                 kind = FERRY_EXEC_REWRITTEN;
@@ -1077,6 +1129,8 @@ long ferry_exec(const struct ferry_regs *r)
             scripted = 1;
             struct stat ist;
             c = cached_image(interp, image, sizeof(image), &ist, &img, &err, &priv);
+            x->self = named ? interp : 0;
+            x->self_execfn = named ? path : 0;
             char **sargv = c == CACHED_IMAGE ? script_argv(interp, arg, path, argv, args, MAX_ARGS) : 0;
             /* With its cached libraries, the kernel runs the script as it
              * would: only the interpreter's libraries change. */

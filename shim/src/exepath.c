@@ -35,8 +35,7 @@ static const char *execfn(void)
     return 0;
 }
 
-/* `name` made absolute into `out` (`cap` bytes); its length, or -1. */
-static long absolute(const char *name, char *out, size_t cap)
+long ferry_absolute_path(const char *name, char *out, size_t cap)
 {
     size_t n = ferry_strlen(name), len = 0;
     if (!n)
@@ -62,7 +61,7 @@ long ferry_exe_path(const char *hint, char *out, size_t cap, uint64_t *dev, uint
     const char *name = execfn();
     *dev = *ino = 0;
     if (hint && name && ferry_parse_pair(hint, &d, &i) && i && d <= UINT32_MAX) {
-        long n = absolute(name, out, cap);
+        long n = ferry_absolute_path(name, out, cap);
         if (n > 0) {
             *dev = d;
             *ino = i;

@@ -11,7 +11,7 @@
     "FERRY_MODE", "FERRY_RUN_DIR", "FERRY_TRACE_SYSCALLS", "FERRY_EVENTS",                    \
         "FERRY_CATCH_ALL", "FERRY_AGG", "FERRY_SHIM", "FERRY_CACHE", "FERRY_AVOID", \
         "FERRY_TSC", "FERRY_WIN_LAUNCH", "FERRY_WIN_DLL", "FERRY_WIN_DETOURS", "FERRY_WIN_RUN_DIR", \
-        "FERRY_EXE", "FERRY_SLOT", "FERRY_PAD"
+        "FERRY_EXE", "FERRY_SLOT", "FERRY_PAD", "FERRY_SELF", "FERRY_EXECFN"
 
 /* The longest setting's name (FERRY_TRACE_SYSCALLS, 20 characters); a longer one
  * fails the build. */

@@ -27,6 +27,7 @@
 #include "plan.h"
 #include "ferry.h"
 #include "raw.h"
+#include "selfexe.h"
 #include "shim.h"
 #include "store.h"
 #include "trace.h"
@@ -436,6 +437,11 @@ void ferry_start(int argc, char **argv, char **envp)
     ferry_store_open(ferry_env_lookup(envp, "FERRY_RUN_DIR"), mode, (uint32_t)cap, argv, rate,
                      ferry_env_lookup(envp, "FERRY_EXE"), ferry_env_lookup(envp, "FERRY_SLOT"));
     ferry_store_span(FERRY_SPAN_CTOR, t_ctor);
+    /* after the store read AT_EXECFN for the record (the image's name, which
+     * the reader knows); selfexe.c's text is not touched by other starts */
+    const char *self = own_env == envp ? ferry_env_lookup(envp, "FERRY_SELF") : 0;
+    if (self)
+        ferry_self_configure(own_env, self);
     char rate_entry[64];
     if (!rate && ferry_store_rate(rate_entry, sizeof(rate_entry)) == 0)
         ferry_exec_keep(rate_entry);
@@ -671,6 +677,15 @@ static long slow_call(struct ferry_regs *r)
                 record(r, nr, t0, 0);
             return FERRY_DONE;
         }
+    }
+    if (ferry_self_on && (nr == SYS_readlink || nr == SYS_readlinkat)) {
+        int at = nr == SYS_readlinkat;
+        uint64_t t0 = timed ? ferry_rdtsc() : 0;
+        r->rax = do_syscall(r);
+        ferry_self_readlink((char *)(at ? r->rdx : r->rsi), at ? r->r10 : r->rdx, &r->rax);
+        if (timed)
+            record(r, nr, t0, 0);
+        return FERRY_DONE;
     }
     switch (nr) {
     case SYS_rt_sigreturn:

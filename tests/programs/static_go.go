@@ -2,7 +2,7 @@
 // CGO_ENABLED=0): goroutines making calls while others spin (SIGURG
 // preemption lands inside trampolines), timers, os/exec of a child (itself),
 // os/signal, and a panic on request; `loop N` is bench/overhead.py's
-// syscall.Getppid() loop.
+// syscall.Getppid() loop; `exe` says os.Executable().
 package main
 
 import (
@@ -44,6 +44,12 @@ func loop(n int) {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		fmt.Println("from child")
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "exe" {
+		// what the toolchain finds its GOROOT by
+		self, err := os.Executable()
+		fmt.Println("executable", self, err)
 		return
 	}
 	if len(os.Args) > 2 && os.Args[1] == "loop" {
