@@ -277,14 +277,16 @@ def _programs(files, images):
     named after the first it was made from; an image whose process exec'd
     it by another file's path (a static program's image, which names itself
     by its place in the cache) is named as that path, when it is an ELF
-    program still (not a script the image interprets)."""
+    program still (not a script the image interprets) and not a name in
+    /proc (`/proc/self/exe` is the exec'ing process's file, not the reader's)."""
     execd = {(f.windows, f.pid, f.seq): f.exec_path for f in files
              if f.state == procfile.STATE_EXEC and f.exec_path}
     out = {}
     for f in files:
         exe = _original_of(f.exe, images)
         given = execd.get((f.windows, f.pid, f.seq - 1))
-        if exe != f.exe and f.exe not in images and given and given != exe and _is_elf(given):
+        if (exe != f.exe and f.exe not in images and given and given != exe and
+                not given.startswith("/proc/") and _is_elf(given)):
             exe = given
         out[id(f)] = exe
     return out

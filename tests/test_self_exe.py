@@ -43,8 +43,12 @@ def test_a_program_run_from_its_image_sees_its_own_file(tmp_path, program, start
     native = _native(argv, program.parent)
     assert f'"{program}"' in native and 'execfn: "./self_exe"' in native
     assert _enabled(argv, program.parent, tmp_path / "run") == native
+    run = load_run(tmp_path / "run")
     if started == "by ferry run":
-        assert load_run(tmp_path / "run")["info"]["program"]["how"] == "run"
+        assert run["info"]["program"]["how"] == "run"
+    # the child that exec'd /proc/self/exe is the same program in the report
+    exes = {p["exe"] for p in run["processes"]}
+    assert str(program) in exes and {os.path.basename(e) for e in exes} <= {"self_exe", "sh", "dash"}
 
 
 @pytest.mark.parametrize("started", ["by ferry run", "by a shell"])
