@@ -11,8 +11,10 @@
  * readlink whose answer is the image's name (of /proc/self/exe, of
  * /proc/<pid>/exe, of /proc/thread-self/exe, from any directory) answers
  * the original's instead, resolved as the kernel resolves the file it runs.
- * Both are found when first asked for, by calls of the shim's own: a start
- * pays nothing for them.
+ * The image's name and the original's resolved one are found when a
+ * readlink first needs them, by calls of the shim's own: an image's start
+ * pays two copies and the AT_EXECFN store, any other start one environment
+ * lookup (shim.c).
  */
 #define _GNU_SOURCE
 #include <elf.h>
