@@ -131,7 +131,7 @@ def check(log, run_dir):
     (or, under ptrace, at the entry of a call, which a pending kill skips)
     may have one call counted that strace never shows, and with it the
     shim's own call it was making on that call's behalf (the catch-all
-    reads the program's signal mask with getpid and process_vm_readv
+    reads the program's signal mask with getpid and process_vm_writev
     first); a thread killed inside such a call of the shim's own, the call
     it was made for.  Counting after the call only moves the gap (a thread
     killed between strace's exit report and the count): no observer in

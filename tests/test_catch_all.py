@@ -178,16 +178,18 @@ def test_profile_can_turn_the_catch_all_off(tmp_path, test_programs):
 def test_signal_masks_passed_on_the_stack_are_read_without_a_system_call(tmp_path, test_programs):
     """With the catch-all on, the shim reads the mask of every rt_sigaction
     and rt_sigprocmask (to keep SIGSYS out of it).  A posix_spawn child sets
-    all 64 actions from its stack; reading each through process_vm_readv
-    cost ~3.5 us a signal, ~200 us a spawn.  forkexec spawns three times."""
+    all 64 actions from its stack; reading each through the kernel
+    (process_vm_readv then, process_vm_writev with its sides swapped now:
+    ferry_read_pieces) cost ~3.5 us a signal, ~200 us a spawn.  forkexec
+    spawns three times."""
     if not shutil.which("strace"):
         pytest.skip("strace is not installed")
     log = tmp_path / "strace.log"
     native = subprocess.run([str(PROGRAMS / "forkexec")], capture_output=True, text=True, timeout=60)
-    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=process_vm_readv", "-o", str(log), *FERRY,
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=process_vm_writev", "-o", str(log), *FERRY,
                         "run", "--no-learn", "-o", str(tmp_path / "run"), "--", str(PROGRAMS / "forkexec")],
                        capture_output=True, text=True, timeout=300)
     assert r.stdout == native.stdout
-    reads = [line for line in log.read_text().splitlines() if re.search(r"process_vm_readv\(", line)]
+    reads = [line for line in log.read_text().splitlines() if re.search(r"process_vm_writev\(", line)]
     # the exec hooks' reads of the environment remain: a few per exec
     assert len(reads) < 128, len(reads)

@@ -146,15 +146,16 @@ def test_libc_text_patched_at_load_stays_shared(tmp_path):
 
 
 def _hook_reads(run_dir, env, profile="count"):
-    """process_vm_readv and getpid calls of the exec hook in each of a
-    shell's two /bin/true children, run with `env`."""
+    """Reads of the program's memory (process_vm_writev, ferry_read_pieces)
+    and getpid calls of the exec hook in each of a shell's two /bin/true
+    children, run with `env`."""
     ferry("run", "-p", profile, "-o", run_dir, "--", "sh", "-c", "/bin/true; /bin/true", check=True,
           timeout=300, env=env, text=False)
     procs = procfile.read_dir(run_dir / "proc")
     execs = [p for p in procs if p.exec_path == "/bin/true"]
     trues = [p for p in procs if p.exe == "/usr/bin/true"]
     assert len(execs) == 2 and len(trues) == 2, [(p.exe, p.exec_path) for p in procs]
-    readv = syscall_table.NUMBERS["process_vm_readv"]
+    readv = syscall_table.NUMBERS["process_vm_writev"]
     getpid = syscall_table.NUMBERS["getpid"]
     return [(p.internal.get(readv, 0), p.internal.get(getpid, 0)) for p in execs]
 

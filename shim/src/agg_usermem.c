@@ -3,7 +3,7 @@
  *
  * A pointer the program passes may be bad: the kernel answers EFAULT, and
  * so must the engine, so the first read of a page goes through the kernel
- * (process_vm_readv, ferry_safe_read: ~1.8 us with its getpid).  The futex
+ * (ferry_safe_read: ~1.8 us with its getpid).  The futex
  * word of every wait was read so, two system calls of the shim's own per
  * wait, though a program waits on the same few words again and again.
  *

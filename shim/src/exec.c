@@ -556,8 +556,9 @@ static int add_var(const char *name, const char *ours, const char *old, int ours
 _Static_assert(sizeof((const char[][ENV_HEAD - 2]){FERRY_SETTINGS}) > 0, "every setting fits a head");
 /* The heads of a batch are read in one piece when they lie within this
  * many bytes of each other (a kernel-made environment lies back to back on
- * the stack): each piece read costs the kernel a page lookup, and 32 of
- * them were half the hook's time in a vfork child.  Up to 16 KiB of
+ * the stack): each piece is a copy of its own, and when reads pinned each
+ * piece's page (process_vm_readv, before ferry_read_pieces), 32 of them
+ * were half the hook's time in a vfork child.  Up to 16 KiB of
  * pieces, and room beside them for every head of a batch as a piece of
  * its own (plan_heads). */
 #define ENV_SPAN (16 * 1024 + ENV_BATCH * ENV_HEAD)
@@ -598,8 +599,9 @@ _Static_assert(ENV_SPAN <= 65536 && ENV_HEAD < 256, "a head's place and length f
  * among their bytes (`at`); how many bytes they take, within `cap`.  In
  * address order, a head that starts within ENV_GAP bytes of the end of the
  * piece before it is read with that piece, the bytes between included
- * (unless `alone`): each piece costs the kernel a page lookup (~900 cycles
- * here), a few hundred bytes more to copy much less.  A shell keeps most
+ * (unless `alone`): each piece costs the kernel a copy of its own, a few
+ * hundred bytes more to copy less (a page pinned, ~900 cycles here, while
+ * the reads were process_vm_readv's).  A shell keeps most
  * of its environment where the kernel put it, back to back, and the few
  * variables it changed elsewhere; one variable of several KiB in the
  * middle (a token, LS_COLORS) only splits a piece.  A head joins a piece
@@ -642,16 +644,13 @@ static size_t plan_heads(struct env_batch *b, size_t cap, int alone)
 /* The pieces plan_heads made, into `span`, one after the other. */
 static int read_heads(long pid, struct env_batch *b, char *span)
 {
-    struct iovec lv[ENV_PIECES];
     size_t total = 0;
     for (size_t i = 0; i < b->pieces; i += ENV_PIECES) {
         size_t n = b->pieces - i < ENV_PIECES ? b->pieces - i : ENV_PIECES, bytes = 0;
-        for (size_t k = 0; k < n; k++) {
-            lv[k] = (struct iovec){span + total + bytes, b->piece[i + k].iov_len};
+        for (size_t k = 0; k < n; k++)
             bytes += b->piece[i + k].iov_len;
-        }
-        if (ferry_raw6(SYS_process_vm_readv, pid, (long)lv, (long)n, (long)&b->piece[i], (long)n, 0) !=
-            (long)bytes)
+        struct iovec to = {span + total, bytes};
+        if (ferry_read_pieces(pid, &to, 1, &b->piece[i], n) != (long)bytes)
             return -1;
         total += bytes;
     }
@@ -664,18 +663,22 @@ static int read_heads(long pid, struct env_batch *b, char *span)
  * is not there (the next batch then starts there, and fails as the exec
  * would), and an array that crosses a page (a shell's, malloc'd) takes no
  * batch more.  How many. */
-static int env_pieces(char *const *array, size_t from, char **ptr, struct iovec *local, struct iovec *remote)
+static int env_pieces(char *const *array, size_t from, char **ptr, struct iovec *to, struct iovec *src)
 {
     uintptr_t at = (uintptr_t)&array[from];
     size_t bytes = (ENV_BATCH + 1) * sizeof(char *), first = 4096 - (at & 4095);
     if (first > bytes)
         first = bytes;
-    local[0] = (struct iovec){ptr, first};
-    remote[0] = (struct iovec){(void *)at, first};
-    if (first == bytes)
+    to[0] = (struct iovec){ptr, first};
+    src[0] = (struct iovec){(void *)at, first};
+    /* A page past the user address space fails the whole read, not only
+     * its piece (ferry_read_pieces): an array on the stack's top page, as
+     * an `env -i` program's with the stack not randomized (setarch -R),
+     * has no next page. */
+    if (first == bytes || at + first >= FERRY_USER_END)
         return 1;
-    local[1] = (struct iovec){(char *)ptr + first, bytes - first};
-    remote[1] = (struct iovec){(void *)(at + first), bytes - first};
+    to[1] = (struct iovec){(char *)ptr + first, bytes - first};
+    src[1] = (struct iovec){(void *)(at + first), bytes - first};
     return 2;
 }
 
@@ -690,11 +693,11 @@ static long read_path_and_env(char *dst, const char *src, size_t cap, char *cons
     size_t chunk = 4096 - ((uintptr_t)src & 4095);
     if (chunk > cap - 1)
         chunk = cap - 1;
-    struct iovec local[3], remote[3];
-    local[0] = (struct iovec){dst, chunk};
-    remote[0] = (struct iovec){(void *)src, chunk};
-    int n = 1 + (envp ? env_pieces(envp, 0, pre->ptr, local + 1, remote + 1) : 0);
-    long got = ferry_raw6(SYS_process_vm_readv, ferry_memory_pid(), (long)local, n, (long)remote, n, 0);
+    struct iovec to[3], from[3];
+    to[0] = (struct iovec){dst, chunk};
+    from[0] = (struct iovec){(void *)src, chunk};
+    int n = 1 + (envp ? env_pieces(envp, 0, pre->ptr, to + 1, from + 1) : 0);
+    long got = ferry_read_pieces(ferry_memory_pid(), to, n, from, n);
     if (got < (long)chunk)
         return ferry_exec_string(dst, src, cap);  /* as the call will: EFAULT */
     pre->bytes = (size_t)got - chunk;
@@ -715,9 +718,9 @@ static int read_env_batch(char *const *array, size_t from, struct env_batch *b, 
         ferry_memcpy(b->ptr, pre->ptr, pre->bytes);
         got = (long)pre->bytes;
     } else {
-        struct iovec local[2], remote[2];
-        int pieces = env_pieces(array, from, b->ptr, local, remote);
-        got = ferry_raw6(SYS_process_vm_readv, pid, (long)local, pieces, (long)remote, pieces, 0);
+        struct iovec to[2], src[2];
+        int pieces = env_pieces(array, from, b->ptr, to, src);
+        got = ferry_read_pieces(pid, to, pieces, src, pieces);
     }
     if (got < (long)sizeof(char *))
         return -1;

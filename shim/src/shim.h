@@ -33,7 +33,7 @@ long ferry_slow(struct ferry_regs *r);
  * stack the call was made from (between the entry's frame and the end of the
  * page holding the program's rsp - 1: mapped, since the entry just wrote
  * below it) are read directly; anything else goes through the kernel, which
- * costs a process_vm_readv (~1.5 us) where a load costs nanoseconds. */
+ * costs a call (ferry_safe_read, ~1.3 us) where a load costs nanoseconds. */
 long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size_t n);
 /* Write `n` bytes where call `r` asked for an answer: 0, or -EFAULT for a
  * bad pointer.  Directly on the same page as above, from the program's red

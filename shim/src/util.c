@@ -20,10 +20,25 @@ const char *ferry_env_lookup(char **envp, const char *key)
     return 0;
 }
 
+/* process_vm_writev with its two sides swapped: its local side, here the
+ * program's memory, is read as a system call reads its caller's
+ * (copy_from_user: a page not there is a fault like any other, a bad
+ * address ends the copy), and only its remote side, the shim's buffer, is
+ * pinned.  process_vm_readv pins every page it reads, each piece apart, and
+ * a pin copies a page still shared with the parent after a fork: a fork
+ * child's exec hook copied every page of the shell's it read the
+ * environment from (64 pieces on 64 pages: 139 us and 70 faults, against 17
+ * us and 6; 16 pieces of one process's own pages 7.4 us, 1.8 now). */
+long ferry_read_pieces(long pid, const struct iovec *to, unsigned long nto, const struct iovec *from,
+                       unsigned long nfrom)
+{
+    return ferry_raw6(SYS_process_vm_writev, pid, (long)from, (long)nfrom, (long)to, (long)nto, 0);
+}
+
 long ferry_safe_read(void *dst, const void *src, size_t n)
 {
-    struct iovec local = {dst, n}, remote = {(void *)src, n};
-    return ferry_raw6(SYS_process_vm_readv, ferry_memory_pid(), (long)&local, 1, (long)&remote, 1, 0);
+    struct iovec to = {dst, n}, from = {(void *)src, n};
+    return ferry_read_pieces(ferry_memory_pid(), &to, 1, &from, 1);
 }
 
 long ferry_safe_write(void *dst, const void *src, size_t n)
