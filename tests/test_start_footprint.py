@@ -674,7 +674,8 @@ def test_the_exec_hook_reads_the_environment_in_few_pieces(tmp_path, shell):
     """A shell's child passes on an environment that lies mostly back to
     back; its exec hook reads the heads of the entries (to take Ferry's out)
     in one read of a few pieces, those close together as one, not one piece
-    each (each piece read costs the kernel a page lookup).  dash's child is
+    each (each piece is a copy of its own; a page pinned, while the reads
+    were process_vm_readv's).  dash's child is
     a vfork child, whose hook reads into a scratch area of its own; bash's
     is a fork child, whose hook reads onto the program's stack, and whose
     environment is strings bash malloc'd (it read them a piece each: ~12 us
