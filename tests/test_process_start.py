@@ -155,17 +155,17 @@ def _hook_reads(run_dir, env, profile="count"):
     execs = [p for p in procs if p.exec_path == "/bin/true"]
     trues = [p for p in procs if p.exe == "/usr/bin/true"]
     assert len(execs) == 2 and len(trues) == 2, [(p.exe, p.exec_path) for p in procs]
-    readv = syscall_table.NUMBERS["process_vm_writev"]
+    reads = syscall_table.NUMBERS["process_vm_writev"]
     getpid = syscall_table.NUMBERS["getpid"]
-    return [(p.internal.get(readv, 0), p.internal.get(getpid, 0)) for p in execs]
+    return [(p.internal.get(reads, 0), p.internal.get(getpid, 0)) for p in execs]
 
 
 def test_exec_hook_reads_the_environment_in_a_few_calls(tmp_path):
     # The hook read each variable's pointer and head with a system call
     # apiece (and a getpid for each): ~400 calls of its own for 100 variables.
     env = {**os.environ, **{f"SPAWN_VAR_{i}": "x" * (i % 90) for i in range(100)}}
-    for readv, getpid in _hook_reads(tmp_path / "run", env):
-        assert readv <= 16 and getpid <= 16, (readv, getpid)
+    for reads, getpid in _hook_reads(tmp_path / "run", env):
+        assert reads <= 16 and getpid <= 16, (reads, getpid)
 
 
 def test_a_usual_environment_costs_the_hook_no_more_calls_than_a_tiny_one(tmp_path):

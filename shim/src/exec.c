@@ -575,11 +575,6 @@ struct env_prefetch {
     size_t bytes;   /* of them read; 0: none */
 };
 
-/* Pieces a read of heads takes at most: a kernel-made environment makes
- * one or two, bash's fork child a few (plan_heads); more are read 32 a
- * read. */
-#define ENV_PIECES 32
-
 /* What build_env reads a batch with.  The heads stay where they were read,
  * in the span, at `at`: a copy of each into an array of its own was 4 KiB
  * more for a fork child's hook to write on the program's stack, where each
@@ -641,20 +636,20 @@ static size_t plan_heads(struct env_batch *b, size_t cap, int alone)
     return used;
 }
 
-/* The pieces plan_heads made, into `span`, one after the other. */
+/* The pieces plan_heads made, into `span`, one after the other, in one
+ * read: the shim's side is one buffer (ferry_read_pieces), and a batch's
+ * pieces are fewer than a read takes (UIO_MAXIOV).  A kernel-made
+ * environment makes one or two, bash's fork child a few. */
+_Static_assert(ENV_BATCH <= 1024, "a batch's heads fit one read");
 static int read_heads(long pid, struct env_batch *b, char *span)
 {
-    size_t total = 0;
-    for (size_t i = 0; i < b->pieces; i += ENV_PIECES) {
-        size_t n = b->pieces - i < ENV_PIECES ? b->pieces - i : ENV_PIECES, bytes = 0;
-        for (size_t k = 0; k < n; k++)
-            bytes += b->piece[i + k].iov_len;
-        struct iovec to = {span + total, bytes};
-        if (ferry_read_pieces(pid, &to, 1, &b->piece[i], n) != (long)bytes)
-            return -1;
-        total += bytes;
-    }
-    return 0;
+    size_t bytes = 0;
+    if (!b->pieces)
+        return 0;
+    for (size_t k = 0; k < b->pieces; k++)
+        bytes += b->piece[k].iov_len;
+    struct iovec to = {span, bytes};
+    return ferry_read_pieces(pid, &to, 1, b->piece, b->pieces) == (long)bytes ? 0 : -1;
 }
 
 /* The pieces to read a batch of the array's pointers from entry `from` in

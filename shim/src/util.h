@@ -38,19 +38,20 @@ const char *ferry_env_lookup(char **envp, const char *key);
 /* Copy from the program's memory the way the kernel does: a bad pointer is
  * a negative errno, not a crash in the shim. */
 long ferry_safe_read(void *dst, const void *src, size_t n);
-/* The same for pieces: the program's `from` (in the memory of `pid`, which
- * is this process's) into the shim's `to`, one after the other; the bytes
- * read up to the first that cannot be, or a negative errno (also when a
- * piece lies beyond the user address space: none is read then). */
-struct iovec;
+/* ... and write into it: 0, or -EFAULT when not all of it could be written. */
+long ferry_safe_write(void *dst, const void *src, size_t n);
+
 /* Where the user address space ends with 4-level page tables (the kernel's
  * TASK_SIZE_MAX; a process gets addresses beyond only by asking for them
  * under 5-level paging): the last page below 2^47 is not user memory. */
 #define FERRY_USER_END 0x7ffffffff000UL
+/* ferry_safe_read for pieces: the program's `from` (in the memory of `pid`,
+ * which is this process's) into the shim's `to`, one after the other; the
+ * bytes read up to the first that cannot be, or a negative errno (also
+ * when a piece lies at or beyond FERRY_USER_END: none is read then). */
+struct iovec;
 long ferry_read_pieces(long pid, const struct iovec *to, unsigned long nto, const struct iovec *from,
                        unsigned long nfrom);
-/* ... and write into it: 0, or -EFAULT when not all of it could be written. */
-long ferry_safe_write(void *dst, const void *src, size_t n);
 
 /* `<root>/<dir>/<dev>-<ino>-<size>-<mtime_ns>` for the file whose status
  * is `st`: how the image cache names what it keeps per file
