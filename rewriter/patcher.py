@@ -159,13 +159,39 @@ def _with_room(image):
     checked after the segments are added.  (LIEF's BSS_END way is not
     offered: it adds a segment of its own below nothing we can check, and
     assumes file offsets equal addresses.)"""
-    PHDR = lief.ELF.Binary.PHDR_RELOC
-    if image.binary.relocate_phdr_table(PHDR.SEGMENT_GAP):
+    if _relocate_table(image.binary):
         yield image.binary, set()
     data, added = room.make_room(image.data, image.path)
     binary = _parse_bytes(data, image.path)
-    if binary.relocate_phdr_table(PHDR.SEGMENT_GAP):
+    if _relocate_table(binary):
         yield binary, added
+
+
+def _relocate_table(binary):
+    """Move the program header table into a file gap between two segments,
+    the one after the first segment if it has room: LIEF takes the widest
+    gap, which in libc follows the text, and ld.so, which reads the table
+    from the mapped file, then faulted in the text's last page (a file
+    fault, ~5 us, in every process that loads it) besides the first page,
+    where the notes it reads lie.  After the first segment (the ELF header,
+    the symbols, the relocations) the table lies on a page the relocations
+    bring in anyway.  LIEF skips a segment with more memory than file
+    (.bss) as the start of a gap: the others are made to look so for the
+    moment it chooses."""
+    PHDR = lief.ELF.Binary.PHDR_RELOC
+    loads = [s for s in binary.segments if s.type == lief.ELF.Segment.TYPE.LOAD]
+    if len(loads) > 2 and loads[0].file_offset == 0:
+        others = [s for s in loads[1:] if s.virtual_size == s.physical_size]
+        for s in others:
+            s.virtual_size += 1
+        try:
+            moved = binary.relocate_phdr_table(PHDR.SEGMENT_GAP)
+        finally:
+            for s in others:
+                s.virtual_size -= 1
+        if moved:
+            return moved
+    return binary.relocate_phdr_table(PHDR.SEGMENT_GAP)
 
 
 def _add_segments(image, tramp_size, ctl_size):

@@ -117,6 +117,32 @@ def test_shared_object_is_rewritten_into_the_output_directory(tmp_path):
     assert r.stdout == "hi\n"
 
 
+def _program_headers(path):
+    """(e_phoff, [(type, offset, filesz) of each program header])."""
+    import struct
+    data = Path(path).read_bytes()
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phnum, = struct.unpack_from("<H", data, 56)
+    fields = [struct.unpack_from("<IIQQQQQQ", data, phoff + i * 56) for i in range(phnum)]
+    return phoff, [(f[0], f[2], f[5]) for f in fields]
+
+
+def test_a_rewritten_librarys_program_headers_lie_in_its_first_segment(tmp_path):
+    # ld.so reads a library's program headers from its mapping: moved to the
+    # end of libc's text (the widest gap), they were a page of text faulted
+    # in by every process that loads it; after the first segment they lie on
+    # the page its relocations are read from.
+    out = tmp_path / "out"
+    ferry("instrument", LIBC, "-o", out, check=True)
+    phoff, headers = _program_headers(out / "libc.so.6")
+    loads = [h for h in headers if h[0] == 1]
+    first = loads[0]
+    assert first[1] == 0 and phoff + len(headers) * 56 <= first[2], (hex(phoff), loads)
+    _, original = _program_headers(LIBC)
+    # the other segments as they were: none grew to hold the table
+    assert [h for h in loads[1:] if h in original] == [h for h in original if h[0] == 1][1:]
+
+
 def test_original_directory_replaces_origin_in_the_program_search_path(tmp_path):
     libdir = tmp_path / "app" / "lib"
     libdir.mkdir(parents=True)
