@@ -304,6 +304,7 @@ struct ferry_group {
     struct ferry_group_config cfg;
     struct agg_pool pools[FERRY_MAX_POOLS];
     unsigned char op_ok[AGG_OP_MAX];   /* probe: opcode supported */
+    int probed;                   /* op_ok holds the kernel's answer */
     int ext_arg;                  /* IORING_FEAT_EXT_ARG */
     int carriers;                 /* running now */
     struct agg_counters st;
@@ -326,6 +327,11 @@ unsigned agg_online_cpus(void);
 /* agg_group.c */
 #define INT_FLAG_REG_RING_ 1  /* liburing 2.3's mark of a registered ring */
 int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd);
+/* ferry_group_create, its pools' own rings made only when `pool_rings` (or
+ * for an SQPOLL pool, whose thread the carriers attach to). */
+int agg_group_create(struct ferry_group **out, const struct ferry_group_config *cfg, int pool_rings);
+/* Which opcodes the kernel has, asked of `ring` once per group. */
+void agg_group_probe(struct ferry_group *g, struct io_uring *ring);
 /* Submit what the SQ holds and wait for `min` completions (at most
  * `timeout_ns` with IORING_FEAT_EXT_ARG, 0: no limit); 1 when that took an
  * io_uring_enter, 0 when nothing needed one (agg_enter.c). */

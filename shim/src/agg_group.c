@@ -213,8 +213,10 @@ void agg_ring_exit(struct io_uring *ring, int own)
     io_uring_queue_exit(ring);
 }
 
-static void probe(struct ferry_group *g, struct io_uring *ring)
+void agg_group_probe(struct ferry_group *g, struct io_uring *ring)
 {
+    if (g->probed)
+        return;
     /* The probe answer has one entry per opcode the kernel knows; ask for
      * room beyond liburing's own list so newer opcodes are seen too. */
     struct {
@@ -228,6 +230,7 @@ static void probe(struct ferry_group *g, struct io_uring *ring)
     for (unsigned i = 0; i < buf.p.ops_len && i < AGG_OP_MAX; i++)
         if (buf.ops[i].flags & IO_URING_OP_SUPPORTED)
             g->op_ok[buf.ops[i].op < AGG_OP_MAX ? buf.ops[i].op : 0] = 1;
+    g->probed = 1;
 }
 
 int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, int attach_fd)
@@ -282,6 +285,19 @@ int agg_ring_init(struct ferry_group *g, unsigned pool, struct io_uring *ring, i
 __attribute__((visibility("default"))) int ferry_group_create(struct ferry_group **out,
                                                               const struct ferry_group_config *cfg)
 {
+    return agg_group_create(out, cfg, 1);
+}
+
+/* A ring closed makes the kernel interrupt its creator's next wait: the
+ * blocking call that thread makes next, once the ring's exit work has run
+ * (a kernel worker, some ms later), ends with EINTR though no signal came,
+ * and one that is not restarted (epoll_wait, poll, select...) says so to
+ * its caller.  The fibers profile made the pools' rings and closed them at
+ * once (its carriers have rings of their own), and every process it
+ * enabled saw its first such wait fail: nginx's workers logged it.  So
+ * those rings are not made at all. */
+int agg_group_create(struct ferry_group **out, const struct ferry_group_config *cfg, int pool_rings)
+{
     if (!out)
         return -EINVAL;
     int r = agg_config_validate(cfg);
@@ -296,15 +312,16 @@ __attribute__((visibility("default"))) int ferry_group_create(struct ferry_group
     if (!g->cfg.fiber_stack)
         g->cfg.fiber_stack = 256 * 1024;
     for (unsigned i = 0; i < cfg->npools; i++) {
+        g->pools[i].cfg = cfg->pools[i];
+        if (!pool_rings && cfg->pools[i].sqpoll_cpu < 0)
+            continue;  /* the carriers' rings serve the pool, and probe */
         r = agg_ring_init(g, i, &g->pools[i].ring, -1);
         if (r < 0)
             goto fail;
         /* raw batches come from any thread: this one keeps a descriptor */
         ring_keep(&g->pools[i].ring);
         g->pools[i].up = 1;
-        g->pools[i].cfg = cfg->pools[i];
-        if (i == 0)
-            probe(g, &g->pools[i].ring);
+        agg_group_probe(g, &g->pools[i].ring);
     }
     r = agg_workers_start(g);
     if (r < 0)

@@ -1005,9 +1005,12 @@ static int ring_wait(const struct ferry_regs *r)
 }
 
 /* Calls that reach the router even where no route takes them: those that
- * make or change descriptors (fd_call), setsockopt (a socket's timeouts)
- * and io_uring_enter (ring_wait). */
+ * make, change or end descriptors (fd_call; a close or close_range makes
+ * the engine forget what it knew of a number, which they reached through
+ * the guard of the group's kept rings until the fiber world kept none),
+ * setsockopt (a socket's timeouts) and io_uring_enter (ring_wait). */
 static const unsigned short watched[] = {
+    SYS_close, SYS_close_range,
     SYS_fcntl, SYS_ioctl, SYS_dup, SYS_dup2, SYS_dup3, SYS_pipe, SYS_pipe2, SYS_socketpair,
     SYS_eventfd, SYS_eventfd2, SYS_timerfd_create, SYS_signalfd4, SYS_memfd_create,
     SYS_epoll_create1, SYS_inotify_init1, SYS_setsockopt, SYS_io_uring_enter,

@@ -935,6 +935,7 @@ int agg_carrier_new(struct ferry_group *g, struct agg_carrier **out)
             goto fail;
         c->pools[i].up = 1;
     }
+    agg_group_probe(g, &c->pools[0].ring);  /* a group of the fiber world has no ring of its own */
     /* The other pools' completions wake pool 0's wait through an eventfd
      * that ring reads as its fixed file 0: the program may close every
      * descriptor it did not open (a fork child before exec, a daemon) and

@@ -724,18 +724,14 @@ FERRY_HOT_TEXT unsigned agg_threads_world(struct agg_carrier **out, unsigned cap
 
 static int start_world(void)
 {
+    /* The pools' own rings serve raw batches, which no one makes on this
+     * group, and SQPOLL threads the carriers attach to: only those are made
+     * (each a descriptor the program would see; agg_group_create says why
+     * none is made to be closed). */
     struct ferry_group *g;
-    int r = ferry_group_create(&g, &agg_profile);
+    int r = agg_group_create(&g, &agg_profile, 0);
     if (r)
         return r;
-    /* The pools' own rings serve raw batches, which no one makes on this
-     * group, and SQPOLL threads the carriers attach to: only those stay
-     * (each a descriptor the program would see). */
-    for (unsigned i = 0; i < g->cfg.npools; i++)
-        if (g->pools[i].up && g->cfg.pools[i].sqpoll_cpu < 0) {
-            agg_ring_exit(&g->pools[i].ring, 1);
-            g->pools[i].up = 0;
-        }
     /* the other carriers start with the second thread (see new_thread) */
     return become_fiber0(g);
 }
@@ -1190,16 +1186,47 @@ static int cpu_clock(struct agg_fiber *f, struct ferry_regs *r)
     return 1;
 }
 
+/* What prctl(PR_SET_NAME) takes of `src`: up to 15 bytes, to its NUL, the
+ * rest of `out` zeros; -EFAULT where the kernel's copy would fail (a byte
+ * before the NUL that cannot be read). */
+static long read_name(const struct ferry_regs *r, char out[16], const char *src)
+{
+    ferry_memset(out, 0, 16);
+    size_t room = 4096 - ((uintptr_t)src & 4095), n = room < 15 ? room : 15;
+    if (ferry_read_arg(r, out, src, n) != (long)n)
+        return -EFAULT_;
+    size_t len = 0;
+    while (len < n && out[len])
+        len++;
+    if (len == n && n < 15 && ferry_read_arg(r, out + n, src + n, 15 - n) != (long)(15 - n))
+        return -EFAULT_;
+    while (len < 15 && out[len])
+        len++;
+    ferry_memset(out + len, 0, 16 - len);
+    return 0;
+}
+
 /* A thread's name (prctl PR_SET_NAME, PR_GET_NAME: glibc's
  * pthread_setname_np and pthread_getname_np of the calling thread) is its
  * kernel thread's, which under fibers is the carrier's, shared by its
  * fibers: a thread read back the name another one had set last.  Each
  * fiber keeps its own (a new thread its creator's, as the kernel copies
- * it); setting it still goes to the kernel, which checks and cuts it, and
- * names the carrier after it.  Another thread's name lies in
- * /proc/self/task/TID/comm, where no vtid has an entry. */
+ * it); setting it goes to the kernel, which checks and cuts it, and names
+ * the carrier after it, but for carrier 0's other fibers: carrier 0 is the
+ * program's first thread, whose name is the process's (/proc/PID/comm,
+ * what ps and pgrep match), and a thread naming itself renamed the process
+ * (redis became `jemalloc_bg_thd`).  Their name is cut as the kernel cuts
+ * it.  Another thread's name lies in /proc/self/task/TID/comm, where no
+ * vtid has an entry. */
 static int thread_name(struct agg_fiber *f, struct ferry_regs *r)
 {
+    if (r->rdi == PR_SET_NAME && f != fiber0 && f->carrier && f->carrier->tid == world_pid) {
+        char name[16];
+        r->rax = read_name(r, name, (const char *)r->rsi);
+        if (r->rax == 0)
+            ferry_memcpy(f->name, name, sizeof(f->name));
+        return 1;
+    }
     if (r->rdi == PR_SET_NAME) {
         r->rax = ferry_pass6(SYS_prctl, PR_SET_NAME, r->rsi, r->rdx, r->r10, r->r8, 0);
         if (r->rax == 0)

@@ -5,7 +5,10 @@
  * thread's name.
  *
  * Under fibers a thread's name was its carrier's, shared by every thread on
- * it: each read back the name set last by any of them.
+ * it: each read back the name set last by any of them.  And the process's
+ * name stays its first thread's (/proc/self/comm, what ps and pgrep match):
+ * under fibers a thread naming itself named carrier 0, the first thread, and
+ * with it the process.
  *
  * Prints one line per thread, the same natively and under every profile. */
 #define _GNU_SOURCE
@@ -19,7 +22,7 @@
 
 static pthread_barrier_t all_named, all_read;
 static char got[THREADS + 1][16], born[THREADS][16], want[THREADS][16];
-static char child_saw[64];
+static char child_saw[64], process_comm[32];
 static const char *names[THREADS] = {"alpha", "beta", "gamma-is-too-long-a-name", "delta"};
 
 static void *named(void *arg)
@@ -66,12 +69,18 @@ int main(void)
             return 2;
     pthread_barrier_wait(&all_named);
     pthread_getname_np(pthread_self(), got[THREADS], sizeof(got[THREADS]));
+    FILE *f = fopen("/proc/self/comm", "r");
+    if (f && fgets(process_comm, sizeof(process_comm), f))
+        process_comm[strcspn(process_comm, "\n")] = 0;
+    if (f)
+        fclose(f);
     pthread_barrier_wait(&all_read);
     for (int i = 0; i < THREADS; i++) {
         pthread_join(t[i], 0);
         printf("thread %d: born \"%s\", named \"%s\", reads \"%s\"\n", i, born[i], want[i], got[i]);
     }
     printf("main: reads \"%s\"\n", got[THREADS]);
+    printf("the process, once every thread named itself: /proc/self/comm \"%s\"\n", process_comm);
     printf("thread 0's fork child: %s\n", child_saw);
     return 0;
 }
