@@ -217,7 +217,7 @@ STATIC_SRC = ROOT / "tests" / "programs" / "static"
 # static test program -> the target of tests/programs/static/Makefile that builds it
 STATIC_TARGETS = {"go_http": "go", "go_runtime": "go", "static_c-musl": "musl",
                   "static_c-glibc": "glibc", "static_c-glibc-pie": "glibc",
-                  "go_http-cgo": "cgo", "go_runtime-cgo": "cgo"}
+                  "go_http-cgo": "cgo", "go_runtime-cgo": "cgo", "go_calls": "go", "go_calls-cgo": "cgo"}
 
 
 def go_command():

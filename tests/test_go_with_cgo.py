@@ -8,7 +8,16 @@ wrote over the stack below it; the engine's signal pushed its frame there
 too; and every thread's sigaltstack, where Go runs its handlers, was one
 per carrier, so one thread's handler frames were written over another's.
 The C path of a Go module's calls now runs on a stack of the shim's, the
-engine's signal on the alternate stack, which is each fiber's own."""
+engine's signal on the alternate stack, which is each fiber's own.
+
+A Go program a shell starts before any run made its image (the shim
+preloaded, its libraries patched from their plans, its own calls caught by
+the catch-all) took each caught call's signal frame and the shim's C path
+on the goroutine's stack: it died with "found pointer to free object" or
+"traceback did not unwind completely" (Go's own runtime tests under
+`trace`, `go tool pprof`).  SIGSYS now runs on the thread's alternate
+stack, where Go runs its own handlers, once a Go module is loaded."""
+import shutil
 import subprocess
 
 import pytest
@@ -52,3 +61,21 @@ def test_go_http_server_with_cgo_answers_load_as_natively(tmp_path, static_progr
     assert good == 32 * 150
     served = 1 + 2 * len(go_http.REQUESTS) + good  # and wait_http's first fetch
     assert (out, code) == (f"served {served} requests\n".encode(), 0), err.decode(errors="replace")[-3000:]
+
+
+@pytest.mark.parametrize("profile", ["trace", "count", "off"])
+def test_go_with_cgo_a_shell_starts_without_its_image_behaves_as_natively(tmp_path, static_program,
+                                                                          profile):
+    """A copy of go_calls-cgo at a path no run has seen, started by sh under
+    `--no-learn`: preloaded, its goroutines' own calls caught, three times
+    (each run crashed before, `traceback did not unwind completely`)."""
+    copy = tmp_path / "fresh" / "go_calls-cgo"
+    copy.parent.mkdir()
+    shutil.copy2(static_program("go_calls-cgo"), copy)
+    native = subprocess.run([str(copy)], capture_output=True, timeout=TIMEOUT)
+    assert (native.stdout, native.returncode) == (b"ok 48000\n", 0), native
+    for i in range(3):
+        under = subprocess.run(_ferry(profile, tmp_path / f"run{i}", "sh", "-c", f"exec {copy}"),
+                               capture_output=True, timeout=TIMEOUT)
+        assert (under.stdout, under.stderr, under.returncode) == (native.stdout, native.stderr, 0), \
+            under.stderr.decode(errors="replace")[-3000:]

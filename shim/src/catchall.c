@@ -21,6 +21,7 @@
 #include <sys/syscall.h>
 #include <sys/ucontext.h>
 #include <fcntl.h>
+#include <link.h>
 #include <sched.h>
 
 #include "catchall.h"
@@ -465,6 +466,49 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
     ferry_tally_one(SYS_rt_sigreturn);
 }
 
+/* Go's code runs on goroutine stacks of a few KiB, which nothing may write
+ * below: a call it makes itself (its runtime calls the kernel directly)
+ * is caught before any plan patches it, and the kernel's signal frame and
+ * the shim's C path on that stack overran it into whatever lay below (Go's
+ * runtime tests' programs, started by a shell, crashed with "found pointer
+ * to free object", "traceback did not unwind completely"; `go tool pprof`
+ * with a fault).  Go's own handlers all run on each thread's alternate
+ * stack (32 KiB, Go's own): so does SIGSYS once a Go module is found (an
+ * exec's hook, the deepest of the C path, moves to a stack of its own in a
+ * vfork child: shim.c).  Elsewhere the handler's frame stays on the
+ * thread's stack: a program's alternate stack is sized for its own
+ * handlers. */
+static int small_stacks;
+
+static long install(struct ferry_ksigaction *old)
+{
+    struct ferry_ksigaction act = {(void *)on_sigsys, SA_SIGINFO | SA_NODEFER | SA_RESTORER,
+                                   (void *)ferry_sigreturn, 0};
+    if (__atomic_load_n(&small_stacks, __ATOMIC_ACQUIRE))
+        act.flags |= SA_ONSTACK;
+    return ferry_raw4(SYS_rt_sigaction, SIGSYS, &act, old, KSIGSET);
+}
+
+void ferry_catchall_small_stacks(void)
+{
+    if (__atomic_exchange_n(&small_stacks, 1, __ATOMIC_ACQ_REL))
+        return;
+    if (ferry_catchall_on && !detached)
+        install(0);
+}
+
+#ifndef FERRY_STATIC
+extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
+    __attribute__((weak));
+
+static int find_small_stacks(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    return ferry_module_small_stacks(info->dlpi_phdr, info->dlpi_phnum, info->dlpi_addr);
+}
+#endif
+
 static void caught_call(int sig, siginfo_t *si, void *ucv)
 {
     ucontext_t *uc = ucv;
@@ -529,9 +573,13 @@ void ferry_catchall_start(char **envp)
     const char *v = ferry_env_lookup(envp, "FERRY_CATCH_ALL");
     if (!v || !ferry_memeq(v, "1", 2))
         return;
-    struct ferry_ksigaction act = {(void *)on_sigsys, SA_SIGINFO | SA_NODEFER | SA_RESTORER,
-                             (void *)ferry_sigreturn, 0};
-    if (ferry_raw4(SYS_rt_sigaction, SIGSYS, &act, &program_sigsys, KSIGSET) != 0)
+#ifndef FERRY_STATIC
+    /* the program and the libraries it started with (a Go library a
+     * dlopen loads later is found when its plan is looked for: plan.c) */
+    if (dl_iterate_phdr && dl_iterate_phdr(find_small_stacks, 0))
+        small_stacks = 1;
+#endif
+    if (install(&program_sigsys) != 0)
         return;
     ferry_catchall_on = 1;
     ferry_catchall_thread();

@@ -27,6 +27,9 @@ void ferry_catchall_check(void);
  * blocks again. */
 void ferry_catchall_allow(void);
 void ferry_catchall_block(void);
+/* A module whose code runs on small stacks (Go) is loaded: the SIGSYS
+ * handler runs on the thread's alternate stack from now on. */
+void ferry_catchall_small_stacks(void);
 /* `ferry detach`: caught calls from now on run bare. */
 void ferry_catchall_detach(void);
 

@@ -27,6 +27,7 @@
 
 #include "ctl.h"
 #include "plan.h"
+#include "catchall.h"
 #include "plantext.h"
 #include "raw.h"
 #include "util.h"
@@ -472,6 +473,9 @@ static int apply_all(const char *cache_root, const struct target *targets, int n
     for (int i = 0; i < n; i++) {
         if (nplanned < MAX_PLANNED)
             planned[nplanned++] = targets[i].base;
+        /* with a plan or not: its calls are caught meanwhile */
+        if (ferry_module_small_stacks(targets[i].phdr, targets[i].phnum, targets[i].base))
+            ferry_catchall_small_stacks();
         char path[2600];
         struct ferry_plantext_key key;
         ferry_memset(&key, 0, sizeof(key));
