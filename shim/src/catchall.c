@@ -94,11 +94,37 @@ void ferry_catchall_adopt(unsigned long tp, unsigned long carrier_tp)
 }
 #endif
 
+/* A clone the catch-all caught runs bare, let through by the thread's
+ * selector (caught_call), and the thread's own calls with it until it next
+ * comes through the shim: so did a Go thread's blocking every signal
+ * around its next forks, SIGSYS with it, in the kernel's mask.  Its child
+ * shares the thread's memory and its thread block: a Go child's first
+ * call through libc (its signal handlers reset, cgo's sigaction) set the
+ * parent's selector back to catching while that mask stood, and the
+ * parent's next call was a SIGSYS the kernel could not deliver: the
+ * process was killed (Go's os/exec from several goroutines, 5 runs of 5).
+ * So the selector goes back only in the thread's own process, and SIGSYS
+ * is unblocked in the kernel's mask first (the program still sees it as
+ * it asked). */
+static int let_through_ends(void)
+{
+    struct ferry_proc_header *h = ferry_hdr;
+    if (h && ferry_raw0(SYS_getpid) != h->pid)
+        return 0;  /* a child on the thread's memory: the selector is its parent's */
+    FERRY_THR->let_through = 0;
+    uint64_t now = 0, bit = SIGSYS_BIT;
+    if (ferry_raw4(SYS_rt_sigprocmask, SIG_BLOCK, 0, &now, KSIGSET) == 0 && (now & bit)) {
+        ferry_raw4(SYS_rt_sigprocmask, SIG_UNBLOCK, &bit, 0, KSIGSET);
+        FERRY_THR->sigsys_blocked = 1;
+    }
+    return 1;
+}
+
 void ferry_catchall_check(void)
 {
     if (!FERRY_THR->armed)
         ferry_catchall_thread();
-    else if (*FERRY_THR->selector_at != SELECTOR_BLOCK)
+    else if (*FERRY_THR->selector_at != SELECTOR_BLOCK && (!FERRY_THR->let_through || let_through_ends()))
         /* read first: after a fork the selector's page is the child's too,
          * and a store of what it holds already would copy it */
         *FERRY_THR->selector_at = SELECTOR_BLOCK;
@@ -546,6 +572,7 @@ static void caught_call(int sig, siginfo_t *si, void *ucv)
          * blocks again on its next slow call, the child when it first comes
          * through the shim. */
         ferry_blk_count(nr);
+        FERRY_THR->let_through = 1;
         *FERRY_THR->selector_at = SELECTOR_ALLOW;
         g[REG_RIP] = (greg_t)(next - 2);
         return;

@@ -71,6 +71,7 @@ struct ferry_thread {
     volatile unsigned char selector;
     unsigned char armed;
     unsigned char sigsys_blocked;   /* whether the program believes SIGSYS is blocked */
+    unsigned char let_through;      /* a caught clone ran bare: the selector lets calls by */
     /* the byte the kernel reads for this thread: its own `selector`, except
      * for fibers, which share their carrier's kernel thread and so its byte */
     volatile unsigned char *selector_at;

@@ -5,18 +5,44 @@
 // (go_calls-cgo) and started by a shell before any run made its image, its
 // calls are caught by the catch-all on goroutine stacks of a few KiB.
 // Prints "ok" and the number of reads, the same natively and under Ferry.
+// `go_calls spawns`: 4 goroutines each run /bin/true 40 times (os/exec:
+// Go blocks every signal around each fork, a clone with CLONE_VM|CLONE_VFORK
+// that the catch-all lets run bare), and it prints how many ran.
 package main
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 )
 
+func spawns() {
+	var wg sync.WaitGroup
+	var ran int64
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				if exec.Command("/bin/true").Run() == nil {
+					atomic.AddInt64(&ran, 1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("spawns ran", ran)
+}
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "spawns" {
+		spawns()
+		return
+	}
 	var wg sync.WaitGroup
 	var reads int64
 	for i := 0; i < 16; i++ {
