@@ -25,6 +25,7 @@
 #include <sched.h>
 
 #include "catchall.h"
+#include "engine.h"
 #include "plan.h"
 #include "procfile.h"
 #include "raw.h"
@@ -481,6 +482,52 @@ static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
     return 0;
 }
 
+/* sigaltstack caught inside the handler: the program asks about its own
+ * stack pointer, the interrupted one, and about the alternate stack it had
+ * then, which the kernel saved in the frame and rt_sigreturn installs
+ * again; so that is the one to read and to change.  Run from the handler,
+ * it said SS_ONSTACK and refused every change (EPERM) while SIGSYS itself
+ * ran on the alternate stack, as it does in a process with Go code, whose
+ * threads end by disabling the stack Go gave them (and crash when that
+ * fails).  The kernel's rules (kernel/signal.c, do_sigaltstack): the old
+ * value's flags say where the caller's stack pointer is; a change while
+ * on the stack is EPERM; a size below MINSIGSTKSZ (2048 on x86-64) is
+ * ENOMEM. */
+#define SS_AUTODISARM_ (1U << 31)  /* linux/signal.h; glibc does not define it */
+#define SS_FLAG_BITS SS_AUTODISARM_
+#define KERNEL_MINSIGSTKSZ 2048
+
+static long frame_sigaltstack(ucontext_t *uc, const struct ferry_regs *r)
+{
+    stack_t cur = uc->uc_stack, want;
+    uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], lo = (uintptr_t)cur.ss_sp;
+    int on = !(cur.ss_flags & SS_AUTODISARM_) && sp > lo && sp - lo <= cur.ss_size;
+    if (r->rdi) {
+        if (ferry_safe_read(&want, (void *)r->rdi, sizeof(want)) != sizeof(want))
+            return -EFAULT;
+        if (on)
+            return -EPERM;
+        int mode = want.ss_flags & ~SS_FLAG_BITS;
+        if (mode != SS_DISABLE && mode != SS_ONSTACK && mode != 0)
+            return -EINVAL;
+        if (mode == SS_DISABLE) {
+            want.ss_sp = 0;
+            want.ss_size = 0;
+        } else if (want.ss_size < KERNEL_MINSIGSTKSZ) {
+            return -ENOMEM;
+        }
+        uc->uc_stack = want;
+        agg_altstack_set(want.ss_sp, want.ss_flags, want.ss_size);
+    }
+    if (r->rsi) {
+        stack_t old = {cur.ss_sp, (cur.ss_size ? (on ? SS_ONSTACK : 0) : SS_DISABLE) |
+                                  (cur.ss_flags & SS_FLAG_BITS), cur.ss_size};
+        if (ferry_safe_write((void *)r->rsi, &old, sizeof(old)))
+            return -EFAULT;
+    }
+    return 0;
+}
+
 static void caught_call(int sig, siginfo_t *si, void *ucv);
 
 /* The handler leaves through rt_sigreturn (ferry_sigreturn), a call of the
@@ -527,13 +574,21 @@ void ferry_catchall_small_stacks(void)
 extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), void *data)
     __attribute__((weak));
 
-static int find_small_stacks(struct dl_phdr_info *info, size_t size, void *data)
+static int count_small_stacks(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    (void)data;
-    return ferry_module_small_stacks(info->dlpi_phdr, info->dlpi_phnum, info->dlpi_addr);
+    *(int *)data += ferry_module_small_stacks(info->dlpi_phdr, info->dlpi_phnum, info->dlpi_addr);
+    return 0;
 }
 #endif
+
+/* Go modules loaded when the catch-all started, enabled or not. */
+static int go_modules;
+
+int ferry_catchall_go_modules(void)
+{
+    return go_modules;
+}
 
 static void caught_call(int sig, siginfo_t *si, void *ucv)
 {
@@ -576,6 +631,12 @@ static void caught_call(int sig, siginfo_t *si, void *ucv)
         *FERRY_THR->selector_at = SELECTOR_ALLOW;
         g[REG_RIP] = (greg_t)(next - 2);
         return;
+    case SYS_sigaltstack:
+        ferry_blk_count(nr);
+        g[REG_RAX] = frame_sigaltstack(uc, &r);
+        g[REG_RCX] = (greg_t)next;
+        g[REG_R11] = g[REG_EFL];
+        return;
     case SYS_rt_sigprocmask:
         ferry_blk_count(nr);
         g[REG_RAX] = frame_sigprocmask(uc, &r);
@@ -584,12 +645,6 @@ static void caught_call(int sig, siginfo_t *si, void *ucv)
         return;
     }
     ferry_slow(&r);
-    if (nr == SYS_sigaltstack && r.rax == 0) {
-        /* rt_sigreturn restores the alternate stack from the frame */
-        stack_t now;
-        if (ferry_raw2(SYS_sigaltstack, 0, &now) == 0)
-            uc->uc_stack = now;
-    }
     g[REG_RAX] = r.rax;
     g[REG_RCX] = (greg_t)next;  /* what `syscall` leaves there */
     g[REG_R11] = g[REG_EFL];
@@ -603,8 +658,10 @@ void ferry_catchall_start(char **envp)
 #ifndef FERRY_STATIC
     /* the program and the libraries it started with (a Go library a
      * dlopen loads later is found when its plan is looked for: plan.c) */
-    if (dl_iterate_phdr && dl_iterate_phdr(find_small_stacks, 0))
-        small_stacks = 1;
+    if (dl_iterate_phdr)
+        dl_iterate_phdr(count_small_stacks, &go_modules);
+    if (go_modules)
+        ferry_small_stacks_found();
 #endif
     if (install(&program_sigsys) != 0)
         return;

@@ -51,6 +51,9 @@ long agg_safe_read(void *dst, const void *src, size_t n);
  * learns what the kernel has (agg_altstack_changed, from ferry_post). */
 int agg_thread_fiber(void);
 void agg_altstack_changed(long result);
+/* A sigaltstack the catch-all answered from the signal's frame (catchall.c):
+ * the kernel takes it as the handler returns; the fiber has it now. */
+void agg_altstack_set(void *sp, int flags, size_t size);
 /* A fiber's call: 1 if the engine ran it (result in r->rax; *done: when it
  * saw the call complete, 0: it ran at once), 0 to let the core run it. */
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);

@@ -27,9 +27,9 @@
 
 #include "ctl.h"
 #include "plan.h"
-#include "catchall.h"
 #include "plantext.h"
 #include "raw.h"
+#include "shim.h"
 #include "util.h"
 
 #define PAGE 4096UL
@@ -475,7 +475,7 @@ static int apply_all(const char *cache_root, const struct target *targets, int n
             planned[nplanned++] = targets[i].base;
         /* with a plan or not: its calls are caught meanwhile */
         if (ferry_module_small_stacks(targets[i].phdr, targets[i].phnum, targets[i].base))
-            ferry_catchall_small_stacks();
+            ferry_small_stacks_found();
         char path[2600];
         struct ferry_plantext_key key;
         ferry_memset(&key, 0, sizeof(key));

@@ -49,6 +49,12 @@ void ferry_dl_hook(void);
 void ferry_on_dl_change(void);
 /* The catch-all caught a call: ld.so's hook is written the first time. */
 void ferry_caught_first(void);
+/* A module whose code runs on small stacks (Go's goroutines) is loaded or
+ * found: every signal the shim takes (SIGSYS, the engine's) runs on the
+ * thread's alternate stack from now on.  Wherever it was found (the
+ * catch-all's look at the modules at start, a plan looked for, a module
+ * enabled). */
+void ferry_small_stacks_found(void);
 
 /* Set the shim up for this process image, from its start's argc, argv, envp. */
 void ferry_start(int argc, char **argv, char **envp);

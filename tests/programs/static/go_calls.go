@@ -8,6 +8,10 @@
 // `go_calls spawns`: 4 goroutines each run /bin/true 40 times (os/exec:
 // Go blocks every signal around each fork, a clone with CLONE_VM|CLONE_VFORK
 // that the catch-all lets run bare), and it prints how many ran.
+// `go_calls threads`: 40 goroutines each lock their thread and end, so Go
+// ends the thread too, taking down the alternate signal stack it gave it
+// (sigaltstack with SS_DISABLE, which Go checks and crashes on failing);
+// it prints how many ended.
 package main
 
 import (
@@ -38,9 +42,29 @@ func spawns() {
 	fmt.Println("spawns ran", ran)
 }
 
+func threads() {
+	var ended int64
+	for i := 0; i < 40; i++ {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread()
+			syscall.Getpid()
+			atomic.AddInt64(&ended, 1)
+			// returning without UnlockOSThread ends the thread
+		}()
+		<-done
+	}
+	fmt.Println("threads ended", ended)
+}
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "spawns" {
 		spawns()
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "threads" {
+		threads()
 		return
 	}
 	var wg sync.WaitGroup
