@@ -255,6 +255,7 @@ struct agg_carrier {
     uint32_t kick;                /* its futex word while it sleeps in futex_waitv */
     int threads;                  /* runs a program's threads: stays while any is alive */
     int raw;                      /* a carrier thread of the shim's own (no program thread) */
+    uint32_t creds_seen;          /* agg_creds_gen its thread has the credentials of */
     int slot;                     /* its figures in the process file, -1: none */
     unsigned placed;              /* threads placed on it and not ended (atomic) */
     unsigned peak;                /* most fibers alive at once */
@@ -536,5 +537,19 @@ static inline void agg_lock(int *l)
     }
 }
 static inline void agg_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+
+
+/* ---- credentials (agg_creds.c) ---- */
+extern uint32_t agg_creds_gen;
+void agg_creds_watch(void);
+void agg_creds_follow_slow(uint32_t *seen);
+void agg_workers_take_on_creds(uint32_t gen);
+/* Before an engine thread runs a call of the program's: the credentials
+ * the program changed to since, if it did. */
+static inline void agg_creds_follow(uint32_t *seen)
+{
+    if (__builtin_expect(__atomic_load_n(&agg_creds_gen, __ATOMIC_ACQUIRE) != *seen, 0))
+        agg_creds_follow_slow(seen);
+}
 
 #endif

@@ -172,6 +172,7 @@ static void stack_put(struct agg_carrier *c, char *s, size_t size)
 static void fiber_main(void *arg)
 {
     struct agg_fiber *f = arg;
+    agg_creds_follow(&f->carrier->creds_seen);
     f->fn(f->arg);
     /* C++ thread_local destructors registered by this fiber */
     f->busy = 1;

@@ -258,6 +258,7 @@ void agg_thread_leaving(struct agg_fiber *f)
  * once, on whatever alternate stack the kernel has then. */
 void agg_thread_resumed(struct agg_fiber *f)
 {
+    agg_creds_follow(&f->carrier->creds_seen);  /* it may have moved here */
     carrier_altstack(f->carrier, &f->alt);
     carrier_mask(f->carrier, f->sigmask);
 }

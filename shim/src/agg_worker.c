@@ -40,6 +40,8 @@ struct agg_worker_set {
     struct {
         char *mem;      /* its thread block (TLS, then the TCB's page), then the stack */
         int tid;        /* cleared by the kernel when the thread is gone */
+        uint32_t creds_seen;  /* agg_creds_gen its credentials are of */
+        int in_call;    /* running a call (taken on what changed before it) */
     } t[256];
 };
 
@@ -58,6 +60,11 @@ static void worker_main(void *arg)
     struct agg_worker_set *w = arg;
     int tid = (int)ferry_raw0(SYS_gettid);
     int open = 0;
+    /* its entry: the kernel wrote its tid there before it ran (CLONE_PARENT_SETTID) */
+    unsigned me = 0, slots = sizeof(w->t) / sizeof(w->t[0]);
+    while (me < slots && __atomic_load_n(&w->t[me].tid, __ATOMIC_ACQUIRE) != tid)
+        me++;
+    uint32_t creds_seen = 0, *seen = me < slots ? &w->t[me].creds_seen : &creds_seen;
     for (;;) {
         uint32_t seq = __atomic_load_n(&w->seq, __ATOMIC_ACQUIRE);
         agg_lock(&w->lock);
@@ -71,6 +78,7 @@ static void worker_main(void *arg)
         if (!req) {
             if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
                 return;
+            agg_creds_follow(seen);  /* woken for it: agg_workers_take_on_creds */
             ferry_pass6(SYS_futex, (long)&w->seq, FUTEX_WAIT_PRIVATE, seq, 0, 0, 0);
             continue;
         }
@@ -78,14 +86,67 @@ static void worker_main(void *arg)
             agg_worker_signals();
             open = 1;
         }
+        agg_creds_follow(seen);
+        if (me < slots)
+            __atomic_store_n(&w->t[me].in_call, 1, __ATOMIC_RELEASE);
         /* a signal for the fiber from here on reaches this thread */
         __atomic_store_n(&req->worker_tid, tid, __ATOMIC_SEQ_CST);
         req->result = ferry_cp_call(&req->cancel, &req->nr);
         __atomic_store_n(&req->worker_tid, -1, __ATOMIC_SEQ_CST);
+        if (me < slots)
+            __atomic_store_n(&w->t[me].in_call, 0, __ATOMIC_RELEASE);
         struct agg_carrier *c = req->carrier;
         push_done(c, req);  /* from here on req may be gone */
         agg_rouse(c);
     }
+}
+
+/* Every set's workers, for agg_workers_rouse_all. */
+static struct agg_worker_set *all_sets[64];
+static int all_lock;
+
+static void note_set(struct agg_worker_set *w, struct agg_worker_set *was)
+{
+    agg_lock(&all_lock);
+    for (unsigned i = 0; i < sizeof(all_sets) / sizeof(all_sets[0]); i++)
+        if (all_sets[i] == was) {
+            all_sets[i] = w;
+            break;
+        }
+    agg_unlock(&all_lock);
+}
+
+static void rouse(struct agg_worker_set *w)
+{
+    __atomic_add_fetch(&w->seq, 1, __ATOMIC_RELEASE);
+    ferry_raw6(SYS_futex, (long)&w->seq, FUTEX_WAKE_PRIVATE, 0x7fffffff, 0, 0, 0);
+}
+
+static int took_on(struct agg_worker_set *w, uint32_t gen)
+{
+    for (unsigned i = 0; i < w->n; i++)
+        if (__atomic_load_n(&w->t[i].tid, __ATOMIC_ACQUIRE) &&
+            __atomic_load_n(&w->t[i].creds_seen, __ATOMIC_ACQUIRE) != gen &&
+            !__atomic_load_n(&w->t[i].in_call, __ATOMIC_ACQUIRE))
+            return 0;
+    return 1;
+}
+
+/* Idle workers take on the program's new credentials before the call that
+ * changed them returns, as glibc's threads do (a worker in a call takes
+ * them on before its next): woken for it and waited for, a bounded while.
+ * Left for their next call, /proc showed them as root's tasks in a process
+ * that had dropped root, until they woke. */
+void agg_workers_take_on_creds(uint32_t gen)
+{
+    agg_lock(&all_lock);
+    for (unsigned i = 0; i < sizeof(all_sets) / sizeof(all_sets[0]); i++)
+        if (all_sets[i])
+            rouse(all_sets[i]);
+    for (unsigned i = 0; i < sizeof(all_sets) / sizeof(all_sets[0]); i++)
+        for (int spins = 0; all_sets[i] && !took_on(all_sets[i], gen) && spins < 100000; spins++)
+            ferry_raw0(SYS_sched_yield);
+    agg_unlock(&all_lock);
 }
 
 /* The bytes a worker's thread block needs below its thread pointer: down
@@ -145,6 +206,7 @@ int agg_workers_start(struct ferry_group *g)
         g->workers = 0;
         return r;
     }
+    note_set(w, 0);
     return 0;
 }
 
@@ -153,9 +215,9 @@ void agg_workers_stop(struct ferry_group *g)
     struct agg_worker_set *w = g->workers;
     if (!w)
         return;
+    note_set(0, w);
     __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&w->seq, 1, __ATOMIC_RELEASE);
-    ferry_raw6(SYS_futex, (long)&w->seq, FUTEX_WAKE_PRIVATE, 0x7fffffff, 0, 0, 0);
+    rouse(w);
     for (unsigned i = 0; i < w->n; i++) {
         int tid;
         while ((tid = __atomic_load_n(&w->t[i].tid, __ATOMIC_ACQUIRE)) != 0)

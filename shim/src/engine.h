@@ -54,6 +54,10 @@ void agg_altstack_changed(long result);
 /* A sigaltstack the catch-all answered from the signal's frame (catchall.c):
  * the kernel takes it as the handler returns; the fiber has it now. */
 void agg_altstack_set(void *sp, int flags, size_t size);
+/* A call that changes credentials (agg_creds.c), and its success on the
+ * calling thread: the engine's threads take them on. */
+int agg_creds_call(long nr);
+void agg_creds_changed(void);
 /* A fiber's call: 1 if the engine ran it (result in r->rax; *done: when it
  * saw the call complete, 0: it ran at once), 0 to let the core run it. */
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);

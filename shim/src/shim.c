@@ -776,6 +776,8 @@ static long slow_call(struct ferry_regs *r)
     if (timed)
         record(r, nr, t0, 0);
     note_wait(nr, r);
+    if (r->rax == 0 && agg_creds_call(nr))
+        agg_creds_changed();
     return FERRY_DONE;
 }
 

@@ -34,5 +34,7 @@ void agg_signal_exec_failed(void) {}
 void agg_signal_small_stacks(void) {}
 int agg_thread_fiber(void) { return 0; }
 void agg_altstack_changed(long result) { (void)result; }
+int agg_creds_call(long nr) { (void)nr; return 0; }
+void agg_creds_changed(void) {}
 void agg_altstack_set(void *sp, int flags, size_t size) { (void)sp; (void)flags; (void)size; }
 long agg_safe_read(void *dst, const void *src, size_t n) { return ferry_safe_read(dst, src, n); }
