@@ -75,6 +75,8 @@ int ferry_store_exec_unseen(const char *path);
 void ferry_store_vfork_returned(int child);
 void ferry_store_wait(int pid, int status);
 void ferry_store_detached(void);
+/* The program confined its system calls (a seccomp filter or strict mode). */
+void ferry_store_sandboxed(void);
 
 /* Sum of all threads, past and present (in a vfork child: its own calls). */
 void ferry_blk_sum(uint64_t *calls, uint64_t *invalid);
