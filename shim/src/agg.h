@@ -544,6 +544,8 @@ extern uint32_t agg_creds_gen;
 void agg_creds_watch(void);
 void agg_creds_follow_slow(uint32_t *seen);
 void agg_workers_take_on_creds(uint32_t gen);
+void agg_workers_after_fork(void);
+void agg_creds_after_fork(void);
 /* Before an engine thread runs a call of the program's: the credentials
  * the program changed to since, if it did. */
 static inline void agg_creds_follow(uint32_t *seen)

@@ -112,6 +112,13 @@ static void take_on(void)
     ferry_raw2(SYS_prctl, PR_SET_KEEPCAPS, 0);
 }
 
+/* A fork child: a lock its parent's other threads held stays held. */
+void agg_creds_after_fork(void)
+{
+    if (__atomic_load_n(&creds.lock, __ATOMIC_RELAXED))
+        creds.lock = 0;
+}
+
 void agg_creds_follow_slow(uint32_t *seen)
 {
     agg_lock(&creds.lock);

@@ -101,7 +101,7 @@ static void worker_main(void *arg)
     }
 }
 
-/* Every set's workers, for agg_workers_rouse_all. */
+/* Every set's workers, for agg_workers_take_on_creds. */
 static struct agg_worker_set *all_sets[64];
 static int all_lock;
 
@@ -114,6 +114,19 @@ static void note_set(struct agg_worker_set *w, struct agg_worker_set *was)
             break;
         }
     agg_unlock(&all_lock);
+}
+
+/* A fork child has none of them (only the thread that forked): waiting
+ * for its parent's workers to take on its credentials spun for their
+ * bounded while at every change.  Stored only when there is something to
+ * forget: a store copies the page (a fault) in every fork child. */
+void agg_workers_after_fork(void)
+{
+    if (__atomic_load_n(&all_lock, __ATOMIC_RELAXED))
+        all_lock = 0;
+    for (unsigned i = 0; i < sizeof(all_sets) / sizeof(all_sets[0]); i++)
+        if (all_sets[i])
+            all_sets[i] = 0;
 }
 
 static void rouse(struct agg_worker_set *w)
