@@ -136,6 +136,7 @@ struct agg_fiber {
     char *siginfo;                /* 64 siginfos of 128 bytes, once one is kept (world_lock) */
     uint64_t siginfo_set;         /* ... which of them hold a sender's siginfo */
     uint64_t affinity;            /* what sched_setaffinity asked for it */
+    int nice;                     /* its nice value: setpriority of its tid */
     struct agg_thread_start *start;
     struct agg_req *req;          /* the call it is parked in */
     int req_pool;                 /* ... and that ring's pool, -1: a worker's */

@@ -35,6 +35,7 @@
 
 #define EINTR_ 4
 #define ESRCH_ 3
+#define PRIO_PROCESS_ 0
 #define EINVAL_ 22
 #define EFAULT_ 14
 #define VTID_BASE 0x3f000000  /* above any pid_max: never a real thread's id */
@@ -608,6 +609,8 @@ static int become_fiber0(struct ferry_group *g)
     c->kmask = f->sigmask;
     f->alt = c->kalt = kernel_altstack();
     ferry_raw2(SYS_prctl, PR_GET_NAME, (long)f->name);
+    long prio = ferry_raw2(SYS_getpriority, PRIO_PROCESS_, 0);  /* 20 - nice */
+    f->nice = prio > 0 ? 20 - (int)prio : 0;
     c->tid = (int)ferry_raw0(SYS_gettid);
     c->threads = 1;
     c->placed = 1;  /* fiber 0 is one of its threads */
@@ -881,6 +884,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     f->sigmask = self->sigmask;  /* a new thread inherits its creator's mask, */
     f->alt = no_altstack;        /* but not its alternate stack (CLONE_VM) */
     ferry_memcpy(f->name, self->name, sizeof(f->name));  /* and its name */
+    f->nice = self->nice;        /* and its nice value */
     if (flags & CLONE_CHILD_CLEARTID)
         f->clear_tid = ctid;
     /* the thread's own copy of the shim's per-thread state */
@@ -1149,6 +1153,65 @@ static int affinity(struct agg_fiber *f, struct ferry_regs *r)
     return 1;
 }
 
+/* setpriority and getpriority of a thread (PRIO_PROCESS with its tid, or
+ * 0 for the caller): the fiber's own nice value, kept as its affinity is
+ * and not acted on (the fibers of a carrier share its kernel thread).
+ * With a fiber's virtual tid the kernel knew no such task (ESRCH: a
+ * server's background threads were refused their lower priority), and
+ * with 0 it set the carrier's, for every fiber on it.  The first thread's
+ * stays its kernel thread's.  The kernel's rules: clamped to -20..19, and lowering it needs
+ * RLIMIT_NICE to allow it or CAP_SYS_NICE (EACCES). */
+#define EACCES_ 13
+#define RLIMIT_NICE_ 13
+#define CAP_SYS_NICE_ 23
+
+static int may_lower_nice(int nice)
+{
+    struct { uint64_t cur, max; } lim = {0, 0};
+    if (ferry_raw4(SYS_prlimit64, 0, RLIMIT_NICE_, 0, &lim) == 0 && (uint64_t)(20 - nice) <= lim.cur)
+        return 1;
+    struct { uint32_t version; int pid; } h = {0x20080522, 0};
+    struct { uint32_t effective, permitted, inheritable; } caps[2] = {{0, 0, 0}, {0, 0, 0}};
+    return ferry_raw2(SYS_capget, &h, caps) == 0 && (caps[0].effective & (1U << CAP_SYS_NICE_));
+}
+
+static int priority(struct agg_fiber *f, struct ferry_regs *r)
+{
+    if (r->rdi != PRIO_PROCESS_)
+        return 0;  /* a process group's or a user's: the kernel's */
+    int set = r->rax == SYS_setpriority;
+    long want = (long)(int)r->rdx;
+    want = want < -20 ? -20 : want > 19 ? 19 : want;
+    agg_lock(&world_lock);
+    struct agg_fiber *t = r->rsi == 0 ? f : lookup(r->rsi);
+    int nice = t ? t->nice : 0;
+    agg_unlock(&world_lock);
+    if (!t)
+        return r->rsi >= VTID_BASE ? (r->rax = -ESRCH_, 1) : 0;
+    if (t->vtid < VTID_BASE) {
+        /* the first thread's is its kernel thread's (carrier 0, which it
+         * never leaves): what `ps` shows and the scheduler acts on, as natively */
+        r->rax = ferry_pass6(r->rax, PRIO_PROCESS_, t->vtid, r->rdx, 0, 0, 0);
+        if (set && r->rax == 0)
+            t->nice = (int)want;
+        return 1;
+    }
+    if (!set) {
+        r->rax = 20 - nice;  /* as the system call says it; glibc takes it back */
+        return 1;
+    }
+    if (want < nice && !may_lower_nice((int)want)) {
+        r->rax = -EACCES_;
+        return 1;
+    }
+    agg_lock(&world_lock);
+    if (lookup(t->vtid) == t)
+        t->nice = (int)want;
+    agg_unlock(&world_lock);
+    r->rax = 0;
+    return 1;
+}
+
 /* clock_gettime and clock_getres of a thread's CPU clock: the caller's
  * (CLOCK_THREAD_CPUTIME_ID, or the per-thread clock of tid 0), or that of a
  * thread by its id (pthread_getcpuclockid), which for a vtid lost its top
@@ -1403,6 +1466,9 @@ int ferry_agg_thread_call(struct ferry_regs *r)
     case SYS_sched_getaffinity:
     case SYS_sched_setaffinity:
         return affinity(f, r);
+    case SYS_getpriority:
+    case SYS_setpriority:
+        return priority(f, r);
     case SYS_prctl:
         return thread_name(f, r);
     }
@@ -1415,7 +1481,8 @@ void agg_threads_watch(void)
     static const unsigned short calls[] = {SYS_clone, SYS_clone3, SYS_exit, SYS_gettid, SYS_tkill,
                                            SYS_tgkill, SYS_rt_sigprocmask, SYS_sched_yield,
                                            SYS_rseq, SYS_set_robust_list, SYS_sched_getaffinity,
-                                           SYS_sched_setaffinity, SYS_futex, SYS_rt_sigsuspend, SYS_kill,
+                                           SYS_sched_setaffinity, SYS_getpriority, SYS_setpriority,
+                                           SYS_futex, SYS_rt_sigsuspend, SYS_kill,
                                            SYS_rt_sigtimedwait, SYS_rt_sigaction, SYS_sigaltstack,
                                            SYS_clock_gettime, SYS_clock_getres, SYS_prctl,
                                            /* what may take a page away (agg_usermem.c) */
