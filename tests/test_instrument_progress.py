@@ -84,3 +84,36 @@ def test_the_rewriter_reports_decoding_and_sites(tmp_path, monkeypatch):
     assert ("sites", by_name[libc]["sites_total"]) in mine
     assert stages.index("sites") > stages.index("sweep") and stages[-1] == "advance"
     assert [s for s, _, _ in heard].count("advance") == len(by_name)
+
+
+def _terminal_output(argv, env):
+    """Everything `argv` writes to a terminal (its stdin, stdout and stderr), read as it
+    is written (a full terminal would stop the writer), and its status."""
+    import os
+    import subprocess
+    master, slave = os.openpty()
+    proc = subprocess.Popen([str(a) for a in argv], stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every writer is gone and the terminal drained
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return out, proc.wait(timeout=300)
+
+
+def test_a_run_served_from_the_cache_draws_nothing_on_the_terminal(tmp_path):
+    """On a terminal, the bars show what is being rewritten; a program whose image is in
+    the cache drew them too (and erased them), before its own output at every run: a
+    terminal's transcript, or a full-screen program's first screen, had them."""
+    from conftest import FERRY
+    env = {**in_cache(tmp_path / "cache"), "TERM": "xterm", "COLUMNS": "100"}
+    first, code = _terminal_output([*FERRY, "run", "-o", tmp_path / "run1", "--", "/bin/true"], env)
+    assert code == 0 and b"instrument" in first  # rewritten now: shown
+    again, code = _terminal_output([*FERRY, "run", "-o", tmp_path / "run2", "--", "/bin/true"], env)
+    assert (again, code) == (b"", 0)

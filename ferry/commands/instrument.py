@@ -26,13 +26,22 @@ class InstrumentProgress:
         self.work = self.progress.add_task("", total=None, detail="", visible=False)
         self.module, self.how, self.started, self.whole = None, None, time.monotonic(), 0
         self.rewriting = False     # a "start": modules are analyzed, not served whole
+        self.shown = False
 
     def __enter__(self):
-        self.progress.__enter__()
         return self
 
     def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
+        if self.shown:
+            self.progress.stop()
+        return False
+
+    def _show(self):
+        """The bars appear once there is work to watch: a program served from the cache
+        drew them (and erased them) on the terminal before its own output at every run."""
+        if not self.shown:
+            self.shown = True
+            self.progress.start()
 
     def _begin(self, name, doing, how):
         self.module, self.how, self.started, self.whole = name, how, time.monotonic(), 0
@@ -45,6 +54,8 @@ class InstrumentProgress:
 
     def __call__(self, stage, name=None, total=None):
         p = self.progress
+        if stage in ("start", "analyze"):
+            self._show()
         if stage == "start":
             self.rewriting = True
             p.update(self.modules, total=total, completed=0,
@@ -78,7 +89,9 @@ class InstrumentProgress:
             p.update(self.work, visible=False)
             self.module = None
         elif stage == "done":
-            p.stop()        # before the program runs: the terminal is the program's then
+            if self.shown:  # before the program runs: the terminal is the program's then
+                p.stop()
+                self.shown = False
             if not self.rewriting:
                 self._line(name, "rewritten before: served from the cache")
 
