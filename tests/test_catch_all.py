@@ -193,3 +193,17 @@ def test_signal_masks_passed_on_the_stack_are_read_without_a_system_call(tmp_pat
     reads = [line for line in log.read_text().splitlines() if re.search(r"process_vm_writev\(", line)]
     # the exec hooks' reads of the environment remain: a few per exec
     assert len(reads) < 128, len(reads)
+
+
+@pytest.mark.parametrize("profile", ["trace", "count", "aggregate", "fibers"])
+def test_a_caught_sigaltstack_answers_and_changes_as_the_kernel_does(tmp_path, test_programs, profile):
+    """tests/programs/altstack_caught.c: sigaltstack from a code page made at run time,
+    in a process the shim takes for one with Go code (SIGSYS on the alternate stack).
+    Before, a change from the handler's frame was refused (EPERM: Go crashed ending a
+    thread), and, once answered from the frame, was dropped by rt_sigreturn."""
+    program = str(PROGRAMS / "altstack_caught")
+    native = subprocess.run([program], capture_output=True, timeout=60)
+    assert native.returncode == 0 and b"handler sets B: refused" in native.stdout
+    under = subprocess.run([*FERRY, "run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"), "--",
+                            program], capture_output=True, timeout=60)
+    assert (under.stdout, under.returncode) == (native.stdout, 0), under.stderr.decode(errors="replace")

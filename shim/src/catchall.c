@@ -485,17 +485,34 @@ static long frame_sigprocmask(ucontext_t *uc, const struct ferry_regs *r)
 /* sigaltstack caught inside the handler: the program asks about its own
  * stack pointer, the interrupted one, and about the alternate stack it had
  * then, which the kernel saved in the frame and rt_sigreturn installs
- * again; so that is the one to read and to change.  Run from the handler,
- * it said SS_ONSTACK and refused every change (EPERM) while SIGSYS itself
- * ran on the alternate stack, as it does in a process with Go code, whose
- * threads end by disabling the stack Go gave them (and crash when that
- * fails).  The kernel's rules (kernel/signal.c, do_sigaltstack): the old
- * value's flags say where the caller's stack pointer is; a change while
- * on the stack is EPERM; a size below MINSIGSTKSZ (2048 on x86-64) is
- * ENOMEM. */
+ * again.  Run from the handler, it said SS_ONSTACK and refused every
+ * change (EPERM) while SIGSYS itself ran on the alternate stack, as it does
+ * in a process with Go code, whose threads end by disabling the stack Go
+ * gave them (and crash when that fails); nor may the handler change the
+ * frame's copy instead: rt_sigreturn installs it only if the handler's own
+ * stack pointer is not on the stack in force, and there it is.  So the
+ * answer is the frame's (where the caller's stack pointer is: SS_ONSTACK;
+ * a change while on the stack: EPERM), and a change is made by the kernel
+ * (its checks: EINVAL, ENOMEM) from a stack pointer just below the
+ * interrupted one's red zone, where the program's own call would have
+ * been, and written into the frame too, which rt_sigreturn then installs
+ * again or leaves. */
 #define SS_AUTODISARM_ (1U << 31)  /* linux/signal.h; glibc does not define it */
 #define SS_FLAG_BITS SS_AUTODISARM_
-#define KERNEL_MINSIGSTKSZ 2048
+
+static long sigaltstack_below(uintptr_t sp, const stack_t *ss)
+{
+    long ret;
+    uintptr_t at = (sp - 128 - 64) & ~15UL;  /* the syscall pushes nothing there */
+    __asm__ volatile("mov %%rsp, %%r12\n\t"
+                     "mov %[at], %%rsp\n\t"
+                     "syscall\n\t"
+                     "mov %%r12, %%rsp"
+                     : "=a"(ret)
+                     : "a"((long)SYS_sigaltstack), "D"(ss), "S"(0L), [at] "r"(at)
+                     : "rcx", "r11", "r12", "memory");
+    return ret;
+}
 
 static long frame_sigaltstack(ucontext_t *uc, const struct ferry_regs *r)
 {
@@ -507,14 +524,12 @@ static long frame_sigaltstack(ucontext_t *uc, const struct ferry_regs *r)
             return -EFAULT;
         if (on)
             return -EPERM;
-        int mode = want.ss_flags & ~SS_FLAG_BITS;
-        if (mode != SS_DISABLE && mode != SS_ONSTACK && mode != 0)
-            return -EINVAL;
-        if (mode == SS_DISABLE) {
+        long ret = sigaltstack_below(sp, &want);
+        if (ret != 0)
+            return ret;
+        if ((want.ss_flags & ~SS_FLAG_BITS) == SS_DISABLE) {
             want.ss_sp = 0;
             want.ss_size = 0;
-        } else if (want.ss_size < KERNEL_MINSIGSTKSZ) {
-            return -ENOMEM;
         }
         uc->uc_stack = want;
         agg_altstack_set(want.ss_sp, want.ss_flags, want.ss_size);
