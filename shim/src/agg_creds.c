@@ -35,7 +35,7 @@ struct cap_data {
 
 static struct {
     int lock;
-    uint32_t uid[3], gid[3];
+    uint32_t uid[3], gid[3], fsuid, fsgid;
     struct cap_data caps[2];
     long ngroups;
     uint32_t *groups;
@@ -52,6 +52,7 @@ int agg_creds_call(long nr)
     switch (nr) {
     case SYS_setuid: case SYS_setgid: case SYS_setreuid: case SYS_setregid:
     case SYS_setresuid: case SYS_setresgid: case SYS_setgroups: case SYS_capset:
+    case SYS_setfsuid: case SYS_setfsgid:
         return 1;
     }
     return 0;
@@ -73,6 +74,9 @@ void agg_creds_changed(void)
     agg_lock(&creds.lock);
     ferry_raw3(SYS_getresuid, (long)&creds.uid[0], (long)&creds.uid[1], (long)&creds.uid[2]);
     ferry_raw3(SYS_getresgid, (long)&creds.gid[0], (long)&creds.gid[1], (long)&creds.gid[2]);
+    /* an id no one has changes nothing and says the current one */
+    creds.fsuid = (uint32_t)ferry_raw1(SYS_setfsuid, -1);
+    creds.fsgid = (uint32_t)ferry_raw1(SYS_setfsgid, -1);
     struct cap_header h = {CAP_VERSION_3, 0};
     if (ferry_raw2(SYS_capget, (long)&h, (long)creds.caps) != 0)
         ferry_memset(creds.caps, 0, sizeof(creds.caps));
@@ -107,6 +111,8 @@ static void take_on(void)
     ferry_raw3(SYS_setresgid, creds.gid[0], creds.gid[1], creds.gid[2]);
     if (!to_root)
         ferry_raw3(SYS_setresuid, creds.uid[0], creds.uid[1], creds.uid[2]);
+    ferry_raw1(SYS_setfsgid, creds.fsgid);  /* after the ids, which set them to the effective ones */
+    ferry_raw1(SYS_setfsuid, creds.fsuid);
     struct cap_header h = {CAP_VERSION_3, 0};
     ferry_raw2(SYS_capset, (long)&h, (long)creds.caps);
     ferry_raw2(SYS_prctl, PR_SET_KEEPCAPS, 0);

@@ -1020,7 +1020,8 @@ static const unsigned short watched[] = {
 void agg_route_watch(void)
 {
     static const unsigned short creds_calls[] = {SYS_setuid, SYS_setgid, SYS_setreuid, SYS_setregid,
-                                                 SYS_setresuid, SYS_setresgid, SYS_setgroups, SYS_capset};
+                                                 SYS_setresuid, SYS_setresgid, SYS_setgroups, SYS_capset,
+                                                 SYS_setfsuid, SYS_setfsgid};
     for (unsigned i = 0; i < sizeof(creds_calls) / sizeof(creds_calls[0]); i++)
         __atomic_store_n(&ferry_action[creds_calls[i]], 1, __ATOMIC_RELAXED);
     agg_creds_watch();

@@ -73,7 +73,7 @@ extern int dl_iterate_phdr(int (*cb)(struct dl_phdr_info *, size_t, void *), voi
 
 static const unsigned short special[] = {SYS_rt_sigreturn, SYS_clone, SYS_fork, SYS_vfork, SYS_exit,
                                          SYS_exit_group, SYS_clone3, SYS_execve, SYS_execveat,
-                                         SYS_wait4, SYS_seccomp};
+                                         SYS_wait4, SYS_seccomp, SYS_prctl};
 
 /* Calls that carry a signal mask, seen by the catch-all (catchall.h). */
 static const unsigned short masked[] = {SYS_rt_sigprocmask, SYS_rt_sigaction, SYS_rt_sigsuspend,
@@ -777,7 +777,7 @@ static long slow_call(struct ferry_regs *r)
     if (timed)
         record(r, nr, t0, 0);
     note_wait(nr, r);
-    if (r->rax == 0 && agg_creds_call(nr))
+    if ((r->rax == 0 || nr == SYS_setfsuid || nr == SYS_setfsgid) && agg_creds_call(nr))
         agg_creds_changed();
     if (r->rax == 0 && (nr == SYS_seccomp || (nr == SYS_prctl && r->rdi == PR_SET_SECCOMP)))
         ferry_store_sandboxed();

@@ -1,9 +1,13 @@
 /* A program that sandboxes itself, as sshd's privilege-separated child or a
  * browser's renderer does: once set up it allows itself only read, write
  * and exit (a seccomp filter that kills the process for anything else),
- * then echoes a line from stdin.  The shim must make no call of its own
- * after that: its end's clock readings killed the program at exit
- * (SIGSYS) under every profile. */
+ * then echoes a line from stdin and computes for a while (longer than a
+ * process whose end the shim reads from the TSC anyway).  The shim must make
+ * no call of its own after that: its end's clock readings killed the
+ * program at exit (SIGSYS) under every profile.
+ *
+ * Usage: sandboxed [prctl]  (prctl: the filter through prctl(PR_SET_SECCOMP),
+ * as older programs and libseccomp on old kernels install it) */
 #define _GNU_SOURCE
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -13,7 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int main(void)
+int main(int argc, char **argv)
 {
     struct sock_filter allow_io[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
@@ -25,7 +29,10 @@ int main(void)
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {sizeof(allow_io) / sizeof(allow_io[0]), allow_io};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog)) {
+    int by_prctl = argc > 1 && argv[1][0] == 'p';
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+        (by_prctl ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)
+                  : syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))) {
         perror("seccomp");
         return 2;
     }
@@ -33,5 +40,8 @@ int main(void)
     ssize_t n = read(0, buf, sizeof(buf));
     if (write(1, "sandboxed, read: ", 17) != 17 || (n > 0 && write(1, buf, (size_t)n) != n))
         return 3;
+    volatile unsigned long spin = 0;
+    for (unsigned long i = 0; i < 200000000UL; i++)  /* ~0.1-0.3 s, no call */
+        spin += i;
     return 0;  /* exit_group, after stdio's flush (nothing buffered: write(2) above) */
 }
