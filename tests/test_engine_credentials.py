@@ -34,3 +34,18 @@ def test_a_program_that_drops_root_runs_as_nobody_on_the_engines_threads_too(tmp
     under = _outcome([*FERRY, "run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"), "--",
                       *program])
     assert under == native
+
+
+@pytest.mark.parametrize("profile", ["trace", "fibers"])
+def test_a_thread_that_gives_up_roots_file_access_has_none_through_the_engine(tmp_path, test_programs,
+                                                                               profile):
+    """setfsuid and setfsgid (a thread's own: glibc broadcasts neither); under fibers the
+    truncate ran on a worker that kept root's file access."""
+    os.chmod(tmp_path, 0o755)
+    program = [str(test_programs / "drop_root"), str(tmp_path), "fsuid"]
+    native = _outcome(program)
+    assert native == (["fsuid 65534: truncate Permission denied"], 0) or \
+        native == (["fsuid 65534: truncate Operation not permitted"], 0), native
+    under = _outcome([*FERRY, "run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"), "--",
+                      *program])
+    assert under == native

@@ -11,7 +11,10 @@
  * /proc/self/task.  Under -p fibers the engine's worker threads kept root:
  * both calls succeeded, and /proc showed 8 root tasks.
  *
- * Usage: drop_root DIR (DIR: where to make the root-only file). */
+ * Usage: drop_root DIR [fsuid] (DIR: where to make the root-only file).
+ * With fsuid the first thread only gives up root's access to files
+ * (setfsuid, setfsgid: its own, glibc broadcasts neither) and tries the
+ * truncate alone: under -p fibers it went through a worker, as root. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +59,12 @@ static void *thread_main(void *arg)
     return 0;
 }
 
+static void *thread_waits(void *arg)
+{
+    pthread_barrier_wait(&dropped);
+    return arg;
+}
+
 static int tasks_not_nobody(void)
 {
     DIR *d = opendir("/proc/self/task");
@@ -83,8 +93,8 @@ static int tasks_not_nobody(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2 || getuid() != 0) {
-        fprintf(stderr, "usage (as root): drop_root DIR\n");
+    if (argc < 2 || argc > 3 || getuid() != 0) {
+        fprintf(stderr, "usage (as root): drop_root DIR [fsuid]\n");
         return 2;
     }
     snprintf(path, sizeof(path), "%s/root-only", argv[1]);
@@ -100,6 +110,20 @@ int main(int argc, char **argv)
         return 3;
     }
     mount_fd = open(argv[1], O_RDONLY | O_DIRECTORY);
+    if (argc == 3) {
+        /* another thread alive meanwhile: the first is not alone on its carrier,
+         * and its truncate goes to a worker */
+        pthread_barrier_init(&dropped, 0, 2);
+        pthread_t t;
+        pthread_create(&t, 0, thread_waits, 0);
+        setfsgid(NOBODY);
+        setfsuid(NOBODY);
+        int r = truncate(path, 0);
+        printf("fsuid %d: truncate %s\n", setfsuid(-1), outcome(r));
+        pthread_barrier_wait(&dropped);
+        pthread_join(t, 0);
+        return 0;
+    }
     pthread_barrier_init(&dropped, 0, THREADS + 1);
     pthread_t t[THREADS];
     for (long i = 0; i < THREADS; i++)
