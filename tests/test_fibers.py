@@ -21,7 +21,8 @@ clock counts its own time and is readable by the others), thread_names (each
 thread reads back its own name, the process keeps its own), first_waits (a
 process's first epoll_wait, poll and select time out, uninterrupted, and a
 second thread's, and a fork child's), thread_priority (each thread's nice
-value is its own, set and read by its thread id), clock_in_handler (a signal handler reads
+value is its own, set and read by its thread id), spin_handoff (two threads
+hand a turn back and forth by busy-waiting: the tick must preempt), clock_in_handler (a signal handler reads
 CPU clocks while its thread was reading them), fib_crash (a
 thread crashes: same signal), py_fibers.py (Python threading), examples/net in
 its `thread` and `pool` models, and Debian's apache2 with mpm_worker serving a
@@ -82,6 +83,7 @@ WORKLOADS = {
     "thread_names": (["{build}/thread_names"], 0),
     "first_waits": (["{build}/first_waits"], 0),
     "thread_priority": (["{build}/thread_priority"], 0),
+    "spin_handoff": (["{build}/spin_handoff"], 0),
     "clock_in_handler": (["{build}/clock_in_handler"], 0),
     "fib_crash_segv": (["{build}/fib_crash"], -signal.SIGSEGV),
     "fib_crash_abort": (["{build}/fib_crash", "abort"], -signal.SIGABRT),

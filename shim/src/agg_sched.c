@@ -758,6 +758,22 @@ void agg_carrier_tls(struct agg_carrier *c)
         ferry_raw2(SYS_arch_prctl, 0x1002 /* ARCH_SET_FS */, c->tp);
 }
 
+/* A fiber that left the carrier still ready (preempted by its tick, or
+ * passed over: requeue_me, pass_over) goes back in the queue, behind what
+ * its computing kept waiting. */
+static void requeue_pending(struct agg_carrier *c)
+{
+    if (!c->requeue)
+        return;
+    struct agg_fiber *y = c->requeue;
+    c->requeue = 0;
+    if (c->preempted) {
+        c->preempted = 0;
+        take_in(c);
+    }
+    agg_wake(y);
+}
+
 static void run(struct agg_carrier *c, struct agg_fiber *f)
 {
     agg_cpu_turn(c, 0);
@@ -771,15 +787,7 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
      * run on another carrier with that block while this one goes on. */
     if (c->steal_slot >= 0 && agg_steal_on())
         agg_carrier_tls(c);
-    if (c->requeue) {
-        struct agg_fiber *y = c->requeue;
-        c->requeue = 0;
-        if (c->preempted) {
-            c->preempted = 0;
-            take_in(c);  /* behind what its computing kept waiting */
-        }
-        agg_wake(y);
-    }
+    requeue_pending(c);
     f = c->finished;
     c->finished = 0;
     c->current = 0;
@@ -805,6 +813,12 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
 void agg_carrier_loop(struct agg_carrier *c)
 {
     for (;;) {
+        /* The scheduler's first turn starts here, not after a switch in
+         * run(): a fiber that left it through requeue_me (the program's
+         * first thread, preempted while it spun on a flag another thread
+         * was to set) waited there unqueued, and the next fiber requeued
+         * took its place: the first thread never ran again (a hang). */
+        requeue_pending(c);
         if (agg_exiting())
             agg_exit_stop(c);
         if (!c->round_left) {
