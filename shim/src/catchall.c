@@ -673,10 +673,13 @@ void ferry_catchall_start(char **envp)
 #ifndef FERRY_STATIC
     /* the program and the libraries it started with (a Go library a
      * dlopen loads later is found when its plan is looked for: plan.c) */
+    int found = 0;  /* counted here: a store into .bss was a page of it written in every start */
     if (dl_iterate_phdr)
-        dl_iterate_phdr(count_small_stacks, &go_modules);
-    if (go_modules)
+        dl_iterate_phdr(count_small_stacks, &found);
+    if (found) {
+        go_modules = found;
         ferry_small_stacks_found();
+    }
 #endif
     if (install(&program_sigsys) != 0)
         return;
