@@ -118,11 +118,18 @@ static void take_on(void)
     ferry_raw2(SYS_prctl, PR_SET_KEEPCAPS, 0);
 }
 
-/* A fork child: a lock its parent's other threads held stays held. */
+/* A fork child: a lock its parent's other threads held stays held, and
+ * its parent's workers are not its own.  Only where a group made the
+ * engine's threads: the words read here lie in pages of .bss that a fork
+ * child of any other process would read for nothing (a fault each,
+ * test_a_fork_child_writes_few_pages_of_the_shims_variables). */
 void agg_creds_after_fork(void)
 {
+    if (!__atomic_load_n(&watching, __ATOMIC_RELAXED))
+        return;
     if (__atomic_load_n(&creds.lock, __ATOMIC_RELAXED))
         creds.lock = 0;
+    agg_workers_after_fork();
 }
 
 void agg_creds_follow_slow(uint32_t *seen)

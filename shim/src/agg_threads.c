@@ -777,7 +777,6 @@ void agg_threads_after_fork(void)
 {
     /* the other threads' locks and waits are not the child's */
     agg_futex_forget();
-    agg_workers_after_fork();
     agg_creds_after_fork();
     /* stored only when it changes: a store copies its page (a fault) in
      * every fork child, fibers or not */
