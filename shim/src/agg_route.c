@@ -16,6 +16,7 @@
 
 #include "agg.h"
 #include "raw.h"
+#include "sandbox.h"
 #include "util.h"
 
 #define MAX_RW 0x7ffff000L          /* the kernel's MAX_RW_COUNT */
@@ -118,6 +119,10 @@ static int timeo(long fd, int dir)
  * carrier makes, so a crossing like any other. */
 static long ask6(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
 {
+    /* the engine's question, not the program's call: a program that
+     * confined its calls may kill for it (sandbox.h) */
+    if (ferry_sandbox_on && !ferry_sandbox_lets(nr, a0, a1, a2, a3, a4, a5))
+        return -EPERM;
     struct agg_fiber *f = agg_self;
     if (f && f->carrier)
         agg_stat(f->carrier->g, AGG_ST(crossings), 1);
@@ -1388,6 +1393,22 @@ int ferry_agg_route(struct ferry_regs *r)
 
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done) { return route(r, 1, done); }
 
+/* Whether a program that confined its calls (sandbox.h) may have call `r`
+ * run by the ring or a worker: only one its filters let through, and none
+ * once they refuse the engine its ring.  Any other runs on the carrier,
+ * whose filter the kernel applies, its action (an errno, a signal, the
+ * end of the process) the kernel's own: io_uring's operations and the
+ * workers' calls are not filtered, and a call the program had forbidden
+ * itself ran there (an openat its filter answers EPERM opened the file). */
+static int sandbox_routes(const struct ferry_regs *r)
+{
+    /* a futex wait among fibers parks in the engine, where only a shared
+     * one is a worker's call; the ring is asked only for a timeout */
+    int untimed_futex = r->rax == SYS_futex && !r->r10;
+    return (untimed_futex || ferry_sandbox_lets(SYS_io_uring_enter, 0, 1, 1, IORING_ENTER_GETEVENTS, 0, 0)) &&
+           ferry_sandbox_lets(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
+}
+
 /* `complete`: a write the ring ends short is carried on to its end.
  * *done_at: when the engine saw the call (its last piece) complete; 0 when
  * it ran here, so that it ended as route returns. */
@@ -1417,7 +1438,7 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
         return 1;
     if (nr == SYS_close_range)
         agg_fds_forget((unsigned)r->rdi, (unsigned)r->rsi, (unsigned)r->rdx);
-    if (t == FERRY_ROUTE_NATIVE || alone(f, c)) {
+    if (t == FERRY_ROUTE_NATIVE || alone(f, c) || (ferry_sandbox_on && !sandbox_routes(r))) {
         /* a descriptor closed here may come back as another kind of file */
         if (nr == SYS_close)
             forget_fd(r->rdi);

@@ -214,9 +214,13 @@ struct ksigevent {
 };
 
 
+/* Set once the program's filters forbid the return from a handler
+ * (agg_tick_stop_all): no carrier ticks from then on. */
+static int ticks_forbidden;
+
 void agg_tick_create(struct agg_carrier *c)
 {
-    if (!agg_signal_owned || c->tick_timer >= 0)
+    if (!agg_signal_owned || c->tick_timer >= 0 || ticks_forbidden)
         return;
     unsigned slot = __atomic_fetch_add(&nticking, 1, __ATOMIC_ACQ_REL);
     if (slot >= MAX_TICKING)
@@ -254,6 +258,26 @@ void agg_tick_delete(struct agg_carrier *c)
     if (c->tick_timer >= 0)
         ferry_raw1(SYS_timer_delete, c->tick_timer);
     c->tick_timer = -1;
+}
+
+/* A program about to install a filter that refuses rt_sigreturn, which
+ * natively gets no signal it did not ask for: each tick's handler would
+ * end in a call the filter kills.  Its carriers stop ticking, before the
+ * filter is in force (timer_delete may be refused after); their fibers
+ * then change places only at their calls. */
+void agg_tick_stop_all(void)
+{
+    __atomic_store_n(&ticks_forbidden, 1, __ATOMIC_RELEASE);
+    unsigned n = __atomic_load_n(&nticking, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < n && i < MAX_TICKING; i++) {
+        struct agg_carrier *c = __atomic_load_n(&ticking[i], __ATOMIC_ACQUIRE);
+        if (c) {
+            agg_lock(&c->tick_lock);
+            agg_tick_delete(c);
+            c->tick_armed = 0;
+            agg_unlock(&c->tick_lock);
+        }
+    }
 }
 
 /* A fork child has none of its parent's timers. */

@@ -86,5 +86,8 @@ void agg_vfork_parent(void);
 void agg_exit_flush(void);
 /* exit_group: the calls in the process's rings are cancelled first (agg_exit.c). */
 void agg_exit_cancel(void);
+/* The program is about to forbid itself rt_sigreturn (sandbox.c): the
+ * engine's carriers stop their preemption ticks first. */
+void agg_tick_stop_all(void);
 
 #endif

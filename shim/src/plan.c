@@ -34,7 +34,6 @@
 
 #define PAGE 4096UL
 #define MAX_TARGETS 64
-#define IS_ERR(v) ((unsigned long)(v) > -4096UL)
 
 static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }
 

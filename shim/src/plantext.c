@@ -20,7 +20,6 @@
 #include "util.h"
 
 #define PAGE 4096UL
-#define IS_ERR(v) ((unsigned long)(v) > -4096UL)
 
 static uint64_t page_down(uint64_t n) { return n & ~(PAGE - 1); }
 static uint64_t page_up(uint64_t n) { return (n + PAGE - 1) & ~(PAGE - 1); }

@@ -65,13 +65,12 @@ void ferry_tally_add(uint64_t *own, uint64_t *table, unsigned long nr, uint64_t 
 /* One call of `nr` as the shim's own, made (or to be made) untallied: out
  * of line, as every call site of the shim's own calls has it. */
 void ferry_tally_one(long nr);
-
-static inline long ferry_raw6(long nr, long a, long b, long c, long d, long e, long f)
-{
-    ferry_tally_one(nr);
-    return ferry_pass6(nr, a, b, c, d, e, f);
-}
-
+/* One call of the shim's own, tallied.  Once the program has confined its
+ * calls, a call its filters would not let through is not made (-EPERM):
+ * sandbox.h.  Out of line: every site was a call already (the tally's). */
+long ferry_raw6(long nr, long a, long b, long c, long d, long e, long f);
+/* A raw call's result that is an error (-4095..-1). */
+#define IS_ERR(v) ((unsigned long)(v) > -4096UL)
 #define ferry_raw0(n) ferry_raw6((n), 0, 0, 0, 0, 0, 0)
 #define ferry_raw1(n, a) ferry_raw6((n), (long)(a), 0, 0, 0, 0, 0)
 #define ferry_raw2(n, a, b) ferry_raw6((n), (long)(a), (long)(b), 0, 0, 0, 0)

@@ -28,6 +28,7 @@
 #include "plan.h"
 #include "ferry.h"
 #include "raw.h"
+#include "sandbox.h"
 #include "selfexe.h"
 #include "shim.h"
 #include "store.h"
@@ -771,6 +772,7 @@ static long slow_call(struct ferry_regs *r)
         }
     }
     /* ferry-agg end */
+    void *filter = nr == SYS_seccomp || nr == SYS_prctl ? ferry_sandbox_before(r) : 0;
     uint64_t t0 = timed ? ferry_rdtsc() : 0;
     if (!(ferry_catchall_on && ferry_catchall_masked_call(r)))
         r->rax = do_syscall(r);
@@ -779,8 +781,7 @@ static long slow_call(struct ferry_regs *r)
     note_wait(nr, r);
     if ((r->rax == 0 || nr == SYS_setfsuid || nr == SYS_setfsgid) && agg_creds_call(nr))
         agg_creds_changed();
-    if (r->rax == 0 && (nr == SYS_seccomp || (nr == SYS_prctl && r->rdi == PR_SET_SECCOMP)))
-        ferry_store_sandboxed();
+    ferry_sandbox_after(filter, nr, (unsigned long)r->rsi, r->rax);
     return FERRY_DONE;
 }
 

@@ -21,7 +21,6 @@
 #include "raw.h"
 #include "util.h"
 
-#define IS_ERR(v) ((unsigned long)(v) > -4096UL)
 #define MAX_FILES 64
 /* A slot file's room at most (sparse; ext4 takes files up to 16 TiB): the
  * default trace profile's slots (264 MiB) ~4000 to a file, the largest

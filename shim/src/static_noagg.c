@@ -19,6 +19,7 @@ int agg_fd_guard(struct ferry_regs *r) { (void)r; return 0; }
 void agg_fd_guard_after_fork(void) {}
 void agg_exit_flush(void) {}
 void agg_exit_cancel(void) {}
+void agg_tick_stop_all(void) {}
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done) { (void)r; (void)done; return 0; }
 int agg_threads_start(void) { return -EOPNOTSUPP; }
 void agg_threads_after_fork(void) {}

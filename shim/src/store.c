@@ -12,6 +12,7 @@
 #include "exec.h"
 #include "exepath.h"
 #include "raw.h"
+#include "sandbox.h"
 #include "slots.h"
 #include "trace.h"
 #include "tscrate.h"
@@ -87,7 +88,6 @@ static struct ferry_blk *block_at(uint32_t i)
     return __atomic_load_n(&blocks[i], __ATOMIC_ACQUIRE);
 }
 
-#define IS_ERR(v) ((unsigned long)(v) > -4096UL)
 
 uint64_t ferry_mono_ns(void)
 {
@@ -423,8 +423,11 @@ struct ferry_blk *ferry_blk_get(void)
     if (b) {
         b->tid = (int32_t)ferry_raw0(SYS_gettid);
         FERRY_THR->blk = b;
-    } else if (full) {
-        if (!FERRY_THR->no_block)
+    } else {
+        /* Nor does one whose block could not be mapped (a sandboxed
+         * program's filter refused it, sandbox.h): its every call took
+         * another index of the table, until the table was full. */
+        if (full && !FERRY_THR->no_block)
             __atomic_fetch_add(&ferry_hdr->overflow, 1, __ATOMIC_RELAXED);
         FERRY_THR->no_block = 1;
         FERRY_THR->no_block_at = given_back;
@@ -1100,17 +1103,6 @@ static void vfork_child_write(int pid, int ppid, uint32_t state, int exit_code, 
 #undef HEAD_AT
 
 /* When the image's life ended (so far): exit, exec, or detach. */
-/* Set once the program confined its system calls (seccomp): the shim
- * makes none of its own at its end from then on.  In .data's first page,
- * which the loader writes anyway: read at every end, a word of .bss no
- * start touched was a page fault more in every process. */
-static int sandboxed FERRY_HOT;
-
-void ferry_store_sandboxed(void)
-{
-    sandboxed = 1;
-}
-
 /* A process shorter than this has its end's clocks from the TSC and the
  * run's rate, which the reader converts it with anyway (a process shorter
  * than 50 ms: procfile.py, ticks_to_ns): two `clock_gettime` fewer in
@@ -1129,8 +1121,9 @@ static void stamp_end(uint32_t state)
         ns = ticks * h->cal_ns / h->cal_tsc;
     /* a sandboxed program's filter may kill it for a call it never made
      * itself (one that allows no clock_gettime: every profile's processes
-     * died at exit); without a rate its end keeps its start's clocks */
-    if (ns < END_FROM_TSC_NS || sandboxed) {
+     * died at exit; the call is refused now, sandbox.h, but its answer is
+     * no clock); without a rate its end keeps its start's clocks */
+    if (ns < END_FROM_TSC_NS || ferry_sandbox_on) {
         ns = ns == ~0ULL ? 0 : ns;
         h->end_real_ns = h->start_real_ns + ns;
         h->end_mono_ns = h->start_mono_ns + ns;

@@ -75,8 +75,6 @@ int ferry_store_exec_unseen(const char *path);
 void ferry_store_vfork_returned(int child);
 void ferry_store_wait(int pid, int status);
 void ferry_store_detached(void);
-/* The program confined its system calls (a seccomp filter or strict mode). */
-void ferry_store_sandboxed(void);
 
 /* Sum of all threads, past and present (in a vfork child: its own calls). */
 void ferry_blk_sum(uint64_t *calls, uint64_t *invalid);
@@ -84,8 +82,15 @@ void ferry_blk_sum(uint64_t *calls, uint64_t *invalid);
 uint64_t ferry_mono_ns(void);
 uint64_t ferry_real_ns(void);
 
+/* Set while the program forbids itself the TSC (strict seccomp,
+ * prctl(PR_SET_TSC, PR_TSC_SIGSEGV): rdtsc would end it with SIGSEGV);
+ * the shim's clock then reads 0 (sandbox.c). */
+extern int ferry_tsc_forbidden;
+
 static inline uint64_t ferry_rdtsc(void)
 {
+    if (__builtin_expect(ferry_tsc_forbidden, 0))
+        return 0;
     uint32_t lo, hi;
     __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
     return ((uint64_t)hi << 32) | lo;

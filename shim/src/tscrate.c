@@ -15,7 +15,6 @@
 #include "tscrate.h"
 #include "util.h"
 
-#define IS_ERR(v) ((unsigned long)(v) > -4096UL)
 
 static int parse_rate(const char *s, uint64_t *tsc, uint64_t *ns)
 {

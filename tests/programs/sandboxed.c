@@ -6,13 +6,22 @@
  * no call of its own after that: its end's clock readings killed the
  * program at exit (SIGSYS) under every profile.
  *
- * Usage: sandboxed [prctl]  (prctl: the filter through prctl(PR_SET_SECCOMP),
- * as older programs and libseccomp on old kernels install it) */
+ * Usage: sandboxed [prctl|strict|notsc]
+ *   prctl   the filter through prctl(PR_SET_SECCOMP), as older programs
+ *           and libseccomp on old kernels install it
+ *   strict  seccomp's strict mode: read, write, exit and rt_sigreturn
+ *           only, and no TSC (rdtsc faults: the shim's clock killed it
+ *           with SIGSEGV under every profile that times calls); it ends
+ *           with exit, as strict mode allows no exit_group
+ *   notsc   no filter, but the TSC forbidden (prctl(PR_SET_TSC,
+ *           PR_TSC_SIGSEGV)), as a program hiding the clock from code it
+ *           runs does */
 #define _GNU_SOURCE
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -29,10 +38,13 @@ int main(int argc, char **argv)
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {sizeof(allow_io) / sizeof(allow_io[0]), allow_io};
-    int by_prctl = argc > 1 && argv[1][0] == 'p';
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
-        (by_prctl ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)
-                  : syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))) {
+    const char *how = argc > 1 ? argv[1] : "seccomp";
+    int failed = !strcmp(how, "notsc")    ? prctl(PR_SET_TSC, PR_TSC_SIGSEGV, 0, 0, 0)
+                 : !strcmp(how, "strict") ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0)
+                 : prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+                       (!strcmp(how, "prctl") ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)
+                                              : syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+    if (failed) {
         perror("seccomp");
         return 2;
     }
@@ -43,5 +55,7 @@ int main(int argc, char **argv)
     volatile unsigned long spin = 0;
     for (unsigned long i = 0; i < 200000000UL; i++)  /* ~0.1-0.3 s, no call */
         spin += i;
+    if (!strcmp(how, "strict"))
+        syscall(SYS_exit, 0);
     return 0;  /* exit_group, after stdio's flush (nothing buffered: write(2) above) */
 }
