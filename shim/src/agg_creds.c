@@ -59,9 +59,14 @@ int agg_creds_call(long nr)
 }
 
 /* Once the engine has threads of its own (a group exists): before, there is
- * nobody to tell, and a plain process's setuid costs no calls more. */
+ * nobody to tell, and a plain process's setuid costs no calls more.  From
+ * then on the calls leave the entry's fast path, so that a fiber's reaches
+ * agg_creds_changed. */
 void agg_creds_watch(void)
 {
+    for (long nr = 0; nr < FERRY_NR_MAX; nr++)
+        if (agg_creds_call(nr))
+            __atomic_store_n(&ferry_action[nr], 1, __ATOMIC_RELAXED);
     __atomic_store_n(&watching, 1, __ATOMIC_RELEASE);
 }
 

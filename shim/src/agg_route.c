@@ -1024,11 +1024,6 @@ static const unsigned short watched[] = {
 /* At group creation: these reach ferry_slow so the engine sees fibers' calls. */
 void agg_route_watch(void)
 {
-    static const unsigned short creds_calls[] = {SYS_setuid, SYS_setgid, SYS_setreuid, SYS_setregid,
-                                                 SYS_setresuid, SYS_setresgid, SYS_setgroups, SYS_capset,
-                                                 SYS_setfsuid, SYS_setfsgid};
-    for (unsigned i = 0; i < sizeof(creds_calls) / sizeof(creds_calls[0]); i++)
-        __atomic_store_n(&ferry_action[creds_calls[i]], 1, __ATOMIC_RELAXED);
     agg_creds_watch();
     for (unsigned i = 0; i < sizeof(watched) / sizeof(watched[0]); i++)
         __atomic_store_n(&ferry_action[watched[i]], 1, __ATOMIC_RELAXED);
