@@ -128,7 +128,6 @@ static void carrier_mask(struct agg_carrier *c, uint64_t m)
 #define SS_DISABLE_ 2
 
 static const struct agg_altstack no_altstack = {0, SS_DISABLE_, 0};
-static const struct agg_altstack unknown_altstack = {0, -1, 0};  /* no setting's flags */
 
 static struct agg_altstack kernel_altstack(void)
 {
@@ -171,11 +170,10 @@ FERRY_HOT_TEXT void agg_altstack_set(void *sp, int flags, size_t size)
         return;
     f->alt = (flags & SS_DISABLE_) ? no_altstack
                                    : (struct agg_altstack){sp, flags & ~SS_ONSTACK_, size};
-    /* The kernel has it only once the handler returns: until then what it
-     * has is unknown, and the next fiber to run puts its own in, whatever
-     * it is (one whose stack seemed there already ran its handlers on this
-     * fiber's, over this handler's frame). */
-    f->carrier->kalt = unknown_altstack;
+    /* the kernel's too: the catch-all made the change at once, from below
+     * the interrupted stack pointer, and matched the frame's copy, which
+     * the handler's return installs again (catchall.c, sigaltstack_below) */
+    f->carrier->kalt = f->alt;
 }
 
 /* ---- the mask without asking: rseq ------------------------------------------- */

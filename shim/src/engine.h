@@ -51,8 +51,8 @@ long agg_safe_read(void *dst, const void *src, size_t n);
  * learns what the kernel has (agg_altstack_changed, from ferry_post). */
 int agg_thread_fiber(void);
 void agg_altstack_changed(long result);
-/* A sigaltstack the catch-all answered from the signal's frame (catchall.c):
- * the kernel takes it as the handler returns; the fiber has it now. */
+/* A sigaltstack the catch-all made and answered from the signal's frame
+ * (catchall.c): the fiber's, and the kernel's for its carrier, now. */
 void agg_altstack_set(void *sp, int flags, size_t size);
 /* A call that changes credentials (agg_creds.c), and its success on the
  * calling thread: the engine's threads take them on. */
