@@ -95,6 +95,7 @@ EXEC_LOADER = constant("FERRY_EXEC_LOADER")
 EXEC_PACKED = constant("FERRY_EXEC_PACKED")
 EXEC_UNREADABLE = constant("FERRY_EXEC_UNREADABLE")
 EXEC_NO_ROOM = constant("FERRY_EXEC_NO_ROOM")
+EXEC_SANDBOXED = constant("FERRY_EXEC_SANDBOXED")
 MODES = {v: k.lower() for k, v in constants("FERRY_MODE_").items()}
 # Modes whose blocks hold errors and times: trace (the traced calls) and aggregate (the calls
 # that reach the shim's slow path, the engine's among them; docs/aggregate.md).

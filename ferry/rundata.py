@@ -32,6 +32,9 @@ NOT_ENABLED = {
     procfile.EXEC_NO_ROOM: ("its environment or arguments did not fit the exec hook's tables (more "
                             "than 1024 variables or 512 arguments, or memory it could not read), so "
                             "the hook could not add the run's settings to them"),
+    procfile.EXEC_SANDBOXED: ("the process that ran it had confined its system calls (a seccomp "
+                              "filter, which stays in force in the program it runs): the shim, "
+                              "which would start there not knowing the filter, is left out"),
     procfile.EXEC_WINDOWS: "wine, started on a Windows program with ferry.dll: the program and "
                            "its children are the Windows processes of this run",
 }

@@ -51,3 +51,15 @@ def test_a_sandboxed_program_starts_threads_as_natively(tmp_path, test_programs,
                              b"opened 0 of 250\n"), native
     under = run(program, tmp_path, profile)
     assert (under.stdout, under.returncode) == (native.stdout, 0), under.stderr.decode(errors="replace")
+
+
+def test_a_program_a_sandboxed_process_runs_is_left_without_the_shim_and_the_report_says_why(
+        tmp_path, test_programs):
+    """The filter stays in force across the exec, and the new program's shim
+    would start not knowing it: the child of the deny-list runs as it is."""
+    from ferry import rundata
+    under = run([str(test_programs / "sandboxed_threads"), "deny"], tmp_path, "trace")
+    assert under.returncode == 0 and under.stdout.endswith(b"child\nchild status 0\n"), under
+    echo = [p for p in rundata.load_run(tmp_path / "run")["processes"] if p["exe"] == "/bin/echo"]
+    assert len(echo) == 1 and not echo[0]["enabled"], echo
+    assert "confined its system calls" in echo[0]["reason"], echo

@@ -23,6 +23,7 @@
 #include "exec.h"
 #include "exec_wine.h"
 #include "raw.h"
+#include "sandbox.h"
 #include "selfexe.h"
 #include "settings.h"
 #include "slots.h"
@@ -1068,6 +1069,13 @@ long ferry_exec(const struct ferry_regs *r)
     /* Ferry's settings did not fit beside the program's environment (or it
      * could not be read): the program runs without the shim, and says why. */
     int unserved = 0, scripted = 0;
+    /* A filter stays in force across an exec, and the new program's shim
+     * would start not knowing it, its start's calls the filter's to kill:
+     * the program runs as it is (sandbox.h). */
+    if (ferry_sandbox_on) {
+        kind = FERRY_EXEC_SANDBOXED;
+        goto pass;
+    }
     if (target[0] && ferry_wine_is_loader(target))
         exec_wine(target, 0, path, argv, envp, env, args, x);
     ferry_store_hook_step(FERRY_HOOK_PATH);

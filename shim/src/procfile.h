@@ -75,6 +75,8 @@ enum ferry_exec_kind {
     FERRY_EXEC_UNREADABLE = 12, /* the process may run the file but not read it */
     FERRY_EXEC_NO_ROOM = 13,    /* the environment or arguments did not fit the hook's tables,
                                    so it could not add the run's settings */
+    FERRY_EXEC_SANDBOXED = 14,  /* the process had confined its calls (seccomp): the filter
+                                   stays in force in the program it runs */
 };
 
 /* Where a process's start goes (bench/spawn.py reads them): the TSC when
