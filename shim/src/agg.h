@@ -544,6 +544,7 @@ static inline void agg_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE)
 extern uint32_t agg_creds_gen;
 void agg_creds_watch(void);
 void agg_creds_follow_slow(uint32_t *seen);
+extern uint32_t agg_creds_taken;
 void agg_workers_take_on_creds(uint32_t gen);
 void agg_workers_after_fork(void);
 void agg_creds_after_fork(void);

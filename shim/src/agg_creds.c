@@ -14,6 +14,7 @@
  * process's, the latest one winning: the engine's threads serve every
  * program thread and can hold only one set. */
 #define _GNU_SOURCE
+#include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
@@ -137,6 +138,10 @@ void agg_creds_after_fork(void)
     agg_workers_after_fork();
 }
 
+/* Bumped, and woken, as an engine thread takes on a change: what a change
+ * of the program's waits on (agg_workers_take_on_creds). */
+uint32_t agg_creds_taken;
+
 void agg_creds_follow_slow(uint32_t *seen)
 {
     agg_lock(&creds.lock);
@@ -145,4 +150,6 @@ void agg_creds_follow_slow(uint32_t *seen)
         *seen = agg_creds_gen;
     }
     agg_unlock(&creds.lock);
+    __atomic_add_fetch(&agg_creds_taken, 1, __ATOMIC_RELEASE);
+    ferry_raw3(SYS_futex, &agg_creds_taken, FUTEX_WAKE_PRIVATE, 1);
 }

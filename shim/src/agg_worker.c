@@ -156,9 +156,17 @@ void agg_workers_take_on_creds(uint32_t gen)
     for (unsigned i = 0; i < sizeof(all_sets) / sizeof(all_sets[0]); i++)
         if (all_sets[i])
             rouse(all_sets[i]);
+    /* each one that takes them on wakes this wait (agg_creds_follow_slow):
+     * a loop of sched_yield took the CPUs of the 2-CPU machine from the
+     * workers it waited for */
+    struct timespec ms = {0, 1000000};
     for (unsigned i = 0; i < sizeof(all_sets) / sizeof(all_sets[0]); i++)
-        for (int spins = 0; all_sets[i] && !took_on(all_sets[i], gen) && spins < 100000; spins++)
-            ferry_raw0(SYS_sched_yield);
+        for (int waits = 0; all_sets[i] && waits < 100; waits++) {
+            uint32_t taken = __atomic_load_n(&agg_creds_taken, __ATOMIC_ACQUIRE);
+            if (took_on(all_sets[i], gen))
+                break;
+            ferry_raw4(SYS_futex, &agg_creds_taken, FUTEX_WAIT_PRIVATE, taken, &ms);
+        }
     agg_unlock(&all_lock);
 }
 
