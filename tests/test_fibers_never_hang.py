@@ -376,3 +376,15 @@ def test_a_thread_has_its_own_mask_again_once_its_handler_returns(profile, tmp_p
     profile = two_carriers(profile, tmp_path)
     got = run(ferry_argv(profile, tmp_path / "run", PROGRAMS / "handler_mask"), tmp_path)
     assert got[:2] == (code, out), got[2].decode(errors="replace")[-2000:]
+
+
+@pytest.mark.parametrize("how", ["alone", "others"])
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_first_thread_that_ends_with_exit_ends_as_natively(how, profile, tmp_path, test_programs):
+    """tests/programs/first_thread_exit.c: alone, under fibers, the process hung
+    (the first thread, ended before it ever waited, was never released)."""
+    program = test_programs / "first_thread_exit"
+    code, out, _ = run([program, how], tmp_path)
+    assert (code, out.count(b"\n")) == ((3, 1) if how == "alone" else (0, 2))
+    got = run(ferry_argv(two_carriers(profile, tmp_path), tmp_path / "run", program, how), tmp_path)
+    assert got[:2] == (code, out), got

@@ -774,23 +774,11 @@ static void requeue_pending(struct agg_carrier *c)
     agg_wake(y);
 }
 
-static void run(struct agg_carrier *c, struct agg_fiber *f)
+/* The fiber that finished last, once the scheduler is off its stack. */
+static void release_finished(struct agg_carrier *c)
 {
-    agg_cpu_turn(c, 0);
-    c->current = f;
-    f->state = AGG_RUNNING;
-    c->acc_switches++;
-    c->runs++;
-    ferry_agg_switch(&c->sched, &f->ctx);
-    /* back here from whichever fiber of the round parked last or finished.
-     * Not on a thread block of a fiber that may move from here on: it may
-     * run on another carrier with that block while this one goes on. */
-    if (c->steal_slot >= 0 && agg_steal_on())
-        agg_carrier_tls(c);
-    requeue_pending(c);
-    f = c->finished;
+    struct agg_fiber *f = c->finished;
     c->finished = 0;
-    c->current = 0;
     if (f) {
         if (f->thread) {
             /* off the thread's block first: once its tid word is cleared a
@@ -810,6 +798,24 @@ static void run(struct agg_carrier *c, struct agg_fiber *f)
     }
 }
 
+static void run(struct agg_carrier *c, struct agg_fiber *f)
+{
+    agg_cpu_turn(c, 0);
+    c->current = f;
+    f->state = AGG_RUNNING;
+    c->acc_switches++;
+    c->runs++;
+    ferry_agg_switch(&c->sched, &f->ctx);
+    /* back here from whichever fiber of the round parked last or finished.
+     * Not on a thread block of a fiber that may move from here on: it may
+     * run on another carrier with that block while this one goes on. */
+    if (c->steal_slot >= 0 && agg_steal_on())
+        agg_carrier_tls(c);
+    requeue_pending(c);
+    c->current = 0;
+    release_finished(c);
+}
+
 void agg_carrier_loop(struct agg_carrier *c)
 {
     for (;;) {
@@ -817,8 +823,11 @@ void agg_carrier_loop(struct agg_carrier *c)
          * run(): a fiber that left it through requeue_me (the program's
          * first thread, preempted while it spun on a flag another thread
          * was to set) waited there unqueued, and the next fiber requeued
-         * took its place: the first thread never ran again (a hang). */
+         * took its place: the first thread never ran again (a hang).  So
+         * did the first thread that ended with exit(2) before it ever
+         * parked: it was never released, and counted alive for ever. */
         requeue_pending(c);
+        release_finished(c);
         if (agg_exiting())
             agg_exit_stop(c);
         if (!c->round_left) {

@@ -58,6 +58,9 @@ static struct agg_fiber **by_vtid;   /* fibers by vtid - VTID_BASE */
 static unsigned next_vtid;
 static int main_vtid;                /* fiber 0 keeps the real tid of the first thread */
 static struct agg_fiber *fiber0;
+/* the exit(2) code of the thread that ended last: the process's status
+ * once every thread ended so, as the kernel reports it */
+static int last_thread_code;
 static struct agg_carrier *carriers[MAX_CARRIERS];
 static unsigned ncarriers;
 static int carriers_tried;
@@ -565,8 +568,8 @@ static void run_carrier(struct agg_carrier *c)
     /* every thread ended with exit(2) and none with exit_group: the kernel
      * ends the process when its last thread goes */
     agg_carrier_tls(c);
-    ferry_store_exit(0);
-    ferry_raw1(SYS_exit_group, 0);
+    ferry_store_exit(last_thread_code);
+    ferry_raw1(SYS_exit_group, last_thread_code);
     __builtin_unreachable();
 }
 
@@ -1023,7 +1026,7 @@ static long signal_fiber(struct agg_fiber *self, struct agg_fiber *t, long sig)
 
 static long exit_thread(struct agg_fiber *self, long code)
 {
-    (void)code;
+    __atomic_store_n(&last_thread_code, (int)code, __ATOMIC_RELAXED);
     ferry_blk_retire();
     agg_fiber_finish(self);
 }
