@@ -31,8 +31,6 @@ def run(program, tmp_path, profile=None, stdin=b""):
 def test_a_program_that_sandboxes_itself_ends_as_natively(tmp_path, test_programs, profile, how):
     """Through prctl(PR_SET_SECCOMP), the shim did not see the filter (prctl reached
     its C path only under some profiles), and the program died at exit."""
-    if (how, profile) == ("strict", "fibers"):
-        pytest.skip("strict mode under fibers: the engine's workers cannot be told to end (docs/aggregate.md)")
     program = [str(test_programs / "sandboxed"), how]
     native = run(program, tmp_path, stdin=b"a line\n")
     assert (native.stdout, native.returncode) == (b"sandboxed, read: a line\n", 0), native

@@ -545,6 +545,8 @@ extern uint32_t agg_creds_gen;
 void agg_creds_watch(void);
 void agg_creds_follow_slow(uint32_t *seen);
 extern uint32_t agg_creds_taken;
+/* The carrier cannot end the process (strict mode): a worker does (agg_workers_poll). */
+void agg_workers_end_process(int code);
 void agg_workers_take_on_creds(uint32_t gen);
 void agg_workers_after_fork(void);
 void agg_creds_after_fork(void);

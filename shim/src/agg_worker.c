@@ -55,6 +55,13 @@ static void push_done(struct agg_carrier *c, struct agg_req *req)
                                         __ATOMIC_RELAXED));
 }
 
+/* Seccomp's strict mode on a carrier (sandbox.c) leaves it read, write,
+ * exit and rt_sigreturn: it can neither wake a worker (futex) nor end the
+ * process (exit_group).  The workers, whose calls no filter of the
+ * carrier's binds, then look for work every 10 ms, and end the process
+ * when the carrier asks (agg_workers_end_process). */
+static int polling, ending, ending_code;
+
 static void worker_main(void *arg)
 {
     struct agg_worker_set *w = arg;
@@ -79,7 +86,13 @@ static void worker_main(void *arg)
             if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
                 return;
             agg_creds_follow(seen);  /* woken for it: agg_workers_take_on_creds */
-            ferry_pass6(SYS_futex, (long)&w->seq, FUTEX_WAIT_PRIVATE, seq, 0, 0, 0);
+            /* not put to the filters' copy: strict mode is the carrier's
+             * alone, and no worker is made after it (clone is refused) */
+            if (__atomic_load_n(&ending, __ATOMIC_ACQUIRE))
+                ferry_pass6(SYS_exit_group, ending_code, 0, 0, 0, 0, 0);
+            struct timespec poll = {0, 10000000};
+            ferry_pass6(SYS_futex, (long)&w->seq, FUTEX_WAIT_PRIVATE, seq,
+                        __atomic_load_n(&polling, __ATOMIC_ACQUIRE) ? (long)&poll : 0, 0, 0);
             continue;
         }
         if (!open && __atomic_load_n(&agg_signal_owned, __ATOMIC_ACQUIRE)) {
@@ -133,6 +146,22 @@ static void rouse(struct agg_worker_set *w)
 {
     __atomic_add_fetch(&w->seq, 1, __ATOMIC_RELEASE);
     ferry_raw6(SYS_futex, (long)&w->seq, FUTEX_WAKE_PRIVATE, 0x7fffffff, 0, 0, 0);
+}
+
+void agg_workers_poll(void)
+{
+    __atomic_store_n(&polling, 1, __ATOMIC_RELEASE);
+    agg_lock(&all_lock);
+    for (unsigned i = 0; i < sizeof(all_sets) / sizeof(all_sets[0]); i++)
+        if (all_sets[i])
+            rouse(all_sets[i]);  /* to wait again, with the timeout */
+    agg_unlock(&all_lock);
+}
+
+void agg_workers_end_process(int code)
+{
+    ending_code = code;
+    __atomic_store_n(&ending, 1, __ATOMIC_RELEASE);
 }
 
 static int took_on(struct agg_worker_set *w, uint32_t gen)

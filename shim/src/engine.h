@@ -89,5 +89,8 @@ void agg_exit_cancel(void);
 /* The program is about to forbid itself rt_sigreturn (sandbox.c): the
  * engine's carriers stop their preemption ticks first. */
 void agg_tick_stop_all(void);
+/* ... and to enter seccomp's strict mode: the engine's workers look for
+ * work on their own, and can end the process for the carrier. */
+void agg_workers_poll(void);
 
 #endif

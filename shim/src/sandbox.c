@@ -164,11 +164,14 @@ int ferry_sandbox_lets(long nr, long a, long b, long c, long d, long e, long f)
 }
 
 /* What must be done while the shim's calls are still let through: the
- * engine's ticks end in rt_sigreturn. */
+ * engine's ticks end in rt_sigreturn, and in strict mode its workers must
+ * look for work unwoken. */
 static void prepare(const struct kept *extra, int to_strict)
 {
     if (to_strict || !lets_with(extra, SYS_rt_sigreturn, 0, 0, 0, 0, 0, 0))
         agg_tick_stop_all();
+    if (to_strict)
+        agg_workers_poll();
 }
 
 int ferry_tsc_forbidden FERRY_HOT;

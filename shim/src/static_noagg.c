@@ -20,6 +20,7 @@ void agg_fd_guard_after_fork(void) {}
 void agg_exit_flush(void) {}
 void agg_exit_cancel(void) {}
 void agg_tick_stop_all(void) {}
+void agg_workers_poll(void) {}
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done) { (void)r; (void)done; return 0; }
 int agg_threads_start(void) { return -EOPNOTSUPP; }
 void agg_threads_after_fork(void) {}
