@@ -26,7 +26,7 @@ def run(program, tmp_path, profile=None, stdin=b""):
     return subprocess.run(argv, input=stdin, capture_output=True, timeout=60)
 
 
-@pytest.mark.parametrize("how", ["seccomp", "prctl", "strict", "notsc"])
+@pytest.mark.parametrize("how", ["seccomp", "prctl", "strict", "notsc", "jit"])
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 def test_a_program_that_sandboxes_itself_ends_as_natively(tmp_path, test_programs, profile, how):
     """Through prctl(PR_SET_SECCOMP), the shim did not see the filter (prctl reached

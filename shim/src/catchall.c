@@ -123,6 +123,8 @@ static int let_through_ends(void)
 
 void ferry_catchall_check(void)
 {
+    if (detached)  /* the selector stays as ferry_catchall_detach left it */
+        return;
     if (!FERRY_THR->armed)
         ferry_catchall_thread();
     else if (*FERRY_THR->selector_at != SELECTOR_BLOCK && (!FERRY_THR->let_through || let_through_ends()))

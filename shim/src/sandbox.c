@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
+#include "catchall.h"
 #include "engine.h"
 #include "raw.h"
 #include "sandbox.h"
@@ -164,12 +165,16 @@ int ferry_sandbox_lets(long nr, long a, long b, long c, long d, long e, long f)
 }
 
 /* What must be done while the shim's calls are still let through: the
- * engine's ticks end in rt_sigreturn, and in strict mode its workers must
- * look for work unwoken. */
+ * engine's ticks and the catch-all's caught calls end in rt_sigreturn (the
+ * catch-all lets this thread's calls, and its later threads', reach the
+ * kernel bare, as they do natively), and in strict mode the engine's
+ * workers must look for work unwoken. */
 static void prepare(const struct kept *extra, int to_strict)
 {
-    if (to_strict || !lets_with(extra, SYS_rt_sigreturn, 0, 0, 0, 0, 0, 0))
+    if (to_strict || !lets_with(extra, SYS_rt_sigreturn, 0, 0, 0, 0, 0, 0)) {
         agg_tick_stop_all();
+        ferry_catchall_detach();
+    }
     if (to_strict)
         agg_workers_poll();
 }
