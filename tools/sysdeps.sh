@@ -54,15 +54,32 @@ if ! command -v upx >/dev/null 2>&1 && ! command -v upx-ucl >/dev/null 2>&1 &&
         apt-cache show upx-ucl >/dev/null 2>&1; then
     need="$need upx-ucl"
 fi
-[ -z "$need$winneed" ] && exit 0
+# sshd: a server whose login child confines itself with seccomp
+# (tests/test_sandboxed_server.py); its service is neither started nor left
+# enabled by this install: the tests start sshd on a loopback port of their own
+sshneed=""
+[ -x /usr/sbin/sshd ] || sshneed="openssh-server"
+[ -z "$need$winneed$sshneed" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
-    echo "installing:$need$winneed"
+    echo "installing:$need$winneed $sshneed"
     apt-get update -qq
     [ -z "$need" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
     [ -z "$winneed" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         --no-install-recommends $winneed >/dev/null
+    if [ -n "$sshneed" ]; then
+        # policy-rc.d 101: no package script starts a service meanwhile
+        had_policy=0
+        [ -e /usr/sbin/policy-rc.d ] && had_policy=1
+        [ "$had_policy" = 1 ] || printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $sshneed >/dev/null
+        [ "$had_policy" = 1 ] || rm -f /usr/sbin/policy-rc.d
+        if command -v systemctl >/dev/null 2>&1; then
+            systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+        fi
+    fi
 else
-    echo "missing Debian packages:$need$winneed" >&2
-    echo "install them with: sudo apt-get install$need$winneed" >&2
+    echo "missing Debian packages:$need$winneed $sshneed" >&2
+    echo "install them with: sudo apt-get install$need$winneed $sshneed" >&2
     exit 1
 fi
