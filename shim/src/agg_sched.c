@@ -9,6 +9,7 @@
 
 #include "agg.h"
 #include "raw.h"
+#include "sandbox.h"
 #include "store.h"
 #include "util.h"
 
@@ -665,6 +666,8 @@ static void look_at_words(struct agg_carrier *c, int outside)
 }
 
 /* No fiber is ready: every stored call leaves now, and the carrier waits. */
+#define SANDBOX_WAIT_NS 1000000ULL
+
 static void wait_for_events(struct agg_carrier *c)
 {
     flush_stats(c);
@@ -681,6 +684,17 @@ static void wait_for_events(struct agg_carrier *c)
         arm_wake(c);
     int busy0 = c->pools[0].inflight || c->pools[0].misc || io_uring_sq_ready(&c->pools[0].ring);
     uint64_t limit = agg_threads_wait_limit(c);
+    /* A program whose filters refuse the ring (sandbox.h) has put nothing
+     * in it, and a wait there is refused at once: the carrier spun a CPU
+     * for as long as a fiber waited on a worker (a process-shared futex).
+     * It waits on its kick word instead, a millisecond at most, after
+     * which it looks at what the workers finished. */
+    if (ferry_sandbox_on && !ferry_sandbox_lets(SYS_io_uring_enter, 0, 1, 1, IORING_ENTER_GETEVENTS, 0, 0)) {
+        agg_futex_idle(c, limit && limit < SANDBOX_WAIT_NS ? limit : SANDBOX_WAIT_NS);
+        look_at_words(c, agg_outside_wakers(c));
+        agg_threads_take_signals(c);
+        return;
+    }
     if (!busy0 && !others && !c->worker_pending) {
         agg_futex_idle(c, limit);
         look_at_words(c, agg_outside_wakers(c));

@@ -16,6 +16,11 @@
  *          scratch memory, the X register, arithmetic, JGT, JGE and JSET,
  *          and the arguments' words (the shim's copy must reach each one
  *          as the kernel does); threads write, a child is spawned
+ *   idle   the allow-list; a second thread waits on a private futex, and
+ *          the first on a shared one that a child process (forked before
+ *          the filter) sets 300 ms later: the process must not compute
+ *          meanwhile (under fibers the carrier spun while a worker waited,
+ *          its own waits refused); says whether it used under 150 ms of CPU
  *   errno  openat answered EPERM; the first thread and four more try to
  *          open a file 50 times each: none may open it (under fibers the
  *          engine's ring and workers, which no filter binds, opened it) */
@@ -23,13 +28,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <linux/futex.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,7 +56,7 @@ static struct sock_filter allow_list[] = {
     ALLOW(SYS_clone), ALLOW(SYS_clone3), ALLOW(SYS_mmap), ALLOW(SYS_mprotect), ALLOW(SYS_munmap),
     ALLOW(SYS_madvise), ALLOW(SYS_set_robust_list), ALLOW(SYS_rseq), ALLOW(SYS_rt_sigprocmask),
     ALLOW(SYS_gettid), ALLOW(SYS_getpid), ALLOW(SYS_sched_yield), ALLOW(SYS_brk), ALLOW(SYS_rt_sigaction),
-    ALLOW(SYS_getrandom),
+    ALLOW(SYS_getrandom), ALLOW(SYS_getrusage), ALLOW(SYS_wait4),
     BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
 };
 
@@ -134,6 +144,37 @@ static void *writer(void *arg)
     return write(1, line, (size_t)n) == n ? 0 : (void *)1;
 }
 
+static uint32_t private_word;
+
+static void *private_waiter(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&private_word, __ATOMIC_ACQUIRE))
+        syscall(SYS_futex, &private_word, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
+    return 0;
+}
+
+/* The first thread waits on a shared futex word a child sets; returns
+ * whether the process used under 150 ms of CPU while it waited. */
+static int idle_while_waiting(uint32_t *shared, pid_t child)
+{
+    pthread_t t;
+    struct rusage ru;
+    if (pthread_create(&t, 0, private_waiter, 0))
+        return -1;
+    while (!__atomic_load_n(shared, __ATOMIC_ACQUIRE))
+        syscall(SYS_futex, shared, FUTEX_WAIT, 0, 0, 0, 0);
+    if (getrusage(RUSAGE_SELF, &ru))
+        return -1;
+    __atomic_store_n(&private_word, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &private_word, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+    int status;
+    if (pthread_join(t, 0) || waitpid(child, &status, 0) != child)
+        return -1;
+    long ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+    return ms < 150;
+}
+
 static void *opener(void *arg)
 {
     *(int *)arg = opens();
@@ -144,7 +185,21 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "allow";
     struct sock_fprog prog;
-    if (!strcmp(mode, "allow"))
+    uint32_t *shared = 0;
+    pid_t child = -1;
+    if (!strcmp(mode, "idle")) {
+        shared = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (shared == MAP_FAILED || (child = fork()) < 0)
+            return 6;
+        if (child == 0) {
+            struct timespec ts = {0, 300000000};
+            nanosleep(&ts, 0);
+            __atomic_store_n(shared, 1, __ATOMIC_RELEASE);
+            syscall(SYS_futex, shared, FUTEX_WAKE, 1, 0, 0, 0);
+            _exit(0);
+        }
+    }
+    if (!strcmp(mode, "allow") || !strcmp(mode, "idle"))
         prog = (struct sock_fprog){sizeof(allow_list) / sizeof(allow_list[0]), allow_list};
     else if (!strcmp(mode, "deny"))
         prog = (struct sock_fprog){sizeof(deny_list) / sizeof(deny_list[0]), deny_list};
@@ -167,6 +222,14 @@ int main(int argc, char **argv)
         }
         printf("opened %d of 250\n", total);
         return 0;
+    }
+    if (!strcmp(mode, "idle")) {
+        int idle = idle_while_waiting(shared, child);
+        if (idle < 0)
+            return 3;
+        char line[64];
+        int n = snprintf(line, sizeof(line), "idle while waiting: %s\n", idle ? "yes" : "no");
+        return write(1, line, (size_t)n) == n ? 0 : 5;
     }
     for (long i = 0; i < 3; i++) {
         pthread_t t;
