@@ -547,6 +547,8 @@ void agg_creds_follow_slow(uint32_t *seen);
 extern uint32_t agg_creds_taken;
 /* The carrier cannot end the process (strict mode): a worker does (agg_workers_poll). */
 void agg_workers_end_process(int code);
+/* agg_sched.c: a program's filters refuse the engine its rings (sandbox.h) */
+int agg_ring_refused(void);
 void agg_workers_take_on_creds(uint32_t gen);
 void agg_workers_after_fork(void);
 void agg_creds_after_fork(void);

@@ -1400,7 +1400,7 @@ static int sandbox_routes(const struct ferry_regs *r)
     /* a futex wait among fibers parks in the engine, where only a shared
      * one is a worker's call; the ring is asked only for a timeout */
     int untimed_futex = r->rax == SYS_futex && !r->r10;
-    return (untimed_futex || ferry_sandbox_lets(SYS_io_uring_enter, 0, 1, 1, IORING_ENTER_GETEVENTS, 0, 0)) &&
+    return (untimed_futex || !agg_ring_refused()) &&
            ferry_sandbox_lets(r->rax, r->rdi, r->rsi, r->rdx, r->r10, r->r8, r->r9);
 }
 

@@ -665,6 +665,13 @@ static void look_at_words(struct agg_carrier *c, int outside)
     agg_futex_recheck(c);
 }
 
+/* Whether a program's filters (sandbox.h) refuse the engine its rings:
+ * what it asks for each call it would route, and before each wait. */
+int agg_ring_refused(void)
+{
+    return ferry_sandbox_on && !ferry_sandbox_lets(SYS_io_uring_enter, 0, 1, 1, IORING_ENTER_GETEVENTS, 0, 0);
+}
+
 /* No fiber is ready: every stored call leaves now, and the carrier waits. */
 #define SANDBOX_WAIT_NS 1000000ULL
 
@@ -689,7 +696,7 @@ static void wait_for_events(struct agg_carrier *c)
      * for as long as a fiber waited on a worker (a process-shared futex).
      * It waits on its kick word instead, a millisecond at most, after
      * which it looks at what the workers finished. */
-    if (ferry_sandbox_on && !ferry_sandbox_lets(SYS_io_uring_enter, 0, 1, 1, IORING_ENTER_GETEVENTS, 0, 0)) {
+    if (agg_ring_refused()) {
         agg_futex_idle(c, limit && limit < SANDBOX_WAIT_NS ? limit : SANDBOX_WAIT_NS);
         look_at_words(c, agg_outside_wakers(c));
         agg_threads_take_signals(c);

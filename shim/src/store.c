@@ -88,7 +88,6 @@ static struct ferry_blk *block_at(uint32_t i)
     return __atomic_load_n(&blocks[i], __ATOMIC_ACQUIRE);
 }
 
-
 uint64_t ferry_mono_ns(void)
 {
     struct timespec ts;
