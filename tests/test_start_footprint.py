@@ -641,9 +641,13 @@ def test_a_fork_childs_exec_hook_copies_no_page_it_reads_the_environment_from(tm
                         check=True, timeout=120).stdout
         return int(out)
     faults(64, "learn")  # /bin/true cached from here on
-    native = [faults(64) - faults(0) for _ in range(3)]
-    ferrys = [faults(64, f"many-{i}") - faults(0, f"none-{i}") for i in range(3)]
-    assert min(ferrys) <= min(native) + 4, (ferrys, native)
+    # A single count moves by a few faults from run to run (where the stack
+    # and the heap land): the least of several of each is the steady figure,
+    # and the defect this guards against costs the 64 pages, not a few.
+    native = min(faults(64) for _ in range(4)) - min(faults(0) for _ in range(4))
+    ferrys = (min(faults(64, f"many-{i}") for i in range(4))
+              - min(faults(0, f"none-{i}") for i in range(4)))
+    assert ferrys <= native + 12, (ferrys, native)
 
 
 @pytest.mark.parametrize("randomized", [True, False])
