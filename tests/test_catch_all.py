@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import FERRY, ROOT, ferry
+from conftest import ALL_PROFILES, FERRY, ROOT, ferry
 
 from ferry.rundata import load_run
 
@@ -204,6 +204,22 @@ def test_a_caught_sigaltstack_answers_and_changes_as_the_kernel_does(tmp_path, t
     program = str(PROGRAMS / "altstack_caught")
     native = subprocess.run([program], capture_output=True, timeout=60)
     assert native.returncode == 0 and b"handler sets B: refused" in native.stdout
+    under = subprocess.run([*FERRY, "run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"), "--",
+                            program], capture_output=True, timeout=60)
+    assert (under.stdout, under.returncode) == (native.stdout, 0), under.stderr.decode(errors="replace")
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_a_call_caught_in_a_handler_on_a_small_alternate_stack_fits_as_natively(tmp_path, test_programs,
+                                                                                  profile):
+    """tests/programs/altstack_jit.c: a handler on an 8 KiB alternate stack writes
+    from code made at run time.  The caught call's C path ran inside SIGSYS's handler,
+    below its frame on that stack, and overran it (SIGSEGV under every profile that
+    catches calls); it now runs once the handler is gone, from the stack the call was
+    made on, as a patched site's."""
+    program = str(test_programs / "altstack_jit")
+    native = subprocess.run([program], capture_output=True, timeout=60)
+    assert (native.stdout, native.returncode) == (b"10 10\n", 0), native
     under = subprocess.run([*FERRY, "run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"), "--",
                             program], capture_output=True, timeout=60)
     assert (under.stdout, under.returncode) == (native.stdout, 0), under.stderr.decode(errors="replace")

@@ -4,9 +4,14 @@
  * always lets through, and a selector byte of its own.  While the selector
  * says BLOCK, a `syscall` anywhere else (a module without a plan, a site the
  * rewriter left alone, JIT code) is not executed: the kernel raises SIGSYS
- * with the registers as they were.  The handler runs the call through
- * ferry_slow(), exactly as a patched site would have, puts the result where
- * the kernel would have, and records the site with its file and offset.
+ * with the registers as they were.  The handler points the interrupted
+ * context at the shim's entry (entry.S, CAUGHT_RESUME) and returns: the
+ * call then goes through ferry_slow() from the stack it was made on, exactly
+ * as a patched site's would have, returns where the kernel would have, and
+ * its site is recorded with its file and offset.  Only the calls that must
+ * see the handler's frame (rt_sigreturn, sigprocmask, sigaltstack), those
+ * that must run at the program's own instruction (a clone on another stack,
+ * vfork) and those that never return (exit) are answered from the handler.
  *
  * The settings are per thread and not inherited across clone, fork or exec:
  * every new thread and child arms itself (post hook, fork path, or its first
@@ -59,6 +64,8 @@ extern char __ehdr_start[] __attribute__((visibility("hidden")));
 extern char __etext[] __attribute__((visibility("hidden")));
 void ferry_sigreturn(void);          /* entry.S: the handlers' restorer */
 void ferry_sigreturn_syscall(void);  /* entry.S: its `syscall` */
+void ferry_caught_resume(void);      /* entry.S: a caught call's C path */
+void ferry_caught_resume_own_stack(void);
 
 void ferry_catchall_thread(void)
 {
@@ -607,6 +614,14 @@ int ferry_catchall_go_modules(void)
     return go_modules;
 }
 
+/* A caught call's C path, once its handler is gone (entry.S). */
+long ferry_caught_slow(struct ferry_regs *r)
+{
+    record_site((uintptr_t)r->site, r->rax);
+    r->site = 0;
+    return ferry_slow(r);
+}
+
 static void caught_call(int sig, siginfo_t *si, void *ucv)
 {
     ucontext_t *uc = ucv;
@@ -622,7 +637,6 @@ static void caught_call(int sig, siginfo_t *si, void *ucv)
         g[REG_RIP] = (greg_t)(next - 2);  /* run it again, bare */
         return;
     }
-    record_site(next - 2, nr);
     ferry_caught_first();
     struct ferry_regs r = {.rax = nr, .rdi = g[REG_RDI], .rsi = g[REG_RSI], .rdx = g[REG_RDX],
                            .r10 = g[REG_R10], .r8 = g[REG_R8], .r9 = g[REG_R9]};
@@ -660,11 +674,23 @@ static void caught_call(int sig, siginfo_t *si, void *ucv)
         g[REG_RCX] = (greg_t)next;
         g[REG_R11] = g[REG_EFL];
         return;
+    case SYS_exit:
+    case SYS_exit_group:
+        /* never come back, and may come from a stack already gone (musl's
+         * detached thread unmaps its own before its exit): run here */
+        record_site(next - 2, nr);
+        ferry_slow(&r);
+        return;
     }
-    ferry_slow(&r);
-    g[REG_RAX] = r.rax;
-    g[REG_RCX] = (greg_t)next;  /* what `syscall` leaves there */
-    g[REG_R11] = g[REG_EFL];
+    /* Every other call runs once the handler is gone (entry.S,
+     * CAUGHT_RESUME), from the stack it was made on: SIGSYS's frame on top of
+     * a small alternate stack left too little for the C path below it. */
+    uint64_t *sp = (uint64_t *)((uintptr_t)g[REG_RSP] - FERRY_RED_ZONE) - 1;
+    *sp = next;
+    g[REG_RSP] = (greg_t)sp;
+    g[REG_R11] = (greg_t)(next - 2);
+    g[REG_RIP] = (greg_t)(__atomic_load_n(&small_stacks, __ATOMIC_RELAXED) ? ferry_caught_resume_own_stack
+                                                                         : ferry_caught_resume);
 }
 
 void ferry_catchall_start(char **envp)

@@ -42,5 +42,8 @@ void ferry_catchall_detach(void);
  * into what the program reads.  Returns 1 and sets r->rax when it ran the
  * call, 0 when the call is not one of those. */
 int ferry_catchall_masked_call(struct ferry_regs *r);
+/* The C path of a call the catch-all caught, r->site the address of its
+ * `syscall` (entry.S's CAUGHT_RESUME): recorded, then run as ferry_slow. */
+long ferry_caught_slow(struct ferry_regs *r);
 
 #endif

@@ -130,7 +130,7 @@
  * count up; a call from a handler that interrupted the C path stays on the
  * stack it is on.  A thread without a stack yet makes one first (that call
  * runs where it is: ~200 bytes). */
-.macro SLOW_ENTRY name, own_stack
+.macro SLOW_ENTRY name, own_stack, caught=0
     .type \name, @function
     .p2align 4
 \name:
@@ -173,10 +173,18 @@
     mov qword ptr [rsp + FERRY_REGS_R13], r13
     mov qword ptr [rsp + FERRY_REGS_R14], r14
     mov qword ptr [rsp + FERRY_REGS_R15], r15
+.if \caught
+    mov qword ptr [rsp + FERRY_REGS_FRAME], 0   /* no trampoline's frame: see CAUGHT_RESUME */
+.else
     mov qword ptr [rsp + FERRY_REGS_FRAME], rbx
+.endif
     cld                       /* C code assumes DF=0; popfq restores the program's */
     mov rdi, rsp
+.if \caught
+    call ferry_caught_slow    /* r11, so the site field, holds the `syscall`'s address */
+.else
     call ferry_slow
+.endif
     mov rdi, qword ptr [rsp + FERRY_REGS_RDI]
     mov rsi, qword ptr [rsp + FERRY_REGS_RSI]
     mov rdx, qword ptr [rsp + FERRY_REGS_RDX]
@@ -194,10 +202,12 @@
     pop rbx
     .cfi_adjust_cfa_offset -8
     .cfi_restore rbx
+.if !\caught
     test r11d, r11d
     jz 3f
     add qword ptr [rsp + 8], FERRY_TRAMP_RAW_DELTA
 3:
+.endif
     popfq
     .cfi_adjust_cfa_offset -8
     ret
@@ -206,11 +216,57 @@
 .endm
 
     SLOW_ENTRY ferry_slow_entry_own_stack, 1
+    SLOW_ENTRY ferry_caught_entry_own_stack, 1, 1
 #ifdef FERRY_STATIC
     .set ferry_slow_entry, ferry_slow_entry_own_stack  /* every thread has its shim stack */
+    .set ferry_caught_entry, ferry_caught_entry_own_stack
 #else
     SLOW_ENTRY ferry_slow_entry, 0
+    SLOW_ENTRY ferry_caught_entry, 0, 1
 #endif
+
+/* A call the catch-all caught runs here, once the handler returned
+ * (catchall.c): the C path on the stack the call was made on, as a patched
+ * site's, not below SIGSYS's frame (~3.4 KiB with AVX-512's state) on top
+ * of the program's.  A handler on an alternate stack of SIGSTKSZ has ~4 KiB
+ * left natively: a call it made from code no plan rewrote overran that
+ * stack.  On arrival every register is the program's at its `syscall`, rsp
+ * its rsp less the red zone and one word, the address after the `syscall`,
+ * which `syscall` itself leaves in rcx, but r11, the `syscall`'s own address
+ * (whose site the C path records: reading /proc/self/maps for a new one
+ * takes 4 KiB of stack).  The entry gets no frame: the
+ * program's rsp is one word further than a trampoline's, and the C path
+ * reads nothing of the caller's stack directly (it did not, in the handler,
+ * either).  The answer is never FERRY_RAW: the calls that must run at the
+ * program's rsp (clone, vfork, rt_sigreturn, sigaltstack) and those that
+ * never come back (exit, whose stack may already be gone) stay in the
+ * handler. */
+.macro CAUGHT_RESUME name, slow
+    .globl \name
+    .hidden \name
+    .type \name, @function
+    .p2align 4
+\name:
+    .cfi_startproc simple
+    .cfi_def_cfa rsp, 8 + FERRY_RED_ZONE
+    .cfi_offset rip, -(8 + FERRY_RED_ZONE)
+    call \slow
+    pushfq                    /* r11 as `syscall` leaves it: the flags */
+    .cfi_adjust_cfa_offset 8
+    pop r11
+    .cfi_adjust_cfa_offset -8
+    pop rcx
+    .cfi_adjust_cfa_offset -8
+    .cfi_register rip, rcx
+    lea rsp, [rsp + FERRY_RED_ZONE]
+    .cfi_adjust_cfa_offset -FERRY_RED_ZONE
+    jmp rcx
+    .cfi_endproc
+    .size \name, . - \name
+.endm
+
+    CAUGHT_RESUME ferry_caught_resume, ferry_caught_entry
+    CAUGHT_RESUME ferry_caught_resume_own_stack, ferry_caught_entry_own_stack
 
 /* Call a C function with every register and the flags preserved, on an
  * aligned stack, DF clear: for hooks that run where the program did not
