@@ -36,15 +36,21 @@ long ferry_read_pieces(long pid, const struct iovec *to, unsigned long nto, cons
     return ferry_raw6(SYS_process_vm_writev, pid, (long)from, (long)nfrom, (long)to, (long)nto, 0);
 }
 
+/* Whether the program's filter (sandbox.h) kept the kernel from copying:
+ * it refused process_vm_writev (EPERM), or getpid, which left no pid to
+ * copy by (ESRCH).  The memory is then read or written directly, as the
+ * program's own calls use the same pointer; a bad pointer, which the
+ * kernel answers EFAULT, faults here instead. */
+static int refused_by_filter(long r)
+{
+    return (r == -EPERM || r == -ESRCH) && ferry_sandbox_on;
+}
+
 long ferry_safe_read(void *dst, const void *src, size_t n)
 {
     struct iovec to = {dst, n}, from = {(void *)src, n};
     long got = ferry_read_pieces(ferry_memory_pid(), &to, 1, &from, 1);
-    /* A program whose filter refuses the read (sandbox.h): read directly,
-     * as it is read in every call it makes with the same pointer.  A bad
-     * pointer, which the kernel answers EFAULT, faults here instead.  (A
-     * refused getpid left no pid to read by: ESRCH.) */
-    if ((got == -EPERM || got == -ESRCH) && ferry_sandbox_on) {
+    if (refused_by_filter(got)) {
         ferry_memcpy(dst, src, n);
         return (long)n;
     }
@@ -56,7 +62,7 @@ long ferry_safe_write(void *dst, const void *src, size_t n)
     struct iovec local = {(void *)src, n}, remote = {dst, n};
     long r = ferry_raw6(SYS_process_vm_writev, ferry_memory_pid(), (long)&local, 1, (long)&remote,
                         1, 0);
-    if (r == -EPERM && ferry_sandbox_on) {  /* as ferry_safe_read */
+    if (refused_by_filter(r)) {
         ferry_memcpy(dst, src, n);
         return 0;
     }

@@ -18,12 +18,20 @@
  *           runs does
  *   jit     the filter, then its line written by code it generated before
  *           (no rewriter saw it): the catch-all's handler of that call
- *           returned through rt_sigreturn, which the filter kills */
+ *           returned through rt_sigreturn, which the filter kills
+ *   nogetpid a filter that lets everything through but getpid (EPERM),
+ *           then SIGSYS's action asked into the heap: the shim answers
+ *           that query from what the program set, written through the
+ *           kernel by the process's pid, which it asked getpid for; that
+ *           answer was EFAULT */
 #define _GNU_SOURCE
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -56,8 +64,16 @@ int main(int argc, char **argv)
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
-    struct sock_fprog prog = {sizeof(allow_io) / sizeof(allow_io[0]), allow_io};
+    struct sock_filter no_getpid[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getpid, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
     const char *how = argc > 1 ? argv[1] : "seccomp";
+    struct sock_fprog prog = {sizeof(allow_io) / sizeof(allow_io[0]), allow_io};
+    if (!strcmp(how, "nogetpid"))
+        prog = (struct sock_fprog){sizeof(no_getpid) / sizeof(no_getpid[0]), no_getpid};
     if (!strcmp(how, "jit")) {
         static const unsigned char bytes[] = {0x0f, 0x05, 0xc3};
         jit = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -72,6 +88,15 @@ int main(int argc, char **argv)
     if (failed) {
         perror("seccomp");
         return 2;
+    }
+    if (!strcmp(how, "nogetpid")) {
+        /* the kernel's struct, off the caller's stack page (libc's
+         * sigaction asks into its own frame and copies) */
+        void **old = calloc(4, sizeof(void *));
+        if (!old || syscall(SYS_rt_sigaction, SIGSYS, NULL, old, 8) || old[0] != (void *)SIG_DFL) {
+            perror("sigaction");
+            return 5;
+        }
     }
     char buf[256];
     ssize_t n = read(0, buf, sizeof(buf));
