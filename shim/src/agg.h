@@ -150,6 +150,7 @@ struct agg_fiber {
     uint64_t cpu_ns, cpu_seen;    /* its CPU time before its turn, the most a read said (agg_cputime.c) */
     char name[16];                /* its thread's name (PR_SET_NAME): the carrier's is the last one set */
     int movable;                  /* another carrier may run it (a program's thread, not the first) */
+    int confined;                 /* a seccomp filter binds it: its carrier's (agg_threads_confined) */
     uint32_t rq_at;               /* a fiber that stays: the ring position it comes after */
     int accept_more;              /* 1 + the listening socket whose last accept said that
                                      more connections wait; 0: none */

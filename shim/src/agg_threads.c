@@ -714,12 +714,14 @@ static int start_carriers(struct ferry_group *g, unsigned n)
     return r;
 }
 
-/* Where a new thread goes: the carrier with the fewest threads placed. */
-static struct agg_carrier *place(struct agg_carrier *mine)
+/* Where a new thread goes: the carrier with the fewest threads placed, or
+ * its creator's when a filter binds the creator (it binds the new thread
+ * too, and no other carrier has it). */
+static struct agg_carrier *place(struct agg_carrier *mine, int confined)
 {
     struct agg_carrier *best = mine;
     unsigned least = __atomic_load_n(&mine->placed, __ATOMIC_RELAXED);
-    unsigned n = __atomic_load_n(&ncarriers, __ATOMIC_ACQUIRE);
+    unsigned n = confined ? 0 : __atomic_load_n(&ncarriers, __ATOMIC_ACQUIRE);
     for (unsigned i = 0; i < n; i++) {
         struct agg_carrier *c = carriers[i];
         unsigned k = __atomic_load_n(&c->placed, __ATOMIC_RELAXED);
@@ -729,6 +731,22 @@ static struct agg_carrier *place(struct agg_carrier *mine)
     __atomic_add_fetch(&best->placed, 1, __ATOMIC_RELAXED);
     agg_tick_update(best);
     return best;
+}
+
+/* A seccomp filter (or strict mode) the calling fiber installed binds its
+ * carrier's kernel thread, which runs the fiber's calls the filter refuses
+ * (agg_route.c), and no other carrier, unless TSYNC gave it every thread
+ * of the process: the fiber stays on its carrier from now on, and the
+ * threads it starts, which natively inherit the filter, go there too.  On
+ * other carriers the calls the filter refuses had run unfiltered (a
+ * thread started after the filter opened the file it answers EPERM). */
+void agg_threads_confined(int every_thread)
+{
+    struct agg_fiber *f = agg_self;
+    if (!agg_threads_on || !f || !f->thread || every_thread)
+        return;
+    f->confined = 1;
+    f->movable = 0;  /* it runs now, in no carrier's queue */
 }
 
 /* The carriers of the calling process's fiber world, none in a process that
@@ -875,9 +893,10 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     *s = (struct agg_thread_start){frame[0], r->rbp, r->r12, r->r13, r->r14, r->r15, r->rdi,
                                    r->rsi, r->rdx, r->r10, r->r8, r->r9, frame[1], frame[2],
                                    (long)stack_top - 128};
-    struct agg_carrier *c = place(self->carrier);
+    struct agg_carrier *c = place(self->carrier, self->confined);
     f->thread = 1;
-    f->movable = agg_steal_on();  /* fiber 0 never: its block is carrier 0's own */
+    f->confined = self->confined;  /* a thread inherits its creator's filter */
+    f->movable = agg_steal_on() && !f->confined;  /* fiber 0 never: its block is carrier 0's own */
     f->start = s;
     f->carrier = c;
     f->tcb = (void *)tls;

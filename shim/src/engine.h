@@ -54,6 +54,10 @@ void agg_altstack_changed(long result);
 /* A sigaltstack the catch-all made and answered from the signal's frame
  * (catchall.c): the fiber's, and the kernel's for its carrier, now. */
 void agg_altstack_set(void *sp, int flags, size_t size);
+/* The calling thread confined itself (a seccomp filter, strict mode, a
+ * TSC that faults), which binds its kernel thread and the threads it
+ * starts, or every thread (TSYNC): a fiber stays on its carrier. */
+void agg_threads_confined(int every_thread);
 /* A call that changes credentials (agg_creds.c), and its success on the
  * calling thread: the engine's threads take them on. */
 int agg_creds_call(long nr);

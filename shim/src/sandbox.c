@@ -242,6 +242,8 @@ void ferry_sandbox_after(void *copy, long nr, unsigned long flags, long result)
     /* a new listener's descriptor is a success too; a thread that could
      * not be synchronized is named by a positive result, a failure */
     int took = result == 0 || (result > 0 && nr == SYS_seccomp && (flags & SECCOMP_FILTER_FLAG_NEW_LISTENER));
+    if (took)
+        agg_threads_confined(nr == SYS_seccomp && (flags & SECCOMP_FILTER_FLAG_TSYNC));
     if (copy == &tsc_mark) {
         if (!took)
             __atomic_store_n(&ferry_tsc_forbidden, 0, __ATOMIC_RELAXED);

@@ -39,4 +39,5 @@ void agg_altstack_changed(long result) { (void)result; }
 int agg_creds_call(long nr) { (void)nr; return 0; }
 void agg_creds_changed(void) {}
 void agg_altstack_set(void *sp, int flags, size_t size) { (void)sp; (void)flags; (void)size; }
+void agg_threads_confined(int every_thread) { (void)every_thread; }
 long agg_safe_read(void *dst, const void *src, size_t n) { return ferry_safe_read(dst, src, n); }

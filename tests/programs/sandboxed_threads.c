@@ -23,7 +23,13 @@
  *          its own waits refused); says whether it used under 150 ms of CPU
  *   errno  openat answered EPERM; the first thread and four more try to
  *          open a file 50 times each: none may open it (under fibers the
- *          engine's ring and workers, which no filter binds, opened it) */
+ *          engine's ring and workers, which no filter binds, opened it)
+ *   late   openat answered EPERM by a filter that a thread installs once
+ *          the process has other threads (only that thread's, as without
+ *          TSYNC); it then starts four threads, which inherit the filter,
+ *          and they and it try to open a file 50 times each: none may open
+ *          it (under fibers the new threads went to carriers that had no
+ *          filter, and a fiber could be moved to one) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -181,9 +187,53 @@ static void *opener(void *arg)
     return 0;
 }
 
+static int filtered_threads_open(void)
+{
+    pthread_t t[4];
+    int opened[4], total = opens();
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], 0, opener, &opened[i]);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], 0);
+        total += opened[i];
+    }
+    return total;
+}
+
+static struct sock_fprog no_open_prog = {sizeof(no_open) / sizeof(no_open[0]), no_open};
+
+static void *sandboxer(void *arg)
+{
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &no_open_prog)) {
+        *(int *)arg = -1;
+        return 0;
+    }
+    *(int *)arg = filtered_threads_open();
+    return 0;
+}
+
+static void *bystander(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, 1000000};
+    for (int i = 0; i < 50; i++)
+        nanosleep(&ts, 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "allow";
+    if (!strcmp(mode, "late")) {
+        pthread_t other, sandboxed;
+        int total = -1;
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || pthread_create(&other, 0, bystander, 0) ||
+            pthread_create(&sandboxed, 0, sandboxer, &total) || pthread_join(sandboxed, 0) ||
+            pthread_join(other, 0) || total < 0)
+            return 2;
+        printf("opened %d of 250\n", total);
+        return 0;
+    }
     struct sock_fprog prog;
     uint32_t *shared = 0;
     pid_t child = -1;
@@ -212,15 +262,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(mode, "errno")) {
-        pthread_t t[4];
-        int opened[4], total = opens();
-        for (int i = 0; i < 4; i++)
-            pthread_create(&t[i], 0, opener, &opened[i]);
-        for (int i = 0; i < 4; i++) {
-            pthread_join(t[i], 0);
-            total += opened[i];
-        }
-        printf("opened %d of 250\n", total);
+        printf("opened %d of 250\n", filtered_threads_open());
         return 0;
     }
     if (!strcmp(mode, "idle")) {
