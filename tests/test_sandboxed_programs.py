@@ -71,6 +71,19 @@ def test_threads_a_filtered_thread_starts_stay_filtered_on_two_carriers(tmp_path
         assert (under.stdout, under.returncode) == (b"opened 0 of 250\n", 0), under.stderr.decode(errors="replace")
 
 
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_a_filter_older_than_the_run_binds_every_call_of_the_program(tmp_path, test_programs, profile):
+    """`ferry run` started under a filter (a container's, systemd's): the shim never
+    saw it installed, and under fibers a thread's connect, which it answers EACCES,
+    went to io_uring, whose operations no filter binds, and connected (20 of 20)."""
+    program = [str(test_programs / "under_filter")]
+    native = run([*program, str(test_programs / "connects")], tmp_path)
+    assert (native.stdout, native.returncode) == (b"0 connected, 20 refused\n" * 2, 0), native
+    under = run([*program, *FERRY, "run", "--no-learn", "-p", profile, "-o", str(tmp_path / "run"), "--",
+                 str(test_programs / "connects")], tmp_path)
+    assert (under.stdout, under.returncode) == (native.stdout, 0), under.stderr.decode(errors="replace")
+
+
 def test_a_program_a_sandboxed_process_runs_is_left_without_the_shim_and_the_report_says_why(
         tmp_path, test_programs):
     """The filter stays in force across the exec, and the new program's shim

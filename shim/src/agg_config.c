@@ -5,6 +5,7 @@
 
 #include "agg.h"
 #include "raw.h"
+#include "sandbox.h"
 #include "util.h"
 
 struct ferry_group_config agg_profile;
@@ -331,6 +332,7 @@ int agg_config_parse(const char *s, struct ferry_group_config *cfg, const char *
  * runs in count mode with one line on stderr. */
 int ferry_agg_configure(char **envp)
 {
+    ferry_sandbox_look_inherited();
     const char *s = ferry_env_lookup(envp, "FERRY_AGG");
     if (!s || !*s) {
         agg_config_defaults(&agg_profile);

@@ -1470,7 +1470,9 @@ static int route(struct ferry_regs *r, int complete, uint64_t *done_at)
     req.regs = r;
     enum agg_tr tr = AGG_TR_WORKER;
     struct io_uring_sqe local;
-    if (t != FERRY_ROUTE_WORKER)
+    /* under a filter older than the shim (sandbox.h) only a worker's call
+     * is filtered: a connect it refuses went through the ring */
+    if (t != FERRY_ROUTE_WORKER && !ferry_sandbox_inherited)
         tr = agg_translate(g, t, nr, req.args, &req, &local);
     else if (nr == SYS_sendfile && sendfile_cached(&req))
         tr = AGG_TR_NATIVE;

@@ -30,6 +30,13 @@ struct kept {
 };
 
 int ferry_sandbox_on FERRY_HOT;
+int ferry_sandbox_inherited;
+
+void ferry_sandbox_look_inherited(void)
+{
+    /* a process in strict mode cannot exec: never here */
+    ferry_sandbox_inherited = ferry_raw1(SYS_prctl, PR_GET_SECCOMP) == SECCOMP_MODE_FILTER;
+}
 static struct kept *filters;   /* the newest first */
 static int strict, unknown;
 

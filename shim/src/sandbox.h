@@ -14,6 +14,14 @@
 /* Set once a filter (or strict mode) is in force: read by every own call. */
 extern int ferry_sandbox_on;
 
+/* Set when a filter was in force before the shim started (a container's
+ * runtime, systemd, a sandboxed `ferry run`): its verdicts are unknown,
+ * but the kernel applies it to every thread, the engine's included, and
+ * not to io_uring's operations, so the engine runs none of the program's
+ * calls as one (agg_route.c).  Asked once, by the engine's configuration. */
+extern int ferry_sandbox_inherited;
+void ferry_sandbox_look_inherited(void);
+
 /* Whether the filters in force let call `nr` with these arguments through
  * untouched (an action of ALLOW or LOG from every one of them). */
 int ferry_sandbox_lets(long nr, long a, long b, long c, long d, long e, long f);

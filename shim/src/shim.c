@@ -491,6 +491,13 @@ void ferry_start(int argc, char **argv, char **envp)
      * fibers. */
     if (agg_threads_on && ferry_catchall_on && ferry_catchall_go_modules() > go_enabled)
         agg_threads_on = 0;
+    /* Under a filter older than the shim (sandbox.h) the engine may run the
+     * program's calls only on its own threads, which the kernel filters:
+     * fibers on them, with every blocking call a carrier's or a worker's,
+     * hung in ways threads do not (200 threads in pipe ping-pong, 8
+     * workers).  Its threads stay threads, calls counted. */
+    if (agg_threads_on && ferry_sandbox_inherited)
+        agg_threads_on = 0;
     if (mode == FERRY_MODE_AGGREGATE && agg_threads_on) {
         /* threads = fibers: from here on this thread is fiber 0 */
         agg_threads_watch();
