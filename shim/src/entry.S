@@ -227,20 +227,22 @@
 
 /* A call the catch-all caught runs here, once the handler returned
  * (catchall.c): the C path on the stack the call was made on, as a patched
- * site's, not below SIGSYS's frame (~3.4 KiB with AVX-512's state) on top
+ * site's, not below SIGSYS's frame (~3.6 KiB with AVX-512's state) on top
  * of the program's.  A handler on an alternate stack of SIGSTKSZ has ~4 KiB
  * left natively: a call it made from code no plan rewrote overran that
- * stack.  On arrival every register is the program's at its `syscall`, rsp
- * its rsp less the red zone and one word, the address after the `syscall`,
- * which `syscall` itself leaves in rcx, but r11, the `syscall`'s own address
- * (whose site the C path records: reading /proc/self/maps for a new one
- * takes 4 KiB of stack).  The entry gets no frame: the
- * program's rsp is one word further than a trampoline's, and the C path
- * reads nothing of the caller's stack directly (it did not, in the handler,
- * either).  The answer is never FERRY_RAW: the calls that must run at the
- * program's rsp (clone, vfork, rt_sigreturn, sigaltstack) and those that
- * never come back (exit, whose stack may already be gone) stay in the
- * handler. */
+ * stack.
+ *
+ * On arrival every register is the program's at its `syscall` but two: rsp
+ * is the program's less the red zone and one word, which holds the address
+ * after the `syscall` (the return, and what `syscall` leaves in rcx), and
+ * r11 holds the `syscall`'s own address, whose site the C path records
+ * (reading /proc/self/maps for a new one takes 4 KiB of stack).  The entry
+ * gets no frame: the program's rsp is one word further than a
+ * trampoline's, and the C path reads nothing of the caller's stack
+ * directly (it did not in the handler either).  The answer is never
+ * FERRY_RAW: the calls that must run at the program's rsp (clone, vfork,
+ * rt_sigreturn, sigaltstack) and those that never come back (exit, whose
+ * stack may already be gone) stay in the handler. */
 .macro CAUGHT_RESUME name, slow
     .globl \name
     .hidden \name
