@@ -116,11 +116,29 @@ void agg_rq_push(struct agg_carrier *c, struct agg_fiber *f)
     offer(c);
 }
 
+/* The next fiber's stack top, where its switch pops from, and the one
+ * after it, whose queue position the next pick compares: with a thousand
+ * fibers each is a cache miss (and a TLB miss: a stack's page each) that
+ * its turn would otherwise wait for. */
+static void ahead(struct agg_fiber *n)
+{
+    if (!n)
+        return;
+    __builtin_prefetch(n->ctx.rsp, 0);
+    struct agg_fiber *after = n->next;
+    if (after) {
+        __builtin_prefetch(after, 1);
+        __builtin_prefetch(&after->rq_at, 0);
+    }
+}
+
 static struct agg_fiber *take_pinned(struct agg_carrier *c)
 {
     struct agg_fiber *f = list_take(&c->pin_head, &c->pin_tail);
-    if (f)
+    if (f) {
         __atomic_store_n(&c->npin, c->npin - 1, __ATOMIC_RELAXED);
+        ahead(c->pin_head);
+    }
     return f;
 }
 

@@ -443,15 +443,38 @@ static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *
     }
 }
 
-/* Completions already in the CQ rings: no kernel crossing. */
+/* The request a completion names, or NULL for the engine's own operations. */
+static struct agg_req *req_of(const struct io_uring_cqe *cqe)
+{
+    uint64_t ud = cqe->user_data;
+    return (ud & AGG_TAG_MASK) == AGG_TAG_REQ ? (struct agg_req *)(uintptr_t)(ud & ~AGG_TAG_MASK) : 0;
+}
+
+/* Completions already in the CQ rings: no kernel crossing.  Each request
+ * lies on its parked fiber's stack, and the fiber it wakes elsewhere: with
+ * a thousand fibers both are cache misses (and TLB misses: a stack's page
+ * each), which were most of the time a completion took.  They are asked
+ * for ahead, the requests two completions on, the fiber of the next one
+ * (its request asked for a completion ago). */
 static unsigned reap(struct agg_carrier *c, unsigned pool)
 {
     struct io_uring *ring = &c->pools[pool].ring;
-    struct io_uring_cqe *cqe;
-    unsigned head, n = 0;
-    io_uring_for_each_cqe(ring, head, cqe)
-    {
-        complete(c, pool, cqe);
+    unsigned head = *ring->cq.khead, mask = ring->cq.ring_mask, n = 0;
+    unsigned tail = io_uring_smp_load_acquire(ring->cq.ktail);
+    for (; head != tail; head++) {
+        if (tail - head > 2) {
+            struct agg_req *later = req_of(&ring->cq.cqes[io_uring_cqe_index(ring, head + 2, mask)]);
+            if (later) {
+                __builtin_prefetch(later, 1);
+                __builtin_prefetch((char *)later + 64, 1);
+            }
+        }
+        if (tail - head > 1) {
+            struct agg_req *next = req_of(&ring->cq.cqes[io_uring_cqe_index(ring, head + 1, mask)]);
+            if (next)
+                __builtin_prefetch(next->fiber, 1);
+        }
+        complete(c, pool, &ring->cq.cqes[io_uring_cqe_index(ring, head, mask)]);
         n++;
     }
     if (n) {
