@@ -8,6 +8,7 @@ are instrumented once per session and shared between tests.
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -205,6 +206,17 @@ def make(directory, *targets, timeout=300, **variables):
         r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed:\n{r.stdout}\n{r.stderr}")
+
+
+@pytest.fixture(scope="session")
+def fibers2_profile(tmp_path_factory):
+    """profiles/fibers.toml with `carriers = 2`, as fibers2.toml in a directory of its own."""
+    shipped = ROOT / "profiles" / "fibers.toml"
+    text, n = re.subn(r"(?m)^carriers\s*=\s*\d+", "carriers = 2", shipped.read_text())
+    assert n == 1, f"{shipped} has no single `carriers = N` line to change"
+    path = tmp_path_factory.mktemp("profiles") / "fibers2.toml"
+    path.write_text(text)
+    return path
 
 
 @pytest.fixture(scope="session")

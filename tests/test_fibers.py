@@ -102,16 +102,6 @@ THREADS_CREATED = {"fib_pthreads": 200 + 8 + 10, "fib_carriers": 119}
 pytestmark = pytest.mark.usefixtures("own_index")
 
 
-@pytest.fixture(scope="session")
-def fibers2_profile(tmp_path_factory):
-    """profiles/fibers.toml with `carriers = 2`, as fibers2.toml in a directory of its own."""
-    text, n = re.subn(r"(?m)^carriers\s*=\s*\d+", "carriers = 2", FIBERS_PROFILE.read_text())
-    assert n == 1, f"{FIBERS_PROFILE} has no single `carriers = N` line to change"
-    path = tmp_path_factory.mktemp("profiles") / "fibers2.toml"
-    path.write_text(text)
-    return path
-
-
 @pytest.fixture
 def profile(request):
     """The runner's profile as `ferry run -p` takes it (None: natively)."""

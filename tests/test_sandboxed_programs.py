@@ -16,12 +16,11 @@ binds, opened a file the program had forbidden itself to open.  A filter that
 refuses only getpid left the shim no pid to write the program's memory by: a
 query of SIGSYS's action into the heap failed with EFAULT under every profile
 but off."""
-import re
 import subprocess
 
 import pytest
 
-from conftest import ALL_PROFILES, FERRY, ROOT
+from conftest import ALL_PROFILES, FERRY
 
 
 def run(program, tmp_path, profile=None, stdin=b""):
@@ -55,19 +54,16 @@ def test_a_sandboxed_program_starts_threads_as_natively(tmp_path, test_programs,
     assert (under.stdout, under.returncode) == (native.stdout, 0), under.stderr.decode(errors="replace")
 
 
-def test_threads_a_filtered_thread_starts_stay_filtered_on_two_carriers(tmp_path, test_programs):
+def test_threads_a_filtered_thread_starts_stay_filtered_on_two_carriers(tmp_path, test_programs,
+                                                                          fibers2_profile):
     """A filter a thread installs once there are others binds that thread and the
     threads it starts, not its carrier's neighbours on other carriers: under fibers
     with two carriers its new threads went to the other one, whose kernel thread had
     no filter, and opened the file the filter answers EPERM (50-150 times of 250)."""
-    text, n = re.subn(r"(?m)^carriers\s*=\s*\d+", "carriers = 2", (ROOT / "profiles" / "fibers.toml").read_text())
-    assert n == 1
-    profile = tmp_path / "fibers2.toml"
-    profile.write_text(text)
     program = [str(test_programs / "sandboxed_threads"), "late"]
     assert run(program, tmp_path).stdout == b"opened 0 of 250\n"
     for _ in range(3):
-        under = run(program, tmp_path, str(profile))
+        under = run(program, tmp_path, str(fibers2_profile))
         assert (under.stdout, under.returncode) == (b"opened 0 of 250\n", 0), under.stderr.decode(errors="replace")
 
 

@@ -443,10 +443,11 @@ static void complete(struct agg_carrier *c, unsigned pool, struct io_uring_cqe *
     }
 }
 
-/* The request a completion names, or NULL for the engine's own operations. */
-static struct agg_req *req_of(const struct io_uring_cqe *cqe)
+/* The request the completion at `i` names, or NULL for the engine's own
+ * operations. */
+static struct agg_req *req_at(struct io_uring *ring, unsigned i)
 {
-    uint64_t ud = cqe->user_data;
+    uint64_t ud = ring->cq.cqes[io_uring_cqe_index(ring, i, ring->cq.ring_mask)].user_data;
     return (ud & AGG_TAG_MASK) == AGG_TAG_REQ ? (struct agg_req *)(uintptr_t)(ud & ~AGG_TAG_MASK) : 0;
 }
 
@@ -462,18 +463,14 @@ static unsigned reap(struct agg_carrier *c, unsigned pool)
     unsigned head = *ring->cq.khead, mask = ring->cq.ring_mask, n = 0;
     unsigned tail = io_uring_smp_load_acquire(ring->cq.ktail);
     for (; head != tail; head++) {
-        if (tail - head > 2) {
-            struct agg_req *later = req_of(&ring->cq.cqes[io_uring_cqe_index(ring, head + 2, mask)]);
-            if (later) {
-                __builtin_prefetch(later, 1);
-                __builtin_prefetch((char *)later + 64, 1);
-            }
+        struct agg_req *later = tail - head > 2 ? req_at(ring, head + 2) : 0;
+        struct agg_req *next = tail - head > 1 ? req_at(ring, head + 1) : 0;
+        if (later) {
+            __builtin_prefetch(later, 1);
+            __builtin_prefetch((char *)later + 64, 1);
         }
-        if (tail - head > 1) {
-            struct agg_req *next = req_of(&ring->cq.cqes[io_uring_cqe_index(ring, head + 1, mask)]);
-            if (next)
-                __builtin_prefetch(next->fiber, 1);
-        }
+        if (next)
+            __builtin_prefetch(next->fiber, 1);
         complete(c, pool, &ring->cq.cqes[io_uring_cqe_index(ring, head, mask)]);
         n++;
     }

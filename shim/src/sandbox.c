@@ -31,14 +31,14 @@ struct kept {
 
 int ferry_sandbox_on FERRY_HOT;
 int ferry_sandbox_inherited;
+static struct kept *filters;   /* the newest first */
+static int strict, unknown;
 
 void ferry_sandbox_look_inherited(void)
 {
     /* a process in strict mode cannot exec: never here */
     ferry_sandbox_inherited = ferry_raw1(SYS_prctl, PR_GET_SECCOMP) == SECCOMP_MODE_FILTER;
 }
-static struct kept *filters;   /* the newest first */
-static int strict, unknown;
 
 /* what ferry_sandbox_before hands over besides a copy */
 static char strict_mark, unknown_mark;
