@@ -554,11 +554,64 @@ static long frame_sigaltstack(ucontext_t *uc, const struct ferry_regs *r)
 
 static void caught_call(int sig, siginfo_t *si, void *ucv);
 
+/* A fiber's vfork on its own stack (Go's os/exec: clone with CLONE_VM and
+ * CLONE_VFORK, no stack of its own) runs here, in the handler, when the
+ * handler's frame lies on an alternate stack.  Let through instead (the
+ * program's instruction run again, bare), the selector stayed open once
+ * the parent was back, until the thread next came through the shim; it is
+ * the carrier's, so every fiber there made its calls bare, on the carrier,
+ * and a futex wait that another fiber of that carrier was to end hung the
+ * process (os/exec from four goroutines: every run).  Here the parent
+ * closes it again as soon as the child has left its memory (exec or
+ * exit); the child's calls stay bare, as they were: it is another process
+ * on this memory, whose signal handlers Go resets.  The child returns
+ * through this frame before the parent reads it again, so from the
+ * syscall on it makes no call and writes nothing the parent does not
+ * write again itself; its own stack is the program's, never the
+ * alternate one.  Returns the selector, or 0 for every other call. */
+static volatile unsigned char *vfork_here(const siginfo_t *si, const ucontext_t *uc)
+{
+    const greg_t *g = uc->uc_mcontext.gregs;
+    long nr = g[REG_RAX], flags = g[REG_RDI];
+    if (si->si_code != SI_USER_DISPATCH || detached || !agg_self ||
+        !(nr == SYS_vfork || (nr == SYS_clone && !g[REG_RSI] &&
+                              (flags & (CLONE_VM | CLONE_VFORK)) == (CLONE_VM | CLONE_VFORK))))
+        return 0;
+    uintptr_t alt = (uintptr_t)uc->uc_stack.ss_sp, end = alt + uc->uc_stack.ss_size,
+              here = (uintptr_t)__builtin_frame_address(0), sp = (uintptr_t)g[REG_RSP];
+    if (!(here >= alt && here < end) || (sp >= alt && sp <= end))
+        return 0;
+    ferry_caught_first();
+    ferry_blk_count(nr);
+    ferry_tally_one(SYS_rt_sigreturn);
+    return FERRY_THR->selector_at;
+}
+
 /* The handler leaves through rt_sigreturn (ferry_sigreturn), a call of the
  * shim's own that strace sees after every SIGSYS: tallied as such (before
  * it runs: nothing comes back from it). */
 static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 {
+    volatile unsigned char *selector = vfork_here(si, ucv);
+    if (selector) {
+        greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
+        *selector = SELECTOR_ALLOW;
+        register long r10 __asm__("r10") = g[REG_R10];
+        register long r8 __asm__("r8") = g[REG_R8];
+        register long r9 __asm__("r9") = g[REG_R9];
+        long ret;
+        __asm__ volatile("syscall"
+                         : "=a"(ret)
+                         : "0"(g[REG_RAX]), "D"(g[REG_RDI]), "S"(g[REG_RSI]), "d"(g[REG_RDX]),
+                           "r"(r10), "r"(r8), "r"(r9)
+                         : "rcx", "r11", "memory");
+        if (ret)
+            *selector = SELECTOR_BLOCK;
+        g[REG_RAX] = ret;
+        g[REG_RCX] = g[REG_RIP];
+        g[REG_R11] = g[REG_EFL];
+        return;
+    }
     caught_call(sig, si, ucv);
     ferry_tally_one(SYS_rt_sigreturn);
 }
@@ -605,14 +658,6 @@ static int count_small_stacks(struct dl_phdr_info *info, size_t size, void *data
     return 0;
 }
 #endif
-
-/* Go modules loaded when the catch-all started, enabled or not. */
-static int go_modules;
-
-int ferry_catchall_go_modules(void)
-{
-    return go_modules;
-}
 
 /* A caught call's C path, once its handler is gone (entry.S). */
 long ferry_caught_slow(struct ferry_regs *r)
@@ -701,13 +746,11 @@ void ferry_catchall_start(char **envp)
 #ifndef FERRY_STATIC
     /* the program and the libraries it started with (a Go library a
      * dlopen loads later is found when its plan is looked for: plan.c) */
-    int found = 0;  /* counted here: a store into .bss was a page of it written in every start */
+    int found = 0;
     if (dl_iterate_phdr)
         dl_iterate_phdr(count_small_stacks, &found);
-    if (found) {
-        go_modules = found;
+    if (found)
         ferry_small_stacks_found();
-    }
 #endif
     if (install(&program_sigsys) != 0)
         return;

@@ -51,7 +51,6 @@ static const struct ferry_vector vectors[2][2] = {
 
 
 static struct ferry_ctl *modules[MAX_MODULES];
-static int go_enabled;  /* Go modules whose sites call the shim */
 static unsigned nmodules;
 static int active;
 static int mode = FERRY_MODE_COUNT;
@@ -174,10 +173,8 @@ static int enable_module(struct ferry_ctl *c, const char *name, uint64_t base, i
         return 0;
     describe_module(c, name, base);
     modules[nmodules++] = c;
-    if (own_stack) {
-        go_enabled++;
+    if (own_stack)
         ferry_small_stacks_found();
-    }
     __atomic_store_n(&c->vector, &vectors[mode == FERRY_MODE_OFF][own_stack], __ATOMIC_RELEASE);
     return 1;
 }
@@ -481,16 +478,6 @@ void ferry_start(int argc, char **argv, char **envp)
     if (ferry_catchall_on)
         for (unsigned i = 0; i < sizeof(masked) / sizeof(masked[0]); i++)
             ferry_action[masked[i]] = 1;
-    /* Go code whose own calls are caught (its module neither rewritten nor
-     * patched from a plan: a Go program a shell starts before a run made
-     * its image) cannot run as fibers: each call's SIGSYS frame is on the
-     * thread's alternate stack, where a fiber that parks leaves it, and the
-     * engine's handlers and Go's then ran over one another (crashes and
-     * hangs under -p fibers).  Its threads run natively, calls counted as
-     * under the aggregate profile; the next run, with its image, has
-     * fibers. */
-    if (agg_threads_on && ferry_catchall_on && ferry_catchall_go_modules() > go_enabled)
-        agg_threads_on = 0;
     /* Under a filter older than the shim (sandbox.h) the engine may run the
      * program's calls only on its own threads, which the kernel filters:
      * fibers on them, with every blocking call a carrier's or a worker's,
