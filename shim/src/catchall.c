@@ -48,6 +48,10 @@
 #define SI_USER_DISPATCH 2      /* si_code of a SIGSYS raised by dispatch */
 #define SIGSYS_BIT (1UL << (SIGSYS - 1))
 #define KSIGSET 8               /* the kernel's sigset_t, in bytes */
+/* Room a vfork child's alternate stack keeps at least (vfork_here): a
+ * SIGSYS frame (3.6 KiB with AVX-512's registers) and a caught call's
+ * handler. */
+#define CHILD_ALTSTACK_MIN 12288
 #ifndef SA_RESTORER
 #define SA_RESTORER 0x04000000
 #endif
@@ -554,26 +558,39 @@ static long frame_sigaltstack(ucontext_t *uc, const struct ferry_regs *r)
 
 static void caught_call(int sig, siginfo_t *si, void *ucv);
 
-/* A fiber's vfork on its own stack (Go's os/exec: clone with CLONE_VM and
- * CLONE_VFORK, no stack of its own) runs here, in the handler, when the
- * handler's frame lies on an alternate stack.  Let through instead (the
- * program's instruction run again, bare), the selector stayed open once
- * the parent was back, until the thread next came through the shim; it is
- * the carrier's, so every fiber there made its calls bare, on the carrier,
- * and a futex wait that another fiber of that carrier was to end hung the
- * process (os/exec from four goroutines: every run).  Here the parent
- * closes it again as soon as the child has left its memory (exec or
- * exit); the child's calls stay bare, as they were: it is another process
- * on this memory, whose signal handlers Go resets.  The child returns
- * through this frame before the parent reads it again, so from the
- * syscall on it makes no call and writes nothing the parent does not
- * write again itself; its own stack is the program's, never the
- * alternate one.  Returns the selector, or 0 for every other call. */
-static volatile unsigned char *vfork_here(const siginfo_t *si, const ucontext_t *uc)
+/* A vfork on the caller's own stack (Go's os/exec: clone with CLONE_VM and
+ * CLONE_VFORK, no stack for the child) runs here, in the handler, when
+ * the handler's frame lies on an alternate stack (SIGSYS's, once a Go
+ * module is found), and ends as a rewritten site's vfork does
+ * (ferry_post): the parent's selector closed again the moment the child
+ * has exec'd or ended, the child's calls served, its exec through the
+ * hook.  Let through instead (the program's instruction run again, bare),
+ * it left the thread's selector open once the parent was back, until its
+ * next call through the shim: under fibers the selector is the carrier's,
+ * every fiber there then made its calls bare, on the carrier, and a futex
+ * wait that another fiber of the carrier was to end hung the process
+ * (os/exec from four goroutines: every run); and the child's calls were
+ * bare too, its exec unseen, the program's children never enabled.
+ *
+ * The child runs on from this frame, which the parent reads again once
+ * the child is gone: what the child calls from here lies below it, and
+ * past its rt_sigreturn it runs on the program's stack.  But each of its
+ * calls is then a SIGSYS on the alternate stack, whose frame would land
+ * on this one: the child's alternate stack becomes the part of this one
+ * below the frame (child_altstack), and the frame's uc_stack says so too
+ * (sigaltstack_below: what rt_sigreturn may install again); the parent
+ * puts uc_stack back.  `*child_top` is where the child's alternate stack
+ * ends; returns 0 for every other call. */
+__attribute__((noinline))  /* its frame, below the handler's, bounds the child's stack */
+static int vfork_here(const siginfo_t *si, const ucontext_t *uc, uintptr_t *child_top)
 {
+#ifdef FERRY_STATIC
+    (void)si, (void)uc, (void)child_top;
+    return 0;
+#else
     const greg_t *g = uc->uc_mcontext.gregs;
     long nr = g[REG_RAX], flags = g[REG_RDI];
-    if (si->si_code != SI_USER_DISPATCH || detached || !agg_self ||
+    if (si->si_code != SI_USER_DISPATCH || detached ||
         !(nr == SYS_vfork || (nr == SYS_clone && !g[REG_RSI] &&
                               (flags & (CLONE_VM | CLONE_VFORK)) == (CLONE_VM | CLONE_VFORK))))
         return 0;
@@ -581,10 +598,31 @@ static volatile unsigned char *vfork_here(const siginfo_t *si, const ucontext_t 
               here = (uintptr_t)__builtin_frame_address(0), sp = (uintptr_t)g[REG_RSP];
     if (!(here >= alt && here < end) || (sp >= alt && sp <= end))
         return 0;
+    *child_top = (here - 256) & ~(uintptr_t)63;
+    if (*child_top < alt + CHILD_ALTSTACK_MIN)
+        return 0;
     ferry_caught_first();
     ferry_blk_count(nr);
     ferry_tally_one(SYS_rt_sigreturn);
-    return FERRY_THR->selector_at;
+    ferry_clone_pending(nr, nr == SYS_vfork ? CLONE_VM | CLONE_VFORK : (unsigned long)flags);
+    return 1;
+#endif
+}
+
+/* The vfork child's alternate stack becomes [lo, top): it runs in the
+ * handler, on that stack, so the change is made from below the program's
+ * stack pointer (sigaltstack_below), every signal blocked meanwhile: one
+ * taken there would go to the top of the alternate stack, onto the
+ * parent's frame.  0 or -errno. */
+__attribute__((noinline)) static long child_altstack(uintptr_t lo, uintptr_t top, uintptr_t program_sp)
+{
+    stack_t ss = {.ss_sp = (void *)lo, .ss_flags = 0, .ss_size = top - lo};
+    uint64_t all = ~0ULL, was;
+    if (ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &all, &was, KSIGSET))
+        return -EINVAL;
+    long ret = sigaltstack_below(program_sp, &ss);
+    ferry_raw4(SYS_rt_sigprocmask, SIG_SETMASK, &was, 0, KSIGSET);
+    return ret;
 }
 
 /* The handler leaves through rt_sigreturn (ferry_sigreturn), a call of the
@@ -592,10 +630,11 @@ static volatile unsigned char *vfork_here(const siginfo_t *si, const ucontext_t 
  * it runs: nothing comes back from it). */
 static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 {
-    volatile unsigned char *selector = vfork_here(si, ucv);
-    if (selector) {
-        greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
-        *selector = SELECTOR_ALLOW;
+    ucontext_t *uc = ucv;
+    uintptr_t child_top = 0;
+    if (vfork_here(si, uc, &child_top)) {
+        greg_t *g = uc->uc_mcontext.gregs;
+        stack_t parents = uc->uc_stack;
         register long r10 __asm__("r10") = g[REG_R10];
         register long r8 __asm__("r8") = g[REG_R8];
         register long r9 __asm__("r9") = g[REG_R9];
@@ -605,8 +644,19 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
                          : "0"(g[REG_RAX]), "D"(g[REG_RDI]), "S"(g[REG_RSI]), "d"(g[REG_RDX]),
                            "r"(r10), "r"(r8), "r"(r9)
                          : "rcx", "r11", "memory");
-        if (ret)
-            *selector = SELECTOR_BLOCK;
+        int served = 1;
+        if (ret == 0) {
+            served = child_altstack((uintptr_t)parents.ss_sp, child_top, (uintptr_t)g[REG_RSP]) == 0;
+            if (served) {
+                uc->uc_stack.ss_size = child_top - (uintptr_t)parents.ss_sp;
+                uc->uc_stack.ss_flags = 0;
+            }
+        } else {
+            uc->uc_stack = parents;
+        }
+        ferry_post(ret);
+        if (!served)  /* its calls bare, as a let-through clone's child's */
+            ferry_catchall_allow();
         g[REG_RAX] = ret;
         g[REG_RCX] = g[REG_RIP];
         g[REG_R11] = g[REG_EFL];

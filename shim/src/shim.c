@@ -519,13 +519,18 @@ static unsigned long clone3_flags(const struct ferry_regs *r)
     return ferry_safe_read(&flags, (void *)r->rdi, sizeof(flags)) == sizeof(flags) ? flags : 0;
 }
 
-static long hand_to_trampoline(long nr, unsigned long flags)
+void ferry_clone_pending(long nr, unsigned long flags)
 {
     FERRY_THR->pending_nr = nr;
     FERRY_THR->pending_flags = flags;
     ferry_catchall_allow();
     if (flags & CLONE_VFORK)
         ferry_blk_spare_prepare();
+}
+
+static long hand_to_trampoline(long nr, unsigned long flags)
+{
+    ferry_clone_pending(nr, flags);
     return FERRY_RAW;
 }
 

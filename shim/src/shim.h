@@ -39,6 +39,10 @@ long ferry_read_arg(const struct ferry_regs *r, void *dst, const void *src, size
  * bad pointer.  Directly on the same page as above, from the program's red
  * zone up (below it are the entry's own words); else through the kernel. */
 long ferry_write_arg(const struct ferry_regs *r, void *dst, const void *src, size_t n);
+/* A clone-like call `nr` (its CLONE_* `flags`) is about to run bare, from
+ * a trampoline or the catch-all's handler: ferry_post ends it, in the
+ * caller and in the child. */
+void ferry_clone_pending(long nr, unsigned long flags);
 void ferry_post(long result);
 void ferry_entry(void);
 void ferry_entry_nocount(void);
