@@ -489,6 +489,17 @@ unsigned agg_threads_world(struct agg_carrier **out, unsigned cap);
 extern unsigned agg_threads_carriers;
 void agg_thread_finished(struct agg_carrier *c, struct agg_fiber *f);
 void agg_interrupt(struct agg_fiber *f);
+/* The live fiber whose vtid is `tid` (0: none), world_lock held until
+ * agg_thread_let_go in either case; its name set as the kernel's comm file
+ * sets a thread's (with world_lock held). */
+struct agg_fiber *agg_thread_hold(long tid);
+void agg_thread_let_go(void);
+void agg_thread_rename(struct agg_fiber *t, const char name[16]);
+
+/* agg_names.c: another thread's name file (/proc/self/task/VTID/comm) */
+extern int agg_name_files;
+int agg_name_file_io(struct ferry_regs *r);
+void agg_name_file_closed(long fd);
 
 /* agg_exit.c */
 int agg_exiting(void);

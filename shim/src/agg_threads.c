@@ -1338,10 +1338,27 @@ static int thread_name(struct agg_fiber *f, struct ferry_regs *r)
         return 1;
     }
     if (r->rdi == PR_GET_NAME) {
+        if (f == fiber0)  /* its kernel thread's, which another thread may name (/proc/self/task/TID/comm) */
+            ferry_raw2(SYS_prctl, PR_GET_NAME, (long)f->name);
         r->rax = ferry_write_arg(r, (void *)r->rsi, f->name, sizeof(f->name)) ? -EFAULT_ : 0;
         return 1;
     }
     return 0;
+}
+
+struct agg_fiber *agg_thread_hold(long tid)
+{
+    agg_lock(&world_lock);
+    return lookup(tid);
+}
+
+void agg_thread_let_go(void) { agg_unlock(&world_lock); }
+
+void agg_thread_rename(struct agg_fiber *t, const char name[16])
+{
+    ferry_memcpy(t->name, name, sizeof(t->name));
+    if (t == agg_self && (t == fiber0 || t->carrier->tid != world_pid))
+        ferry_raw2(SYS_prctl, PR_SET_NAME, (long)t->name);
 }
 
 /* From ferry_slow, before anything else: 1 if this was a thread operation
@@ -1375,6 +1392,13 @@ int ferry_agg_thread_call(struct ferry_regs *r)
     case SYS_gettid:
         r->rax = f->vtid;
         return 1;
+    case SYS_read:
+    case SYS_write:
+        return __atomic_load_n(&agg_name_files, __ATOMIC_RELAXED) && agg_name_file_io(r);
+    case SYS_close:
+        if (__atomic_load_n(&agg_name_files, __ATOMIC_RELAXED))
+            agg_name_file_closed(r->rdi);
+        return 0;
     case SYS_tkill:
     case SYS_tgkill: {
         long tid = r->rax == SYS_tkill ? r->rdi : r->rsi;

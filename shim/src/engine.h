@@ -66,6 +66,10 @@ void agg_creds_changed(void);
  * saw the call complete, 0: it ran at once), 0 to let the core run it. */
 int ferry_agg_route_timed(struct ferry_regs *r, uint64_t *done);
 
+/* A fiber's open or openat (`nr`) that failed ENOENT: another thread's
+ * name file, /proc/self/task/VTID/comm, is opened after all (agg_names.c). */
+void agg_name_file_open(long nr, struct ferry_regs *r);
+
 /* The engine's own signal (SIGRTMAX, agg_signal.c), hidden from the
  * program: its rt_sigaction on it answered from the program's record (1 when
  * done here), and what an exec hands on of it is what the program set. */

@@ -767,6 +767,8 @@ static long slow_call(struct ferry_regs *r)
             if (timed && !agg_threads_will_restart(nr, r->rax))
                 record(r, nr, t0, done);
             note_wait(nr, r);
+            if ((nr == SYS_openat || nr == SYS_open) && (long)r->rax == -ENOENT)
+                agg_name_file_open(nr, r);
             return FERRY_DONE;
         }
     }
@@ -778,6 +780,8 @@ static long slow_call(struct ferry_regs *r)
     if (timed)
         record(r, nr, t0, 0);
     note_wait(nr, r);
+    if (agg_self && (nr == SYS_openat || nr == SYS_open) && (long)r->rax == -ENOENT)
+        agg_name_file_open(nr, r);
     if ((r->rax == 0 || nr == SYS_setfsuid || nr == SYS_setfsgid) && agg_creds_call(nr))
         agg_creds_changed();
     ferry_sandbox_after(filter, nr, (unsigned long)r->rsi, r->rax);

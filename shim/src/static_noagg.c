@@ -35,6 +35,7 @@ void agg_signal_before_exec(void) {}
 void agg_signal_exec_failed(void) {}
 void agg_signal_small_stacks(void) {}
 int agg_thread_fiber(void) { return 0; }
+void agg_name_file_open(long nr, struct ferry_regs *r) { (void)nr; (void)r; }
 void agg_altstack_changed(long result) { (void)result; }
 int agg_creds_call(long nr) { (void)nr; return 0; }
 void agg_creds_changed(void) {}
