@@ -103,6 +103,16 @@ static struct agg_fiber *lookup(long tid)
     return f && f->state != AGG_DONE ? f : 0;
 }
 
+/* Fiber 0's name is its kernel thread's, which another thread may set
+ * through /proc/self/task/TID/comm: fiber 0 keeps its real tid, and that
+ * file is there (agg_names.c answers for the vtids). */
+static const char *current_name(struct agg_fiber *f)
+{
+    if (f == fiber0)
+        ferry_raw2(SYS_prctl, PR_GET_NAME, (long)f->name);
+    return f->name;
+}
+
 static uint64_t kernel_mask(void)
 {
     uint64_t m = 0;
@@ -906,7 +916,7 @@ static long new_thread(struct agg_fiber *self, struct ferry_regs *r, unsigned lo
     f->joined = -1;
     f->sigmask = self->sigmask;  /* a new thread inherits its creator's mask, */
     f->alt = no_altstack;        /* but not its alternate stack (CLONE_VM) */
-    ferry_memcpy(f->name, self->name, sizeof(f->name));  /* and its name */
+    ferry_memcpy(f->name, current_name(self), sizeof(f->name));  /* and its name */
     f->nice = self->nice;        /* and its nice value */
     if (flags & CLONE_CHILD_CLEARTID)
         f->clear_tid = ctid;
@@ -1338,9 +1348,7 @@ static int thread_name(struct agg_fiber *f, struct ferry_regs *r)
         return 1;
     }
     if (r->rdi == PR_GET_NAME) {
-        if (f == fiber0)  /* its kernel thread's, which another thread may name (/proc/self/task/TID/comm) */
-            ferry_raw2(SYS_prctl, PR_GET_NAME, (long)f->name);
-        r->rax = ferry_write_arg(r, (void *)r->rsi, f->name, sizeof(f->name)) ? -EFAULT_ : 0;
+        r->rax = ferry_write_arg(r, (void *)r->rsi, current_name(f), sizeof(f->name)) ? -EFAULT_ : 0;
         return 1;
     }
     return 0;

@@ -682,6 +682,14 @@ static void record(const struct ferry_regs *r, long nr, uint64_t t0, uint64_t t1
     ferry_trace_record(FERRY_THR->blk, nr, r->rax, t0, t1 ? t1 : ferry_rdtsc(), site_of(r));
 }
 
+/* A fiber's open that found no such file may have named another thread's
+ * name file by its vtid (agg_names.c). */
+static inline void name_file_after(long nr, struct ferry_regs *r)
+{
+    if (agg_self && (nr == SYS_openat || nr == SYS_open) && (long)r->rax == -ENOENT)
+        agg_name_file_open(nr, r);
+}
+
 static long slow_call(struct ferry_regs *r)
 {
     long nr = r->rax;
@@ -767,8 +775,7 @@ static long slow_call(struct ferry_regs *r)
             if (timed && !agg_threads_will_restart(nr, r->rax))
                 record(r, nr, t0, done);
             note_wait(nr, r);
-            if ((nr == SYS_openat || nr == SYS_open) && (long)r->rax == -ENOENT)
-                agg_name_file_open(nr, r);
+            name_file_after(nr, r);
             return FERRY_DONE;
         }
     }
@@ -780,8 +787,7 @@ static long slow_call(struct ferry_regs *r)
     if (timed)
         record(r, nr, t0, 0);
     note_wait(nr, r);
-    if (agg_self && (nr == SYS_openat || nr == SYS_open) && (long)r->rax == -ENOENT)
-        agg_name_file_open(nr, r);
+    name_file_after(nr, r);
     if ((r->rax == 0 || nr == SYS_setfsuid || nr == SYS_setfsgid) && agg_creds_call(nr))
         agg_creds_changed();
     ferry_sandbox_after(filter, nr, (unsigned long)r->rsi, r->rax);

@@ -1,7 +1,8 @@
 /* names_others: threads name each other (pthread_setname_np and
  * pthread_getname_np of another thread go through
  * /proc/self/task/TID/comm, of the calling thread through prctl), read
- * those files directly, and print what each sees. */
+ * those files directly, and print what each sees; a worker names the main
+ * thread, whose next new thread starts with that name. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -47,6 +48,15 @@ static void *worker(void *arg)
     return 0;
 }
 
+static char late_name[80];
+
+static void *born_named(void *arg)
+{
+    char name[32] = "";
+    keep(late_name, "its own name", pthread_getname_np(pthread_self(), name, sizeof(name)), name);
+    return arg;
+}
+
 int main(void)
 {
     pthread_t t[WORKERS];
@@ -64,6 +74,11 @@ int main(void)
     say("main", "a name too long", pthread_setname_np(t[0], "a-name-of-sixteen"), "");
     pthread_barrier_wait(&step);  /* 2 */
     pthread_barrier_wait(&step);  /* 3 */
+    /* a new thread starts with its creator's name, which worker 0 set */
+    pthread_t late;
+    pthread_create(&late, 0, born_named, 0);
+    pthread_join(late, 0);
+    printf("a thread main started then: %s\n", late_name);
     for (int i = 0; i < WORKERS; i++)
         say("main", "a worker's name", pthread_getname_np(t[i], name, sizeof(name)), name);
     say("main", "its own name", pthread_getname_np(pthread_self(), name, sizeof(name)), name);
