@@ -34,14 +34,16 @@ static size_t strnlen_(const char *s, size_t n)
     return i;
 }
 
+/* Zeros, apart from the small variables (FERRY_COLD): a start touches none
+ * of it. */
 static struct name_file {
-    long fd;                      /* -1: free */
+    long fd1;                     /* the descriptor + 1; 0: free */
     long vtid;
     uint64_t dev, ino;
     size_t pos;
-} files[NAME_FILES] = {[0 ... NAME_FILES - 1] = {.fd = -1}};
-static int files_lock;
-int agg_name_files;               /* entries in use */
+} files[NAME_FILES] FERRY_COLD;
+static int files_lock FERRY_COLD;
+int agg_name_files FERRY_COLD;    /* entries in use */
 
 /* The path `src` of call `r`, up to `cap - 1` bytes and NUL-ended; 0 when
  * none of it can be read. */
@@ -89,10 +91,11 @@ static long named_thread(const char *p)
     return tid;
 }
 
+/* The entry of `fd`, or a free one for -1. */
 static struct name_file *entry(long fd)
 {
     for (unsigned i = 0; i < NAME_FILES; i++)
-        if (files[i].fd == fd)
+        if (files[i].fd1 == fd + 1)
             return &files[i];
     return 0;
 }
@@ -126,9 +129,9 @@ void agg_name_file_open(long nr, struct ferry_regs *r)
     if (!e)
         e = entry(-1);
     if (e) {
-        if (e->fd < 0)
+        if (!e->fd1)
             __atomic_add_fetch(&agg_name_files, 1, __ATOMIC_RELAXED);
-        *e = (struct name_file){fd, tid, sb.st_dev, sb.st_ino, 0};
+        *e = (struct name_file){fd + 1, tid, sb.st_dev, sb.st_ino, 0};
     }
     agg_unlock(&files_lock);
     if (!e) {
@@ -140,7 +143,7 @@ void agg_name_file_open(long nr, struct ferry_regs *r)
 
 static void forget(struct name_file *e)
 {
-    e->fd = -1;
+    e->fd1 = 0;
     __atomic_sub_fetch(&agg_name_files, 1, __ATOMIC_RELAXED);
 }
 
@@ -199,7 +202,7 @@ int agg_name_file_io(struct ferry_regs *r)
         return 1;
     }
     agg_lock(&files_lock);
-    if (e->fd == fd)
+    if (e->fd1 == fd + 1)
         e->pos = copy.pos + n;
     agg_unlock(&files_lock);
     r->rax = n;
