@@ -566,11 +566,12 @@ static void caught_call(int sig, siginfo_t *si, void *ucv);
  * has exec'd or ended, the child's calls served, its exec through the
  * hook.  Let through instead (the program's instruction run again, bare),
  * it left the thread's selector open once the parent was back, until its
- * next call through the shim: under fibers the selector is the carrier's,
+ * next call through the shim: the child's calls were bare too, its exec
+ * unseen, the program's children never enabled; and under fibers (which
+ * such a process does not get yet: shim.c) the selector is the carrier's,
  * every fiber there then made its calls bare, on the carrier, and a futex
  * wait that another fiber of the carrier was to end hung the process
- * (os/exec from four goroutines: every run); and the child's calls were
- * bare too, its exec unseen, the program's children never enabled.
+ * (os/exec from four goroutines: every run).
  *
  * The child runs on from this frame, which the parent reads again once
  * the child is gone: what the child calls from here lies below it, and
@@ -709,6 +710,14 @@ static int count_small_stacks(struct dl_phdr_info *info, size_t size, void *data
 }
 #endif
 
+/* Go modules loaded when the catch-all started, enabled or not. */
+static int go_modules;
+
+int ferry_catchall_go_modules(void)
+{
+    return go_modules;
+}
+
 /* A caught call's C path, once its handler is gone (entry.S). */
 long ferry_caught_slow(struct ferry_regs *r)
 {
@@ -796,11 +805,13 @@ void ferry_catchall_start(char **envp)
 #ifndef FERRY_STATIC
     /* the program and the libraries it started with (a Go library a
      * dlopen loads later is found when its plan is looked for: plan.c) */
-    int found = 0;
+    int found = 0;  /* counted here: a store into .bss was a page of it written in every start */
     if (dl_iterate_phdr)
         dl_iterate_phdr(count_small_stacks, &found);
-    if (found)
+    if (found) {
+        go_modules = found;
         ferry_small_stacks_found();
+    }
 #endif
     if (install(&program_sigsys) != 0)
         return;

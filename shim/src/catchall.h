@@ -30,6 +30,9 @@ void ferry_catchall_block(void);
 /* A module whose code runs on small stacks (Go) is loaded: the SIGSYS
  * handler runs on the thread's alternate stack from now on. */
 void ferry_catchall_small_stacks(void);
+/* How many Go modules the process had when the catch-all started (their
+ * code's own calls are caught unless a module is enabled). */
+int ferry_catchall_go_modules(void);
 /* `ferry detach`: caught calls from now on run bare. */
 void ferry_catchall_detach(void);
 

@@ -7,7 +7,7 @@
 // Prints "ok" and the number of reads, the same natively and under Ferry.
 // `go_calls spawns`: 4 goroutines each run /bin/true 40 times (os/exec:
 // Go blocks every signal around each fork, a clone with CLONE_VM|CLONE_VFORK
-// that the catch-all lets run bare), and it prints how many ran.
+// that the catch-all makes from its handler), and it prints how many ran.
 // `go_calls threads`: 40 goroutines each lock their thread and end, so Go
 // ends the thread too, taking down the alternate signal stack it gave it
 // (sigaltstack with SS_DISABLE, which Go checks and crashes on failing);
