@@ -487,9 +487,13 @@ void ferry_start(int argc, char **argv, char **envp)
      * the aggregate profile; the next run, with its image, has fibers.  Two
      * of the reasons are gone (a caught call's C path now runs after the
      * handler, and a vfork from the handler: catchall.c), but such a
-     * program still hung under fibers once in the full suite (go_calls
-     * `calls`, 16 goroutines reading /proc and collecting garbage), not
-     * once in 178 runs alone, under load or three at a time. */
+     * program still hangs under fibers now and then (go_calls `calls`
+     * under the test suite's load: 6 of 450 runs): a fiber of Go's
+     * scheduler spins on a lock with every signal blocked, the engine's
+     * own among them, so its carrier's tick cannot preempt it and the
+     * fiber holding the lock never runs again.  That is the engine's
+     * (any thread that blocks every signal and spins on another of its
+     * carrier's: docs/aggregate.md), not Go's or the catch-all's. */
     if (agg_threads_on && ferry_catchall_on && ferry_catchall_go_modules() > go_enabled)
         agg_threads_on = 0;
     /* Under a filter older than the shim (sandbox.h) the engine may run the
