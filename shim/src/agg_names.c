@@ -108,8 +108,7 @@ void agg_name_file_open(long nr, struct ferry_regs *r)
     long flags = nr == SYS_openat ? r->rdx : r->rsi;
     char p[64];
     long tid;
-    if (nr == SYS_openat && (int)r->rdi != AT_FDCWD && !(read_path(r, p, 2, path) && p[0] == '/'))
-        return;
+    /* an absolute path (named_thread's): openat's directory plays no part */
     if (!read_path(r, p, sizeof(p), path) || (tid = named_thread(p)) < 0)
         return;
     int alive = agg_thread_hold(tid) != 0;
@@ -169,13 +168,12 @@ int agg_name_file_io(struct ferry_regs *r)
         agg_name_file_closed(fd);
         return 0;
     }
-    char name[16];
+    char name[16] = {0};
     struct agg_fiber *t = agg_thread_hold(copy.vtid);
-    if (t)
+    if (t && nr == SYS_read)
         ferry_memcpy(name, t->name, sizeof(name));
     if (t && nr == SYS_write) {
         size_t n = (size_t)r->rdx < 15 ? (size_t)r->rdx : 15;
-        ferry_memset(name, 0, sizeof(name));
         if (ferry_read_arg(r, name, (const void *)r->rsi, n) != (long)n)
             r->rax = -EFAULT_;
         else {
